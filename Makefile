@@ -1,0 +1,45 @@
+# Two entry points for a fresh Debian machine (root): `make demo` and `make test`.
+# Both set up everything they need: apt packages, the virtualenv, the model files.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export DDOPS_CACHE ?= /var/cache/ddops
+APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap iproute2 zstd \
+                python3-venv python3-dev gcc curl ca-certificates rsync
+
+.PHONY: setup apt venv models test demo clean lab-down
+
+setup: apt venv
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@mkdir -p /run/sshd
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[serving,dev]"
+	touch $@
+
+models: venv
+	$(PY) -m serving.tools.smollm2 --out $(DDOPS_CACHE)/models/smollm2-135m-instruct
+
+test: setup models
+	$(PY) -m pytest -q tests
+
+demo: setup models
+	$(PY) -m ddops demo
+
+lab-down: venv
+	$(PY) -m ddops lab down
+
+clean:
+	rm -rf $(VENV) build *.egg-info
