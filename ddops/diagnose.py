@@ -1,0 +1,150 @@
+"""Failure diagnosis: journal text -> cause and next step.
+
+One table (`CATALOG`), most specific rule first, so a width mismatch that surfaces as a
+"Scheduler hit an exception" traceback is named as the mismatch, not as a generic crash.
+Patterns are matched against the real texts SGLang, torch, uvicorn, argparse, systemd and
+our own runtime print (see tests/deploy/test_diagnose.py for the exact lines).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rule:
+    cause: str          # short id, stable for --json consumers
+    pattern: str        # regex, searched case-insensitively across lines
+    summary: str        # what happened, in one line
+    next_step: str      # what the operator should do; may use {named} groups of the pattern
+
+
+@dataclass(frozen=True)
+class Finding:
+    cause: str
+    summary: str
+    next_step: str
+    evidence: str       # the journal line that matched, trimmed
+
+    def as_dict(self) -> dict:
+        return {"cause": self.cause, "summary": self.summary, "next_step": self.next_step,
+                "evidence": self.evidence}
+
+
+CATALOG: tuple[Rule, ...] = (
+    Rule("draft-target-width-mismatch",
+         r"^(?=.*\bdraft)(?=.*\btarget)(?=.*\b(width|hidden|fc)\b)"
+         r"(?=.*(mismatch|does not match|!=|expects|expected)).*",
+         "the draft model does not fit the target: its fc input width differs from "
+         "len(target_layer_ids) x target hidden size",
+         "pair the draft with the target it was trained for (run `ddops preflight PROFILE --host "
+         "HOST`), or deploy without speculation"),
+    Rule("draft-target-width-mismatch",
+         r"mat1 and mat2 shapes cannot be multiplied \((?P<shapes>[^)]*)\)",
+         "a matmul got incompatible shapes ({shapes}): the draft's fc input width does not match "
+         "the hidden states captured from the target",
+         "pair the draft with the target it was trained for (run `ddops preflight PROFILE --host "
+         "HOST`), or deploy without speculation"),
+    Rule("draft-layer-out-of-range",
+         r"target_layer_ids contains an out-of-range layer id",
+         "the draft taps a target layer that does not exist",
+         "use the draft made for this target (its dflash_config.target_layer_ids must be below "
+         "the target's num_hidden_layers)"),
+    Rule("kv-cache-no-memory",
+         r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static="
+         r"(?P<current>[0-9.]+)\. Raise --mem-fraction-static above (?P<minimum>[0-9.]+)",
+         "weights (target and draft) leave no GPU memory for the KV cache at "
+         "mem_fraction_static={current}",
+         "raise mem_fraction_static above {minimum} (plus room for KV), or use a shorter context "
+         "or a smaller model/draft"),
+    Rule("kv-cache-no-memory",
+         r"Not enough memory\. Please try to increase --mem-fraction-static",
+         "the KV cache pool came out empty after loading the weights",
+         "raise mem_fraction_static, or shrink context_length, the model or the draft"),
+    Rule("mamba-state-no-memory",
+         r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache",
+         "no GPU memory left for the hybrid model's mamba state cache",
+         "reduce max_running_requests or speculative draft tokens, or raise mem_fraction_static"),
+    Rule("cuda-graph-capture-failed",
+         r"Capture cuda graph failed",
+         "CUDA-graph capture ran out of headroom (memory outside the static fraction)",
+         "lower mem_fraction_static (e.g. 0.8), lower cuda_graph_max_bs (e.g. 16), or disable "
+         "CUDA graphs"),
+    Rule("cuda-oom-serving",
+         r"(OutOfMemoryError|CUDA out of memory)",
+         "CUDA ran out of memory while serving (activations beyond the headroom)",
+         "lower mem_fraction_static, chunked_prefill_size or max_running_requests"),
+    Rule("model-path-missing",
+         r"(model[ _-]?path[^\n]*(does not exist|not found|no such)"
+         r"|No such file or directory: '(?P<path>[^']*config\.json)'"
+         r"|does not appear to have a file named config\.json"
+         r"|is not a local folder and is not a valid model identifier)",
+         "the model (or draft) directory named in the unit is missing on the host",
+         "push the model to the host (`ddops push-model`) or fix model_path / draft_model_path "
+         "in the profile"),
+    Rule("port-in-use",
+         r"(address already in use|Errno 98)",
+         "the service's port is already taken by another process on the host",
+         "stop whatever listens on that port (`ss -ltnp` on the host) or choose another port in "
+         "the profile"),
+    Rule("bad-flag",
+         r"(unrecognized arguments: (?P<flag>\S+)|ambiguous option: (?P<amb>\S+)"
+         r"|argument (?P<arg>--[\w-]+): invalid|unknown flag:? (?P<unk>--[\w-]+)"
+         r"|error: argument (?P<arg2>--[\w-]+))",
+         "the runtime rejected a command-line flag ({flag}{amb}{arg}{unk}{arg2})",
+         "remove or rename the flag in the profile to the spelling the installed runtime "
+         "accepts (SGLang renames flags between releases)"),
+    Rule("runtime-missing",
+         r"(status=203/EXEC|Failed to locate executable|Failed at step EXEC)",
+         "systemd could not execute the runtime's interpreter",
+         "install the runtime on the host (`ddops install-runtime --host HOST`)"),
+    Rule("host-oom-killed",
+         r"scheduler died during initialization \(exit code: -9",
+         "the scheduler was killed, most likely by the host's OOM killer (RAM, not GPU)",
+         "check `dmesg` on the host; free RAM or use a smaller model"),
+    Rule("warmup-failed",
+         r"Initialization failed\. warmup error",
+         "the server's built-in warm-up request failed",
+         "check for an HTTP proxy intercepting loopback (set NO_PROXY=127.0.0.1,localhost)"),
+    Rule("runtime-crash",
+         r"(Scheduler hit an exception|Traceback \(most recent call last\))",
+         "the runtime crashed with an exception",
+         "read the traceback with `ddops logs --host HOST -n 200`"),
+)
+
+_COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE)) for rule in CATALOG)
+
+
+def diagnose(journal: str) -> list[Finding]:
+    """All rules that match, most specific first; each cause appears once."""
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for rule, regex in _COMPILED:
+        if rule.cause in seen:
+            continue
+        match = _first_match(regex, journal)
+        if match is None:
+            continue
+        seen.add(rule.cause)
+        fields = {k: (v or "") for k, v in match.groupdict().items()}
+        findings.append(Finding(rule.cause, rule.summary.format(**fields),
+                                rule.next_step.format(**fields), _line_of(journal, match)))
+    return findings
+
+
+def primary(journal: str) -> Finding | None:
+    found = diagnose(journal)
+    return found[0] if found else None
+
+
+def _first_match(regex: re.Pattern, text: str) -> re.Match | None:
+    for line in text.splitlines():
+        match = regex.search(line)
+        if match:
+            return match
+    return None
+
+
+def _line_of(text: str, match: re.Match) -> str:
+    return match.string.strip()[:300]
