@@ -1,0 +1,207 @@
+"""Replay one prompt set to two OpenAI-compatible endpoints and compare the answers.
+
+Each endpoint is measured in its own phase (production first, then shadow) so the two never
+compete for the same CPU or GPU while timed. Requests are greedy (temperature 0), streamed
+(time to first token), bounded in count, concurrency and time. Only HTTP here; arithmetic is
+in stats.py, judgement in verdict.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import httpx
+
+from ddops.rollout.prompts import Prompt
+from ddops.rollout.stats import (Agreement, EndpointSummary, Sample, agree, summarize,
+                                 token_equality)
+
+MAX_COUNT = 1000
+MAX_CONCURRENCY = 32
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str  # "production" or "shadow"
+    url: str  # http://ADDR:PORT
+    model: str | None = None  # served model name; None: the first of /v1/models
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    count: int = 12
+    concurrency: int = 2
+    max_tokens: int = 32
+    timeout_s: float = 120.0  # per request
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.count <= MAX_COUNT:
+            raise ValueError(f"--count: must be 1..{MAX_COUNT}, got {self.count}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"--concurrency: must be 1..{MAX_CONCURRENCY}, got {self.concurrency}")
+        if not 1 <= self.max_tokens <= 4096:
+            raise ValueError(f"--max-tokens: must be 1..4096, got {self.max_tokens}")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    settings: Settings
+    production: EndpointSummary
+    shadow: EndpointSummary
+    agreements: tuple[Agreement, ...]
+    samples: dict  # endpoint name -> tuple[Sample, ...], in prompt order
+    token_equality: float  # matched / compared positions, 0..1
+    prompts_equal: int
+
+    def to_dict(self) -> dict:
+        return {
+            "settings": asdict(self.settings),
+            "token_equality": self.token_equality,
+            "prompts_equal": self.prompts_equal,
+            "prompts": len(self.agreements),
+            "production": self.production.to_dict(),
+            "shadow": self.shadow.to_dict(),
+            "per_prompt": [_prompt_row(a, self.samples) for a in self.agreements],
+        }
+
+
+def _prompt_row(agreement: Agreement, samples: dict) -> dict:
+    index = [s.prompt_id for s in samples["production"]].index(agreement.prompt_id)
+    row = asdict(agreement)
+    for name in ("production", "shadow"):
+        s = samples[name][index]
+        row[name] = {"text": s.text, "completion_tokens": s.completion_tokens,
+                     "latency_s": s.latency_s, "ttft_s": s.ttft_s, "error": s.error}
+    return row
+
+
+def compare(production: Endpoint, shadow: Endpoint, prompts: Sequence[Prompt],
+            settings: Settings) -> Comparison:
+    """Replay the first `settings.count` prompts (cycling the set if it is shorter)."""
+    chosen = [prompts[i % len(prompts)] for i in range(settings.count)]
+    chosen = [Prompt(f"{p.id}#{i // len(prompts)}" if i >= len(prompts) else p.id, p.text)
+              for i, p in enumerate(chosen)]
+    prod_samples, prod_wall = asyncio.run(replay(production, chosen, settings))
+    shadow_samples, shadow_wall = asyncio.run(replay(shadow, chosen, settings))
+    agreements = tuple(agree(a, b) for a, b in zip(prod_samples, shadow_samples))
+    return Comparison(
+        settings=settings,
+        production=summarize("production", prod_samples, prod_wall, accept_length(production)),
+        shadow=summarize("shadow", shadow_samples, shadow_wall, accept_length(shadow)),
+        agreements=agreements,
+        samples={"production": tuple(prod_samples), "shadow": tuple(shadow_samples)},
+        token_equality=token_equality(agreements),
+        prompts_equal=sum(a.equal for a in agreements))
+
+
+async def replay(endpoint: Endpoint, prompts: Sequence[Prompt],
+                 settings: Settings) -> tuple[list[Sample], float]:
+    """All prompts to one endpoint with at most `concurrency` in flight; returns samples and wall time."""
+    gate = asyncio.Semaphore(settings.concurrency)
+    async with httpx.AsyncClient(base_url=endpoint.url, headers=_headers(endpoint),
+                                 timeout=settings.timeout_s) as client:
+        model = endpoint.model or await _served_model(client)
+
+        async def one(prompt: Prompt) -> Sample:
+            async with gate:
+                return await _ask(client, model, prompt, settings)
+
+        start = time.perf_counter()
+        samples = await asyncio.gather(*(one(p) for p in prompts))
+        return list(samples), time.perf_counter() - start
+
+
+def _headers(endpoint: Endpoint) -> dict:
+    return {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+
+
+async def _served_model(client: httpx.AsyncClient) -> str:
+    response = await client.get("/v1/models")
+    response.raise_for_status()
+    return response.json()["data"][0]["id"]
+
+
+async def _ask(client: httpx.AsyncClient, model: str, prompt: Prompt, settings: Settings) -> Sample:
+    body = {"model": model, "messages": [{"role": "user", "content": prompt.text}],
+            "temperature": 0, "max_tokens": settings.max_tokens, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    stream = _Stream()
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                detail = (await response.aread()).decode(errors="replace")[:200]
+                return _failed(prompt, start, f"HTTP {response.status_code}: {detail}")
+            async for line in response.aiter_lines():
+                if stream.feed(line, time.perf_counter() - start):
+                    break
+    except (httpx.HTTPError, ValueError) as exc:
+        return _failed(prompt, start, f"{type(exc).__name__}: {exc}")
+    return stream.sample(prompt.id, time.perf_counter() - start)
+
+
+def _failed(prompt: Prompt, start: float, error: str) -> Sample:
+    return Sample(prompt.id, "", None, 0, time.perf_counter() - start, None, error)
+
+
+class _Stream:
+    """Accumulates one SSE chat-completion stream."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.token_ids: list[int] | None = None
+        self.usage_tokens: int | None = None
+        self.chunks = 0
+        self.ttft_s: float | None = None
+
+    def feed(self, line: str, elapsed_s: float) -> bool:
+        """Takes one SSE line; True at `data: [DONE]`."""
+        if not line.startswith("data:"):
+            return False
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return True
+        chunk = json.loads(data)
+        if chunk.get("usage"):
+            self.usage_tokens = chunk["usage"].get("completion_tokens")
+        for choice in chunk.get("choices", []):
+            self._take(choice, elapsed_s)
+        return False
+
+    def _take(self, choice: dict, elapsed_s: float) -> None:
+        content = (choice.get("delta") or {}).get("content")
+        if content:
+            self.parts.append(content)
+            self.chunks += 1
+            if self.ttft_s is None:
+                self.ttft_s = elapsed_s
+        ids = choice.get("token_ids")
+        if ids:
+            self.token_ids = (self.token_ids or []) + list(ids)
+
+    def sample(self, prompt_id: str, latency_s: float) -> Sample:
+        ids = tuple(self.token_ids) if self.token_ids is not None else None
+        tokens = self.usage_tokens if self.usage_tokens is not None else (
+            len(ids) if ids is not None else self.chunks)
+        return Sample(prompt_id, "".join(self.parts), ids, tokens, latency_s, self.ttft_s)
+
+
+def accept_length(endpoint: Endpoint) -> float | None:
+    """internal_states[0].avg_spec_accept_length from /server_info; None when unavailable."""
+    info = server_info(endpoint)
+    states = info.get("internal_states") or [{}]
+    value = states[0].get("avg_spec_accept_length")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def server_info(endpoint: Endpoint) -> dict:
+    try:
+        response = httpx.get(f"{endpoint.url}/server_info", headers=_headers(endpoint), timeout=10)
+        return response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
