@@ -1,0 +1,81 @@
+"""CI mode for the rollout commands: output channel, consent, and the exit-code contract.
+
+Three channels: `human` (Rich narration and tables on stdout), `json` (exactly one JSON
+document on stdout at the end), `events` (one JSON object per line as things happen, the last
+one `{"event": "result", ...}`). In the JSON channels nothing else is written to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Callable
+
+from rich.console import Console
+
+OK, GATE_FAILED, BAD_INPUT, NEEDS_OPERATOR, LOCK_HELD = 0, 1, 2, 3, 4
+MEANING = {OK: "success", GATE_FAILED: "gate failed and reverted", BAD_INPUT: "bad input",
+           NEEDS_OPERATOR: "revert failed, host needs an operator", LOCK_HELD: "lock held"}
+
+
+class BadInput(ValueError):
+    """Refused before touching any host: exit 2 with this one line."""
+
+
+class Output:
+    def __init__(self, json_doc: bool = False, json_events: bool = False,
+                 console: Console | None = None, stream=None) -> None:
+        if json_doc and json_events:
+            raise BadInput("--json and --json-events: choose one")
+        self.mode = "json" if json_doc else "events" if json_events else "human"
+        self.console = console or Console(highlight=False)
+        self.stream = stream or sys.stdout
+        self.events: list[dict] = []
+
+    @property
+    def human(self) -> bool:
+        return self.mode == "human"
+
+    def event(self, kind: str, message: str = "", **fields: Any) -> None:
+        """A stage or host transition; narrated for people, a JSON line for CI."""
+        record = {"event": kind, "time": round(time.time(), 3), **fields}
+        if message:
+            record["message"] = message
+        self.events.append(record)
+        if self.mode == "events":
+            self._write(record)
+        elif self.human and message:
+            self.console.print(f"[dim]{kind}[/dim] {message}")
+
+    def show(self, renderable: Any) -> None:
+        if self.human:
+            self.console.print(renderable)
+
+    def finish(self, code: int, doc: dict) -> int:
+        """Writes the result document (JSON channels) and returns the exit code."""
+        body = {"ok": code == OK, "exit_code": code, "meaning": MEANING.get(code, "error"), **doc}
+        if self.mode == "json":
+            self._write(body)
+        elif self.mode == "events":
+            self._write({"event": "result", **body})
+        return code
+
+    def fail(self, code: int, message: str, hint: str = "") -> int:
+        if self.human:
+            self.console.print(f"[red]error:[/red] {message}" + (f"\n[dim]hint: {hint}[/dim]" if hint else ""))
+        return self.finish(code, {"error": message, **({"hint": hint} if hint else {})})
+
+    def _write(self, record: dict) -> None:
+        self.stream.write(json.dumps(record, default=str) + "\n")
+        self.stream.flush()
+
+
+def consent(yes: bool, question: str, out: Output,
+            is_tty: Callable[[], bool] = lambda: sys.stdin.isatty()) -> bool:
+    """True to go ahead. Without a TTY, or in a JSON channel, only --yes goes ahead."""
+    if yes:
+        return True
+    if not is_tty() or not out.human:
+        raise BadInput("not interactive: pass --yes to apply changes without a prompt")
+    return out.console.input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
