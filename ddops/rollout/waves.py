@@ -110,6 +110,7 @@ class HostState:
     status: str = PENDING
     changed: bool = False  # this rollout changed the host's unit: revert it on halt
     detail: str = ""
+    before: str | None = None  # what the host ran before this rollout (a history id), for revert
 
 
 @dataclass(frozen=True)
@@ -118,17 +119,24 @@ class RolloutState:
     profile: str
     waves: tuple[tuple[str, ...], ...]
     hosts: dict = field(default_factory=dict)  # host -> HostState
-    status: str = RUNNING  # running, succeeded, failed (within tolerance), halted, reverting
+    status: str = RUNNING  # running, reverting, then succeeded, failed (within tolerance), halted
+    canary: int = 0  # hosts in the first wave that are canaries
 
     @classmethod
-    def start(cls, plan: RolloutPlan, waves: tuple[tuple[str, ...], ...]) -> "RolloutState":
+    def start(cls, plan: RolloutPlan, waves: tuple[tuple[str, ...], ...],
+              canary: int = 0) -> "RolloutState":
         return cls(plan.digest, plan.profile, waves,
-                   {h: HostState() for wave in waves for h in wave})
+                   {h: HostState() for wave in waves for h in wave}, canary=canary)
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in (RUNNING, "reverting")
 
     def with_host(self, host: str, status: str, *, changed: bool | None = None,
-                  detail: str = "") -> "RolloutState":
+                  detail: str = "", before: str | None = None) -> "RolloutState":
         old = self.hosts[host]
-        new = HostState(status, old.changed if changed is None else changed, detail)
+        new = HostState(status, old.changed if changed is None else changed, detail,
+                        old.before if before is None else before)
         return replace(self, hosts={**self.hosts, host: new})
 
     def with_status(self, status: str) -> "RolloutState":
@@ -152,13 +160,14 @@ class RolloutState:
 
     def to_dict(self) -> dict:
         return {"plan_digest": self.plan_digest, "profile": self.profile, "status": self.status,
-                "waves": [list(w) for w in self.waves],
+                "canary": self.canary, "waves": [list(w) for w in self.waves],
                 "hosts": {h: asdict(s) for h, s in self.hosts.items()}}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RolloutState":
         return cls(data["plan_digest"], data["profile"], tuple(tuple(w) for w in data["waves"]),
-                   {h: HostState(**s) for h, s in data["hosts"].items()}, data["status"])
+                   {h: HostState(**s) for h, s in data["hosts"].items()}, data["status"],
+                   data.get("canary", 0))
 
 
 def exit_code(state: RolloutState) -> int:

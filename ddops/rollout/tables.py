@@ -1,0 +1,80 @@
+"""Rich tables for comparisons, verdicts and fleet progress; no logic beyond formatting."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ddops.rollout.stats import EndpointSummary
+from ddops.rollout.verdict import Verdict
+
+STATUS_STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red",
+                "reverted": "magenta", "revert_failed": "bold red", "locked": "red"}
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _num(value: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def prompts_table(comparison) -> Table:
+    table = Table(title="Per prompt (temperature 0)")
+    for column in ("prompt", "equal", "agreement", "prod latency", "shadow latency",
+                   "prod TTFT", "shadow TTFT", "tokens"):
+        table.add_column(column, justify="left" if column == "prompt" else "right")
+    prod, shadow = comparison.samples["production"], comparison.samples["shadow"]
+    for a, p, s in zip(comparison.agreements, prod, shadow):
+        share = a.matched / a.compared if a.compared else 1.0
+        table.add_row(a.prompt_id, "[green]yes[/]" if a.equal else "[red]no[/]",
+                      f"{share:.0%} ({a.matched}/{a.compared} {a.unit})", _ms(p.latency_s),
+                      _ms(s.latency_s), _ms(p.ttft_s), _ms(s.ttft_s),
+                      f"{p.completion_tokens}/{s.completion_tokens}")
+    return table
+
+
+def totals_table(comparison) -> Table:
+    table = Table(title=f"Totals: token equality {comparison.token_equality:.2%}, "
+                        f"{comparison.prompts_equal}/{len(comparison.agreements)} prompts identical")
+    table.add_column("")
+    for name in ("production", "shadow"):
+        table.add_column(name, justify="right")
+    rows: list[tuple[str, callable]] = [
+        ("requests / errors", lambda e: f"{e.requests} / {e.errors}"),
+        ("latency p50", lambda e: _ms(e.latency_p50_s)),
+        ("latency p95", lambda e: _ms(e.latency_p95_s)),
+        ("TTFT p50", lambda e: _ms(e.ttft_p50_s)),
+        ("TTFT p95", lambda e: _ms(e.ttft_p95_s)),
+        ("tokens/s", lambda e: _num(e.tokens_per_s)),
+        ("accepted length", lambda e: _num(e.accept_length, "{:.2f}")),
+    ]
+    pair: tuple[EndpointSummary, EndpointSummary] = (comparison.production, comparison.shadow)
+    for label, cell in rows:
+        table.add_row(label, *(cell(e) for e in pair))
+    return table
+
+
+def verdict_table(verdict: Verdict) -> Table:
+    title = "[green]Verdict: PASS[/]" if verdict.passed else "[red]Verdict: FAIL[/]"
+    table = Table(title=title)
+    for column in ("check", "result", "required", "detail"):
+        table.add_column(column)
+    for check in verdict.checks:
+        table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]fail[/]",
+                      check.required, check.reason)
+    return table
+
+
+def hosts_table(state, title: str = "Rollout") -> Table:
+    """One row per host in wave order: the live progress view and the final summary."""
+    table = Table(title=f"{title}: {state.profile} ({state.status})")
+    for column in ("wave", "host", "status", "detail"):
+        table.add_column(column)
+    for number, wave in enumerate(state.waves):
+        label = "canary" if number == 0 and state.canary else str(number + (not state.canary))
+        for host in wave:
+            h = state.hosts[host]
+            style = STATUS_STYLE.get(h.status, "")
+            table.add_row(label, host, f"[{style}]{h.status}[/]" if style else h.status, h.detail)
+    return table

@@ -1,0 +1,97 @@
+"""The rollout loop with scripted host outcomes (the lab test runs the same loop on real hosts)."""
+
+import threading
+
+from ddops.rollout.fleet import Limits, Outcome, Rollout, StateFile, resume_or_start
+from ddops.rollout.waves import (DONE, FAILED, REVERTED, RUNNING, RolloutState, exit_code,
+                                 parse_plan, plan_waves)
+
+
+def make(tmp_path, hosts, canary=1, wave=2):
+    plan = parse_plan({"profile": "p", "hosts": hosts}, str(tmp_path / "plan.yaml"))
+    state = RolloutState.start(plan, plan_waves(plan.hosts, canary, wave), canary)
+    return plan, state, StateFile.for_plan(tmp_path, plan)
+
+
+class Hosts:
+    """Scripted hosts: records deploy/revert order; `fail` hosts fail their gate."""
+
+    def __init__(self, fail=(), interrupt_after=None):
+        self.fail, self.calls, self.lock = set(fail), [], threading.Lock()
+        self.interrupt_after = interrupt_after
+
+    def deploy(self, host):
+        with self.lock:
+            self.calls.append(("deploy", host))
+            if self.interrupt_after is not None and len(self.calls) > self.interrupt_after:
+                raise KeyboardInterrupt
+        if host in self.fail:
+            return Outcome(FAILED, changed=False, detail="gate failed, reverted")
+        return Outcome(DONE, changed=True, detail="gate passed", before=f"{host}-v1")
+
+    def revert(self, host, host_state):
+        with self.lock:
+            self.calls.append(("revert", host, host_state.before))
+        return Outcome(REVERTED, detail=f"back to {host_state.before}")
+
+
+def run(state, store, hosts, max_failures=0, bake_s=0.0, events=None):
+    slept = []
+    rollout = Rollout(state, store, Limits(max_failures, bake_s, 4), hosts.deploy, hosts.revert,
+                      on_change=(lambda s, h: events.append((h, s.hosts[h].status) if h else s.status))
+                      if events is not None else (lambda s, h: None), sleep=slept.append)
+    return rollout.run(), slept
+
+
+def test_all_hosts_pass_canary_first_with_bake_between_waves(tmp_path):
+    _, state, store = make(tmp_path, ["h1", "h2", "h3", "h4"])
+    hosts = Hosts()
+    final, slept = run(state, store, hosts, bake_s=5.0)
+    assert final.status == "succeeded" and exit_code(final) == 0
+    assert hosts.calls[0] == ("deploy", "h1")  # canary alone, before anyone else
+    assert slept == [5.0, 5.0]  # canary | h2 h3 | h4: bake between waves, not after the last
+    assert store.load() == final
+
+
+def test_failure_past_max_stops_and_reverts_only_changed_hosts(tmp_path):
+    _, state, store = make(tmp_path, ["h1", "h2", "h3", "h4", "h5"])
+    hosts = Hosts(fail={"h3"})
+    final, _ = run(state, store, hosts, max_failures=0)
+    assert final.status == "halted" and exit_code(final) == 1
+    assert ("deploy", "h4") not in hosts.calls and ("deploy", "h5") not in hosts.calls
+    reverts = sorted(c for c in hosts.calls if c[0] == "revert")
+    assert reverts == [("revert", "h1", "h1-v1"), ("revert", "h2", "h2-v1")]
+    assert {h: s.status for h, s in final.hosts.items()} == \
+        {"h1": REVERTED, "h2": REVERTED, "h3": FAILED, "h4": "pending", "h5": "pending"}
+
+
+def test_failures_within_tolerance_continue_but_exit_nonzero(tmp_path):
+    _, state, store = make(tmp_path, ["h1", "h2", "h3"])
+    final, _ = run(state, store, Hosts(fail={"h2"}), max_failures=1)
+    assert final.status == "failed" and final.hosts["h3"].status == DONE and exit_code(final) == 1
+
+
+def test_interrupted_rollout_resumes_without_redeploying_finished_hosts(tmp_path):
+    plan, state, store = make(tmp_path, ["h1", "h2", "h3", "h4"], canary=1, wave=1)
+    first = Hosts(interrupt_after=2)
+    try:
+        run(state, store, first)
+    except KeyboardInterrupt:
+        pass
+    saved = store.load()
+    assert saved.hosts["h1"].status == DONE and saved.hosts["h2"].status == DONE
+    assert saved.hosts["h3"].status == RUNNING and not saved.finished
+    fresh = RolloutState.start(plan, plan_waves(plan.hosts, 1, 1), 1)
+    resumed, was_resumed = resume_or_start(store, fresh, restart=False)
+    assert was_resumed
+    second = Hosts()
+    final, _ = run(resumed, store, second)
+    assert [c[1] for c in second.calls] == ["h3", "h4"] and final.status == "succeeded"
+    assert resume_or_start(store, fresh, restart=False) == (fresh, False)  # finished: start anew
+
+
+def test_progress_events_reach_the_view_in_order(tmp_path):
+    _, state, store = make(tmp_path, ["h1", "h2"], canary=1, wave=1)
+    events = []
+    run(state, store, Hosts(), events=events)
+    assert events == [("h1", RUNNING), ("h1", DONE), ("h2", RUNNING), ("h2", DONE), "succeeded"]
