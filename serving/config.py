@@ -1,0 +1,140 @@
+"""ServerArgs: the runtime's command line (SGLang spellings, docs/contracts.md section 1).
+
+Parsed once into a frozen object; contradictions exit with status 2 and one line naming the
+flag. Facts that need the checkpoint (context length, dtype for "auto", device) are filled in
+by `resolve`, which returns a new object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import asdict, dataclass, replace
+
+from serving import spec
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    model_path: str
+    served_model_name: str
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    context_length: int | None = None
+    dtype: str = "auto"
+    device: str | None = None
+    mem_fraction_static: float | None = None
+    max_running_requests: int | None = None
+    disable_cuda_graph: bool = False
+    cuda_graph_max_bs: int | None = None
+    random_seed: int = 0
+    speculative_algorithm: str | None = None
+    speculative_draft_model_path: str | None = None
+    speculative_num_draft_tokens: int | None = None
+    speculative_ddtree_budget: int | None = None
+    log_level: str = "info"
+    max_request_bytes: int = 1 << 20
+    health_generate_timeout: float = 30.0
+
+    def public(self) -> dict:
+        """Resolved arguments as /server_info reports them (never the API key)."""
+        out = asdict(self)
+        out.pop("api_key")
+        out["speculative_algorithm"] = spec.resolve(self.speculative_algorithm).server_name
+        return out
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit status 2 (argparse's own convention)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m serving", description="The ddops bundled serving runtime (OpenAI-compatible).",
+                allow_abbrev=False)
+    p.add_argument("--model-path", required=True, help="HF checkpoint directory")
+    p.add_argument("--served-model-name", help="name clients send as `model` (default: directory name)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--api-key", help="bearer token (default: $DDOPS_API_KEY)")
+    p.add_argument("--context-length", type=_positive_int)
+    p.add_argument("--dtype", choices=DTYPES, default="auto")
+    p.add_argument("--device", choices=("cpu", "cuda"))
+    p.add_argument("--mem-fraction-static", type=_fraction)
+    p.add_argument("--max-running-requests", type=_positive_int)
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=_positive_int)
+    p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--speculative-algorithm", type=str.upper)
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
+    p.add_argument("--speculative-num-draft-tokens", "--speculative-dflash-block-size", type=_positive_int)
+    p.add_argument("--speculative-ddtree-budget", type=_positive_int)
+    p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
+    p.add_argument("--max-request-bytes", type=_positive_int, default=1 << 20,
+                   help="larger request bodies get 413")
+    p.add_argument("--health-generate-timeout", type=float, default=30.0)
+    return p
+
+
+def parse_args(argv=None, environ=os.environ) -> ServerArgs:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    problem = _contradiction(ns)
+    if problem:
+        parser.error(problem)
+    name = ns.served_model_name or os.path.basename(os.path.normpath(ns.model_path))
+    values = {k: v for k, v in vars(ns).items() if k != "served_model_name"}
+    values["api_key"] = ns.api_key or environ.get("DDOPS_API_KEY") or None
+    return ServerArgs(served_model_name=name, **values)
+
+
+def _contradiction(ns) -> str | None:
+    try:
+        method = spec.resolve(ns.speculative_algorithm)
+    except ValueError as e:
+        return f"argument --speculative-algorithm: {e}"
+    draft_flags = {"--speculative-draft-model-path": ns.speculative_draft_model_path,
+                   "--speculative-num-draft-tokens": ns.speculative_num_draft_tokens,
+                   "--speculative-ddtree-budget": ns.speculative_ddtree_budget}
+    if not method.speculative:
+        for flag, value in draft_flags.items():
+            if value is not None:
+                return f"argument {flag}: needs --speculative-algorithm (a speculative method)"
+        return None
+    if not ns.speculative_draft_model_path:
+        return f"argument --speculative-draft-model-path: required with --speculative-algorithm {ns.speculative_algorithm}"
+    if ns.speculative_ddtree_budget is not None and not method.takes_budget:
+        return (f"argument --speculative-ddtree-budget: {ns.speculative_algorithm} "
+                f"verifies a chain and takes no tree budget")
+    return None
+
+
+def resolve(args: ServerArgs, model_config, cuda_available: bool) -> ServerArgs:
+    """Fill defaults that depend on the checkpoint and the machine."""
+    device = args.device or ("cuda" if cuda_available else "cpu")
+    if device == "cuda" and not cuda_available:
+        raise ValueError("--device cuda: CUDA is not available on this machine")
+    dtype = args.dtype
+    if dtype == "auto":
+        declared = model_config.torch_dtype if model_config.torch_dtype in DTYPES else "bfloat16"
+        dtype = declared if device == "cuda" else "float32"
+    context = args.context_length or model_config.max_position_embeddings
+    return replace(args, device=device, dtype=dtype, context_length=context)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1]")
+    return value

@@ -1,0 +1,52 @@
+"""Running statistics the engine keeps for /server_info and /metrics."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    rounds: int              # decoder rounds after the prefill
+    accepted: int            # tokens those rounds committed
+    ttft_s: float
+    total_s: float
+
+    @property
+    def accept_length(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 1.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        decode_s = self.total_s - self.ttft_s
+        return (self.completion_tokens - 1) / decode_s if decode_s > 0 and self.completion_tokens > 1 else 0.0
+
+
+class EngineStats:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.num_requests_total = 0
+        self.rounds = 0
+        self.accepted = 0
+        self.last_gen_throughput = 0.0
+
+    def record(self, usage: Usage) -> None:
+        with self._lock:
+            self.num_requests_total += 1
+            self.rounds += usage.rounds
+            self.accepted += usage.accepted
+            if usage.completion_tokens > 1:
+                self.last_gen_throughput = usage.decode_tokens_per_s
+
+    @property
+    def avg_spec_accept_length(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 1.0
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return {"avg_spec_accept_length": self.avg_spec_accept_length,
+                    "last_gen_throughput": self.last_gen_throughput,
+                    "num_requests_total": self.num_requests_total}

@@ -1,0 +1,62 @@
+"""Turning committed tokens into text: stop ids, EOS, stop strings and max_tokens.
+
+Pure: feed token ids in, get the text that is safe to show and whether the sequence ended.
+Text that could still become a stop string, or an incomplete UTF-8 character, is held back
+until the next tokens decide it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StopRule:
+    max_new_tokens: int
+    stop_strings: tuple[str, ...] = ()
+    stop_ids: frozenset[int] = frozenset()   # EOS ids included unless the request ignores EOS
+
+
+@dataclass
+class TextAssembler:
+    rule: StopRule
+    decode: callable                          # list[int] -> str
+    ids: list[int] = field(default_factory=list)   # counted completion tokens
+    shown: int = 0                            # chars of the text already handed out
+    finish_reason: str | None = None
+    text: str = ""
+
+    def feed(self, tokens: list[int]) -> str:
+        """Consume one round's tokens; return newly showable text (may be empty)."""
+        for token in tokens:
+            if self.finish_reason:
+                break
+            self.ids.append(token)
+            if token in self.rule.stop_ids:
+                self.finish_reason = "stop"
+            elif len(self.ids) >= self.rule.max_new_tokens:
+                self.finish_reason = "length"
+        visible = [t for t in self.ids if t not in self.rule.stop_ids]
+        self.text = self.decode(visible)
+        cut = self._stop_string_at()
+        if cut is not None:
+            self.text, self.finish_reason = self.text[:cut], "stop"
+        end = len(self.text) if self.finish_reason else self._safe_end()
+        delta, self.shown = self.text[self.shown:end], max(self.shown, end)
+        return delta
+
+    def _stop_string_at(self) -> int | None:
+        hits = [self.text.find(s, max(0, self.shown - len(s))) for s in self.rule.stop_strings]
+        hits = [h for h in hits if h >= 0]
+        return min(hits) if hits else None
+
+    def _safe_end(self) -> int:
+        end = len(self.text)
+        while end > self.shown and self.text[end - 1] == "\ufffd":   # partial UTF-8 sequence
+            end -= 1
+        for s in self.rule.stop_strings:                               # a stop string may be starting
+            for k in range(min(len(s) - 1, end - self.shown), 0, -1):
+                if self.text[end - k:end] == s[:k]:
+                    end -= k
+                    break
+        return end

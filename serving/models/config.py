@@ -1,0 +1,139 @@
+"""ModelConfig: the architecture facts of an HF checkpoint, read once from config.json.
+
+Supports `LlamaForCausalLM` and `Qwen3ForCausalLM`; everything the decoder needs is derived
+here so `llama.py` never looks at the raw dict.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+# architecture name -> whether the attention applies RMSNorm to q and k per head
+ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+class ModelError(ValueError):
+    """A checkpoint problem, with a one-line message naming the file and key or tensor."""
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    theta: float
+    kind: str = "default"            # one of ROPE_TYPES
+    factor: float = 1.0
+    low_freq_factor: float = 1.0      # llama3 only
+    high_freq_factor: float = 4.0     # llama3 only
+    original_max_position: int = 8192  # llama3 only
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope: RopeConfig
+    tie_word_embeddings: bool
+    qk_norm: bool
+    attention_bias: bool
+    torch_dtype: str                  # dtype the checkpoint declares ("float32", "bfloat16", ...)
+    eos_token_ids: tuple[int, ...]
+    bos_token_id: int | None
+
+    @property
+    def kv_groups(self) -> int:
+        return self.num_attention_heads // self.num_key_value_heads
+
+
+def read_model_config(model_dir: Path) -> ModelConfig:
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise ModelError(f"{path}: missing file (an HF checkpoint needs config.json)")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelError(f"{path}: not valid JSON ({e})") from None
+    return parse_model_config(raw, str(path))
+
+
+def parse_model_config(raw: dict, where: str = "config.json") -> ModelConfig:
+    arch = _architecture(raw, where)
+    get = _getter(raw, where)
+    heads = get("num_attention_heads", int)
+    hidden = get("hidden_size", int)
+    kv_heads = raw.get("num_key_value_heads") or heads
+    if heads % kv_heads:
+        raise ModelError(f"{where}: num_key_value_heads={kv_heads} does not divide num_attention_heads={heads}")
+    head_dim = raw.get("head_dim") or hidden // heads
+    return ModelConfig(
+        architecture=arch,
+        vocab_size=get("vocab_size", int),
+        hidden_size=hidden,
+        intermediate_size=get("intermediate_size", int),
+        num_hidden_layers=get("num_hidden_layers", int),
+        num_attention_heads=heads,
+        num_key_value_heads=int(kv_heads),
+        head_dim=int(head_dim),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+        rope=_rope(raw, where),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        qk_norm=ARCHITECTURES[arch],
+        attention_bias=bool(raw.get("attention_bias", False)),
+        torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
+        eos_token_ids=_ids(raw.get("eos_token_id")),
+        bos_token_id=raw.get("bos_token_id"),
+    )
+
+
+def _architecture(raw: dict, where: str) -> str:
+    archs = raw.get("architectures") or []
+    for arch in archs:
+        if arch in ARCHITECTURES:
+            return arch
+    raise ModelError(f"{where}: architectures={archs!r} unsupported; "
+                     f"supported: {', '.join(ARCHITECTURES)}")
+
+
+def _getter(raw: dict, where: str):
+    def get(key: str, kind: type):
+        if key not in raw:
+            raise ModelError(f"{where}: missing key {key!r}")
+        value = raw[key]
+        if not isinstance(value, kind) or isinstance(value, bool) or value <= 0:
+            raise ModelError(f"{where}: {key}={value!r} must be a positive {kind.__name__}")
+        return value
+    return get
+
+
+def _rope(raw: dict, where: str) -> RopeConfig:
+    # transformers v5 writes `rope_parameters` (theta inside); older files `rope_theta` + `rope_scaling`
+    params = dict(raw.get("rope_scaling") or {})
+    params.update(raw.get("rope_parameters") or {})
+    theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ModelError(f"{where}: rope_scaling.rope_type={kind!r} unsupported; supported: {', '.join(ROPE_TYPES)}")
+    return RopeConfig(
+        theta=theta, kind=kind, factor=float(params.get("factor", 1.0)),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position=int(params.get("original_max_position_embeddings", 8192)),
+    )
+
+
+def _ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)

@@ -1,0 +1,54 @@
+"""KVCache: preallocated per-layer key/value storage for one sequence.
+
+Slots [0, length) hold committed tokens. `model.forward` writes the K/V of T new tokens at
+[length, length + T) without moving `length`; the caller then commits, either all of them
+(`commit(T)`, plain decoding) or a tree path (`keep(path)`). Never reallocates while serving.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, capacity: int,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+        # k[layer], v[layer]: [num_kv_heads, capacity, head_dim]; rows past `length` are never read
+        shape = (num_layers, num_kv_heads, capacity, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.capacity = capacity
+        self.length = 0
+
+    @classmethod
+    def for_model(cls, config, capacity: int, dtype: torch.dtype, device) -> "KVCache":
+        return cls(config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
+                   capacity, dtype, device)
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [kv_heads, T, head_dim] at [length, length+T); return views of [0, length+T)."""
+        end = self.length + k.shape[1]
+        if end > self.capacity:
+            raise ValueError(f"KV cache full: {end} tokens > capacity {self.capacity}")
+        self.k[layer, :, self.length:end] = k
+        self.v[layer, :, self.length:end] = v
+        return self.k[layer, :, :end], self.v[layer, :, :end]
+
+    def commit(self, count: int) -> None:
+        """Accept the `count` rows just written after `length` (plain decoding)."""
+        self.length += count
+
+    def keep(self, path) -> None:
+        """Accept the new rows at `path` (indices relative to `length`, ascending), moved to the front."""
+        idx = torch.as_tensor(path, dtype=torch.long, device=self.k.device) + self.length
+        n = idx.numel()
+        dst = slice(self.length, self.length + n)
+        self.k[:, :, dst] = self.k[:, :, idx]     # advanced indexing copies first, so overlap is safe
+        self.v[:, :, dst] = self.v[:, :, idx]
+        self.length += n
+
+    def truncate(self, length: int) -> None:
+        """Forget everything after `length` (rollback, or reuse for a new sequence with 0)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate KV cache of length {self.length} to {length}")
+        self.length = length

@@ -1,0 +1,144 @@
+"""One decoder for LlamaForCausalLM and Qwen3ForCausalLM (Qwen3 = Llama + per-head q/k RMSNorm).
+
+Batch size 1, no padding: every activation is [T, ...] for T new tokens. q/k/v and gate/up
+projections are fused at load time (fewer kernel launches per token). GQA attention keeps K/V
+unexpanded: the query heads of one KV head are folded into the row axis, so the cache is
+read once per KV head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from serving.models.config import ModelConfig
+from serving.models.kv_cache import KVCache
+from serving.models.rope import apply_rope, rope_tables
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # half precision: normalise in fp32, scale after casting back (as the HF reference does)
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: ModelConfig, dtype: torch.dtype):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        self.splits = (q_dim, kv_dim, kv_dim)
+        self.qkv_proj = nn.Linear(c.hidden_size, q_dim + 2 * kv_dim, bias=c.attention_bias, dtype=dtype)
+        self.o_proj = nn.Linear(q_dim, c.hidden_size, bias=False, dtype=dtype)
+        self.q_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
+
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, mask):
+        T, G, KV, D = x.shape[0], self.heads // self.kv_heads, self.kv_heads, self.head_dim
+        q, k, v = self.qkv_proj(x).split(self.splits, dim=-1)
+        q, k, v = q.view(T, self.heads, D), k.view(T, KV, D), v.view(T, KV, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        keys, values = cache.write(layer, k.transpose(0, 1), v.transpose(0, 1))  # [KV, L, D]
+        # query head h = kv * G + g  ->  rows [KV, G * T, D], row g * T + t
+        q = q.view(T, KV, G, D).permute(1, 2, 0, 3).reshape(KV, G * T, D)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        out = out.view(KV, G, T, D).permute(2, 0, 1, 3).reshape(T, self.heads * D)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, c: ModelConfig, dtype: torch.dtype):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=False, dtype=dtype)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False, dtype=dtype)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c: ModelConfig, dtype: torch.dtype):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, dtype)
+        self.self_attn = Attention(c, dtype)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, dtype)
+        self.mlp = MLP(c, dtype)
+
+    def forward(self, x, cos, sin, cache, layer, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class CausalLM(nn.Module):
+    """The target model of docs/contracts.md section 3."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.layers = nn.ModuleList(DecoderLayer(config, dtype) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
+        self.lm_head_weight = (self.embed_tokens.weight if config.tie_word_embeddings else
+                               nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)))
+        self.cos = self.sin = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def init_rope(self, positions: int) -> None:
+        cos, sin = rope_tables(self.config.rope, self.config.head_dim, positions)
+        self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
+
+    def new_cache(self, capacity: int) -> KVCache:
+        return KVCache.for_model(self.config, capacity, self.dtype, self.device)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(tokens)                     # [T] -> [T, hidden]
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.lm_head_weight).float()  # [T, hidden] -> [T, vocab] fp32
+
+    @torch.inference_mode()
+    def forward(self, tokens, positions, cache: KVCache, tree_mask=None, capture=(), last_only=False):
+        """tokens, positions [T]; returns logits [T or 1, vocab] fp32 and hidden [T, len(capture) * H] or None."""
+        x = self.embed(tokens)
+        cos, sin = self.cos[positions], self.sin[positions]
+        mask = attention_mask(tokens.shape[0], cache.length, tree_mask, self.config.kv_groups, x.device)
+        captured = {}
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache, i, mask)
+            if i in capture:
+                captured[i] = x
+        hidden = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
+        if last_only:
+            x = x[-1:]
+        return self.lm_head(self.norm(x)), hidden
+
+
+def attention_mask(T: int, past: int, tree_mask, groups: int, device):
+    """Bool [groups * T, past + T] (True = visible), or None when every key is visible."""
+    if tree_mask is None:
+        if T == 1:
+            return None
+        tree_mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    mask = torch.ones(T, past + T, dtype=torch.bool, device=device)
+    mask[:, past:] = tree_mask
+    return mask.repeat(groups, 1)
