@@ -1,0 +1,146 @@
+"""The inventory: which hosts exist, how to reach them over SSH, what GPUs they have.
+
+    defaults:            # merged into every host (labels merged key by key)
+      ssh_user: root
+      known_hosts: known_hosts        # relative paths are relative to this file
+    hosts:
+      lab-1:
+        address: 10.77.0.11
+        gpu: {kind: RTX A6000, count: 2, memory_gb: 48}
+        labels: {role: prod}
+
+Found in this order: an explicit path, $DDOPS_INVENTORY, ./inventory.yaml,
+$DDOPS_LAB_DIR/inventory.yaml (written by `ddops lab up`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ddops.profile.problems import located, schema_problem
+from ddops.profile.yamlfile import ConfigError, YamlDoc, dotted, problem, read_yaml
+
+DEFAULT_LAB_DIR = "/var/lib/ddops/lab"
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class InventoryError(ConfigError):
+    """An inventory that cannot be used; `.problems` holds one line per problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Gpu(_Strict):
+    kind: Annotated[str, Field(min_length=1)]
+    count: Annotated[int, Field(ge=1)] = 1
+    memory_gb: Annotated[float, Field(gt=0)]
+
+
+class Host(_Strict):
+    name: Annotated[str, Field(pattern=NAME)]
+    address: Annotated[str, Field(pattern=r"^[0-9A-Za-z.:\[\]-]+$")]
+    ssh_port: Annotated[int, Field(ge=1, le=65535)] = 22
+    ssh_user: Annotated[str, Field(min_length=1)] = "root"
+    ssh_key: Path | None = None
+    known_hosts: Path | None = None
+    gpu: Gpu | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(self.labels.get(key) == value for key, value in labels.items())
+
+
+class Inventory(_Strict):
+    path: Path | None = None
+    hosts: dict[str, Host] = Field(default_factory=dict)
+
+    def select(self, labels: dict[str, str]) -> list[Host]:
+        """Hosts carrying every given label, in inventory order."""
+        return [host for host in self.hosts.values() if host.matches(labels)]
+
+    def host(self, name: str) -> Host:
+        if name not in self.hosts:
+            known = ", ".join(self.hosts) or "none"
+            raise InventoryError([problem(str(self.path or "inventory"), f"hosts.{name}",
+                                          f"no such host (known: {known})")])
+        return self.hosts[name]
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("DDOPS_LAB_DIR") or DEFAULT_LAB_DIR)
+
+
+def find_inventory(path: Path | None = None) -> Path | None:
+    """The inventory file to use, or None when there is none anywhere."""
+    if path is not None:
+        return Path(path)
+    if os.environ.get("DDOPS_INVENTORY"):
+        return Path(os.environ["DDOPS_INVENTORY"])
+    for candidate in (Path("inventory.yaml"), lab_dir() / "inventory.yaml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_inventory(path: Path | None = None) -> Inventory:
+    found = find_inventory(path)
+    if found is None:
+        raise InventoryError(["inventory: none found (pass --inventory, set DDOPS_INVENTORY, "
+                              "create ./inventory.yaml, or run `ddops lab up`)"])
+    doc, problems = read_yaml(found)
+    if problems:
+        raise InventoryError(problems)
+    return _build(doc)
+
+
+def _build(doc: YamlDoc) -> Inventory:
+    data = doc.data if doc.data is not None else {}
+    if not isinstance(data, dict):
+        raise InventoryError([problem(doc.display, None, "top level must be a mapping")])
+    where = {dotted(k): (doc.display, line) for k, line in doc.lines.items()}
+    unknown = sorted(set(data) - {"defaults", "hosts"})
+    if unknown:
+        raise InventoryError([located(key, "unknown key (known: defaults, hosts)", doc.display, where)
+                              for key in unknown])
+    defaults, hosts = data.get("defaults") or {}, data.get("hosts") or {}
+    for key, value in (("defaults", defaults), ("hosts", hosts)):
+        if not isinstance(value, dict):
+            raise InventoryError([located(key, "must be a mapping", doc.display, where)])
+    problems: list[str] = []
+    built: dict[str, Host] = {}
+    for name, entry in hosts.items():
+        host = _host(str(name), entry, defaults, doc, where, problems)
+        if host is not None:
+            built[host.name] = host
+    if problems:
+        raise InventoryError(problems)
+    return Inventory(path=doc.path, hosts=built)
+
+
+def _host(name: str, entry: object, defaults: dict, doc: YamlDoc, where: dict,
+          problems: list[str]) -> Host | None:
+    if not isinstance(entry, dict):
+        problems.append(located(f"hosts.{name}", "must be a mapping", doc.display, where))
+        return None
+    merged = {**defaults, **entry, "name": name}
+    base_labels, own_labels = defaults.get("labels") or {}, entry.get("labels") or {}
+    if isinstance(base_labels, dict) and isinstance(own_labels, dict):
+        merged["labels"] = {**base_labels, **own_labels}
+    for key in ("ssh_key", "known_hosts"):
+        if isinstance(merged.get(key), str):
+            merged[key] = (doc.path.parent / merged[key]).resolve()
+    try:
+        return Host.model_validate(merged)
+    except ValidationError as exc:
+        for err in exc.errors():
+            first = err["loc"][0]
+            from_defaults = first in defaults and first not in entry and first != "name"
+            prefix = ("defaults",) if from_defaults else ("hosts", name)
+            problems.append(schema_problem(err, Host, doc.display, where, prefix))
+        return None

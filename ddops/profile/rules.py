@@ -1,0 +1,92 @@
+"""Rules that relate settings to each other, as (key, reason) pairs.
+
+Pure: a validated Profile in, problems out. Every rule reads method and runtime
+capabilities (METHODS, RUNTIMES), never a method's name.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from ddops.profile.methods import METHODS
+from ddops.profile.runtimes import RUNTIME_KEYS, RUNTIMES
+from ddops.profile.schema import Profile
+
+API_KEY_VAR = "DDOPS_API_KEY"
+
+
+def contradictions(profile: Profile) -> list[tuple[str, str]]:
+    return [*_speculative(profile), *_runtime(profile), *_service(profile), *_misc(profile)]
+
+
+def _names(predicate) -> str:
+    return "|".join(name for name, method in METHODS.items() if predicate(method))
+
+
+def _speculative(profile: Profile) -> list[tuple[str, str]]:
+    spec, method = profile.speculative, profile.method
+    found = []
+    if method.needs_draft and spec.draft_model_path is None:
+        found.append(("speculative.draft_model_path",
+                      f"required: method {spec.algorithm} drafts with a separate draft model"))
+    if spec.draft_model_path is not None and not method.needs_draft:
+        found.append(("speculative.draft_model_path", f"set, but method {spec.algorithm} uses "
+                      f"no draft model (use {_names(lambda m: m.needs_draft)})"))
+    if spec.ddtree_budget is not None and not method.uses_tree_budget:
+        found.append(("speculative.ddtree_budget", f"set, but method {spec.algorithm} does not "
+                      f"verify a tree (use {_names(lambda m: m.uses_tree_budget)})"))
+    if spec.block_size is not None and not method.uses_block_size:
+        found.append(("speculative.block_size", f"set, but method {spec.algorithm} drafts nothing"))
+    return found
+
+
+def _runtime(profile: Profile) -> list[tuple[str, str]]:
+    runtime = RUNTIMES[profile.runtime]
+    found = []
+    for key in sorted(RUNTIME_KEYS):
+        if runtime.flag_for(key) is None and _is_set(profile, key):
+            others = [n for n, r in RUNTIMES.items() if r.flag_for(key) is not None]
+            found.append((key, f"runtime {profile.runtime} has no flag for this setting "
+                               f"(supported by: {', '.join(others)})"))
+    if profile.sglang_version is not None and runtime.module != RUNTIMES["sglang"].module:
+        found.append(("sglang_version", f"set, but runtime is {profile.runtime}"))
+    return found
+
+
+def _service(profile: Profile) -> list[tuple[str, str]]:
+    service = profile.service
+    found = []
+    if service.secrets.api_key_env and service.secrets.api_key_file:
+        found.append(("service.secrets", "set api_key_env or api_key_file, not both"))
+    if API_KEY_VAR in service.environment:
+        found.append((f"service.environment.{API_KEY_VAR}",
+                       "reserved: the API key comes from service.secrets, never from a profile"))
+    return found
+
+
+def _misc(profile: Profile) -> list[tuple[str, str]]:
+    found = []
+    if profile.cuda_graph.max_bs is not None and not profile.cuda_graph.enabled:
+        found.append(("cuda_graph.max_bs", "set, but cuda_graph.enabled is false"))
+    context = profile.memory.context_length
+    if context is not None and profile.smoke.max_tokens >= context:
+        found.append(("smoke.max_tokens", f"must be below memory.context_length ({context})"))
+    return found
+
+
+def value_at(profile: BaseModel, key: str) -> object:
+    value: object = profile
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def default_at(key: str) -> object:
+    """The schema default of a dotted key (sections built from their own defaults)."""
+    section, _, field = key.partition(".")
+    section_cls = Profile.model_fields[section].annotation
+    return section_cls.model_fields[field].get_default(call_default_factory=True)
+
+
+def _is_set(profile: Profile, key: str) -> bool:
+    return value_at(profile, key) != default_at(key)

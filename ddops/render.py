@@ -1,0 +1,226 @@
+"""Profile (+ host) -> the exact systemd unit and env file a host runs. Pure: no I/O besides
+reading templates, so the same profile always renders the same bytes.
+
+The unit header carries facts the deploy engine reads back from a host:
+`# ddops-profile: NAME`, `# ddops-hash: SHA256`, `# ddops-version: V`. The hash covers the
+unit (with the hash line zeroed) and the env file without secret values, so it changes when
+anything but a secret changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from ddops import __version__
+from ddops.inventory import Host
+from ddops.profile import METHODS, RUNTIMES, Profile
+from ddops.profile.rules import API_KEY_VAR, value_at
+from ddops.profile.runtimes import Flag
+from ddops.profile.yamlfile import ConfigError
+
+REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+UNIT_DIR = "/etc/systemd/system"
+ENV_DIR = "/etc/ddops"
+API_KEY_REF = "${" + API_KEY_VAR + "}"  # systemd substitutes it from EnvironmentFile= at start
+ZERO_HASH = "0" * 64
+HEADER = re.compile(r"^# ddops-(profile|hash|version): (\S+)$", re.MULTILINE)
+
+
+class RenderError(ConfigError):
+    """The profile cannot be rendered for this host or with these secrets."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    unit_name: str  # "llm.service"
+    unit_path: str  # "/etc/systemd/system/llm.service"
+    unit_text: str
+    env_path: str  # "/etc/ddops/llm.env", written with mode 0600
+    env_text: str  # holds secret values when secrets were given
+    argv: list[str]  # ExecStart as a list; never a secret value
+    content_hash: str  # the ddops-hash header value
+
+
+def templates_dir() -> Path:
+    return Path(os.environ.get("DDOPS_TEMPLATES") or REPO_TEMPLATES)
+
+
+@functools.lru_cache(maxsize=4)
+def _jinja(folder: str) -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def render(profile: Profile, host: Host | None = None, *, unit_name: str | None = None,
+           port: int | None = None, secrets: Mapping[str, str] | None = None) -> Rendered:
+    """Render the unit and env file; raises RenderError naming what does not fit."""
+    if host is not None:
+        _check_host(profile, host)
+    unit = _unit_name(unit_name or profile.service.unit)
+    stem = unit.removesuffix(".service")
+    env_path = f"{ENV_DIR}/{stem}.env"
+    args = command_line(profile, port=port)
+    context = _context(profile, unit, stem, env_path, args)
+    env_public = _render("env.j2", context, secret_lines=_secret_lines(profile, None))
+    env_text = _render("env.j2", context, secret_lines=_secret_lines(profile, secrets))
+    template = RUNTIMES[profile.runtime].template
+    draft = _render(template, context, content_hash=ZERO_HASH)
+    digest = content_hash(draft, env_public)
+    unit_text = draft.replace(f"# ddops-hash: {ZERO_HASH}", f"# ddops-hash: {digest}", 1)
+    return Rendered(unit, f"{UNIT_DIR}/{unit}", unit_text, env_path, env_text, args, digest)
+
+
+def content_hash(unit_text_zeroed: str, env_public: str) -> str:
+    return hashlib.sha256(f"{unit_text_zeroed}\0{env_public}".encode()).hexdigest()
+
+
+def read_header(unit_text: str) -> dict[str, str]:
+    """The ddops facts in a unit's header: {"profile", "hash", "version"} (those present)."""
+    return {key: value for key, value in HEADER.findall(unit_text)}
+
+
+def command_line(profile: Profile, *, port: int | None = None) -> list[str]:
+    """`<python> -m <runtime module> <flags>`, walking the runtime's flag table in order."""
+    runtime = RUNTIMES[profile.runtime]
+    args = [profile.service.python, "-m", runtime.module]
+    for flag in runtime.flags:
+        value = port if (flag.key == "service.port" and port is not None) else value_at(profile, flag.key)
+        args += _flag_args(flag, value)
+    if runtime.api_key_in_argv and profile.service.secrets.has_api_key:
+        args += ["--api-key", API_KEY_REF]
+    return args
+
+
+def _flag_args(flag: Flag, value: object) -> list[str]:
+    if flag.style == "method":
+        name = METHODS[value].sglang_name
+        return [flag.flag, name] if name else []
+    if flag.style == "switch":
+        return [flag.flag] if value else []
+    if flag.style == "off_switch":
+        return [] if value else [flag.flag]
+    return [] if value is None else [flag.flag, str(value)]
+
+
+def _unit_name(name: str) -> str:
+    unit = name if name.endswith(".service") else f"{name}.service"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]*\.service", unit):
+        raise RenderError([f"unit name {name!r}: not a valid systemd service name"])
+    return unit
+
+
+def _check_host(profile: Profile, host: Host) -> None:
+    runtime, gpu = RUNTIMES[profile.runtime], host.gpu
+    wants_gpu = runtime.needs_gpu or profile.service.device == "cuda"
+    problems = []
+    if wants_gpu and gpu is None:
+        problems.append(f"host {host.name}: profile {profile.name} needs a GPU; the inventory lists none")
+    if gpu is not None and profile.model.tp_size > gpu.count:
+        problems.append(f"host {host.name}: profile {profile.name} has model.tp_size "
+                        f"{profile.model.tp_size}, the host has {gpu.count} GPU(s)")
+    if problems:
+        raise RenderError(problems)
+
+
+def _secret_lines(profile: Profile, secrets: Mapping[str, str] | None) -> list[tuple[str, str | None]]:
+    declared = [API_KEY_VAR] if profile.service.secrets.has_api_key else []
+    if secrets is None:
+        return [(name, None) for name in declared]
+    extra = sorted(set(secrets) - set(declared))
+    missing = [name for name in declared if name not in secrets]
+    bad = [name for name in declared if name in secrets and not _one_line(secrets[name])]
+    problems = [f"secret {n}: not declared by profile {profile.name}" for n in extra]
+    problems += [f"secret {n}: required by profile {profile.name}, not given" for n in missing]
+    problems += [f"secret {n}: must be one non-empty line" for n in bad]
+    if problems:
+        raise RenderError(problems)
+    return [(name, env_value(secrets[name])) for name in declared]
+
+
+def _one_line(value: str) -> bool:
+    return bool(value) and "\n" not in value and "\r" not in value and "\0" not in value
+
+
+def _context(profile: Profile, unit: str, stem: str, env_path: str, args: list[str]) -> dict:
+    service = profile.service
+    method = profile.method
+    return dict(
+        profile=profile, service=service, version=__version__, unit_name=unit, unit_stem=stem,
+        env_path=env_path, exec_start=exec_start(args),
+        models_label="target and draft" if method.needs_draft else "the model",
+        api_key_ref=service.secrets.has_api_key,
+        method_label=profile.speculative.algorithm if method.is_speculative else "plain decoding",
+        start_limit_interval_s=service.start_limit_burst * (service.start_timeout_s + service.restart_sec),
+        environment=[(k, env_value(v)) for k, v in sorted(service.environment.items())],
+        secret_sources={API_KEY_VAR: _secret_source(profile)},
+    )
+
+
+def _secret_source(profile: Profile) -> str:
+    secrets = profile.service.secrets
+    return f"${secrets.api_key_env}" if secrets.api_key_env else f"file {secrets.api_key_file}"
+
+
+def _render(template: str, context: dict, **extra: object) -> str:
+    return _jinja(str(templates_dir())).get_template(template).render(**context, **extra)
+
+
+SAFE_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
+
+
+def exec_start(args: list[str]) -> str:
+    """ExecStart value, one flag (with its value) per continued line so diffs read per flag."""
+    words = [systemd_word(arg) for arg in args]
+    lines = [" ".join(words[:3])]  # <python> -m <module>
+    for arg, word in zip(args[3:], words[3:]):
+        if arg.startswith("--"):
+            lines.append(word)
+        else:
+            lines[-1] += f" {word}"
+    return " \\\n    ".join(lines)
+
+
+def systemd_word(arg: str) -> str:
+    """One ExecStart word: `%` and `$` taken literally, quoted when it has other characters."""
+    if arg == API_KEY_REF:
+        return arg
+    text = arg.replace("%", "%%").replace("$", "$$")
+    if SAFE_WORD.fullmatch(text.replace("%", "").replace("$", "")) and text:
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def env_value(value: str) -> str:
+    """A value for an EnvironmentFile= line, double-quoted unless plainly safe."""
+    if SAFE_WORD.fullmatch(value):
+        return value
+    escaped = "".join("\\" + c if c in '\\"$`' else c for c in value)
+    return f'"{escaped}"'
+
+
+def resolve_secrets(profile: Profile, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Read the API key from where the profile says (an env var or a local file). I/O edge."""
+    secrets = profile.service.secrets
+    environ = os.environ if environ is None else environ
+    if secrets.api_key_env:
+        value = environ.get(secrets.api_key_env)
+        if not value:
+            raise RenderError([f"profile {profile.name}: service.secrets.api_key_env: "
+                               f"${secrets.api_key_env} is not set (export the API key there)"])
+        return {API_KEY_VAR: value}
+    if secrets.api_key_file:
+        try:
+            value = Path(secrets.api_key_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise RenderError([f"profile {profile.name}: service.secrets.api_key_file: "
+                               f"cannot read {secrets.api_key_file}: {exc.strerror or exc}"]) from None
+        return {API_KEY_VAR: value}
+    return {}
