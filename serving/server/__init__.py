@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP server (FastAPI + uvicorn) in front of the engine."""

@@ -1,0 +1,243 @@
+"""The HTTP surface (docs/contracts.md section 2): FastAPI routes over one Engine.
+
+Handlers validate with `protocol`, tokenize, hand a GenerationRequest to the engine and
+bridge its worker-thread events into asyncio. Any bad input becomes a 4xx OpenAI-style
+error; nothing a client sends can stop the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from serving import __version__
+from serving.engine import Delta, Engine, EngineBusy, Failed, GenerationRequest, StopRule
+from serving.sampling import SamplingParams
+from serving.server import responses as R
+from serving.server.metrics import Metrics
+from serving.server.protocol import DEFAULT_MAX_TOKENS, APIError, CompletionSpec, parse_json, parse_request
+
+log = logging.getLogger("serving.server")
+OPEN_PATHS = ("/health", "/health_generate", "/metrics")
+
+
+@dataclass
+class AppState:
+    args: object                       # resolved ServerArgs
+    tokenizer: object
+    engine: Engine | None = None       # set once the model is loaded
+    eos_ids: frozenset[int] = frozenset()
+    vocab_size: int = 0
+    metrics: Metrics = field(default_factory=Metrics)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+
+def create_app(state: AppState) -> FastAPI:
+    app = FastAPI(title="ddops serving", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.serving = state
+    _install_guards(app, state)
+    _install_routes(app, state)
+    return app
+
+
+def _install_guards(app: FastAPI, state: AppState) -> None:
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        path = request.url.path
+        try:
+            _authorize(request, state.args.api_key, path)
+            _check_length(request, state.args.max_request_bytes)
+            response = await call_next(request)
+        except APIError as e:
+            response = _error(e)
+        state.metrics.requests.labels(path if path in KNOWN_PATHS else "other", str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(APIError)
+    async def api_error(_, e: APIError):
+        return _error(e)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_, e: StarletteHTTPException):
+        return _error(APIError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None))
+
+
+def _authorize(request: Request, api_key: str | None, path: str) -> None:
+    if not api_key or path in OPEN_PATHS:
+        return
+    if request.headers.get("authorization", "") != f"Bearer {api_key}":
+        raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
+                       code="invalid_api_key", kind="authentication_error")
+
+
+def _check_length(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit}",
+                       code="request_too_large")
+
+
+async def _read_json(request: Request, limit: int) -> dict:
+    body = bytearray()
+    async for part in request.stream():     # also bounds bodies sent without Content-Length
+        body += part
+        if len(body) > limit:
+            raise APIError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
+    return parse_json(bytes(body))
+
+
+def _error(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+KNOWN_PATHS = ("/health", "/health_generate", "/server_info", "/metrics", "/v1/models",
+               "/v1/completions", "/v1/chat/completions")
+
+
+def _install_routes(app: FastAPI, state: AppState) -> None:
+    args = state.args
+
+    @app.get("/health")
+    async def health():
+        return JSONResponse({"status": "ok" if state.ready else "loading"}, status_code=200 if state.ready else 503)
+
+    @app.get("/health_generate")
+    async def health_generate():
+        if not state.ready:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        probe = state.tokenizer.encode("Hello", prompt=True) or [0]
+        rule = StopRule(max_new_tokens=1)
+        try:
+            finished = await _run(state, probe, SamplingParams(temperature=0), rule,
+                                  timeout=args.health_generate_timeout)
+        except (asyncio.TimeoutError, APIError, RuntimeError) as e:
+            return JSONResponse({"status": "unhealthy", "reason": str(e) or "timeout"}, status_code=503)
+        return {"status": "ok", "tokens": list(finished.token_ids)}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": args.served_model_name, "object": "model",
+                                            "created": int(state.started), "owned_by": "ddops",
+                                            "root": args.model_path, "max_model_len": args.context_length}]}
+
+    @app.get("/server_info")
+    async def server_info():
+        stats = state.engine.stats.snapshot() if state.ready else {
+            "avg_spec_accept_length": 1.0, "last_gen_throughput": 0.0, "num_requests_total": 0}
+        return {**args.public(), "version": __version__, "status": "ok" if state.ready else "loading",
+                "internal_states": [stats]}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(state.metrics.render(state.engine), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _complete(state, request, "completion")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await _complete(state, request, "chat")
+
+
+async def _complete(state: AppState, request: Request, kind: str):
+    spec = parse_request(await _read_json(request, state.args.max_request_bytes), kind,
+                         state.args.served_model_name)
+    if not state.ready:
+        raise APIError(503, "the model is still loading", code="loading", kind="server_error")
+    prompt_ids = _prompt_ids(state, spec)
+    rule = _stop_rule(state, spec, prompt_ids)
+    model = state.args.served_model_name
+    if spec.stream:
+        return StreamingResponse(_stream(state, spec, prompt_ids, rule, model), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    finished = await _run(state, prompt_ids, spec.sampling, rule)
+    return R.final_body(kind, R.new_id(kind), model, finished)
+
+
+def _prompt_ids(state: AppState, spec: CompletionSpec) -> list[int]:
+    tok = state.tokenizer
+    if spec.kind == "chat":
+        try:
+            ids = tok.encode_chat(list(spec.messages))
+        except ValueError as e:
+            raise APIError(400, str(e), "messages", "invalid_value") from None
+    elif isinstance(spec.prompt, tuple):
+        ids = list(spec.prompt)
+        if max(ids) >= state.vocab_size:
+            raise APIError(400, f"token id {max(ids)} is outside the vocabulary", "prompt", "invalid_value")
+    else:
+        ids = tok.encode(spec.prompt)
+    param = "messages" if spec.kind == "chat" else "prompt"
+    if not ids:
+        raise APIError(400, "the prompt encodes to no tokens", param, "invalid_value")
+    if len(ids) >= state.args.context_length:
+        raise APIError(400, f"the prompt is {len(ids)} tokens; this model's context is "
+                            f"{state.args.context_length} tokens", param, "context_length_exceeded")
+    return ids
+
+
+def _stop_rule(state: AppState, spec: CompletionSpec, prompt_ids: list[int]) -> StopRule:
+    room = state.args.context_length - len(prompt_ids)
+    if spec.max_tokens is not None and spec.max_tokens > room:
+        raise APIError(400, f"prompt ({len(prompt_ids)} tokens) + max_tokens ({spec.max_tokens}) exceeds "
+                            f"the context of {state.args.context_length} tokens", "max_tokens",
+                       "context_length_exceeded")
+    max_new = spec.max_tokens or min(room, DEFAULT_MAX_TOKENS[spec.kind])
+    stop_ids = set(spec.stop_token_ids) | (set() if spec.ignore_eos else state.eos_ids)
+    return StopRule(max_new_tokens=max_new, stop_strings=spec.stop, stop_ids=frozenset(stop_ids))
+
+
+def _submit(state: AppState, prompt_ids, sampling, rule) -> tuple[GenerationRequest, asyncio.Queue]:
+    loop, events = asyncio.get_running_loop(), asyncio.Queue()
+    request = GenerationRequest(prompt_ids, sampling, rule, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
+    try:
+        state.engine.submit(request)
+    except EngineBusy as e:
+        raise APIError(503, str(e), code="server_busy", kind="server_error") from None
+    return request, events
+
+
+async def _run(state: AppState, prompt_ids, sampling, rule, timeout: float | None = None):
+    request, events = _submit(state, prompt_ids, sampling, rule)
+    try:
+        async with asyncio.timeout(timeout):
+            while isinstance(event := await events.get(), Delta):
+                pass
+    finally:
+        request.cancelled.set()      # a no-op when finished; stops the worker if we gave up
+    if isinstance(event, Failed):
+        raise APIError(500, event.message, code="generation_failed", kind="server_error")
+    state.metrics.observe(event.usage)
+    return event
+
+
+async def _stream(state: AppState, spec: CompletionSpec, prompt_ids, rule, model: str):
+    kind, rid = spec.kind, R.new_id(spec.kind)
+    request, events = _submit(state, prompt_ids, spec.sampling, rule)
+    try:
+        if kind == "chat":
+            yield R.sse(R.chunk(kind, rid, model, None, first=True))
+        while isinstance(event := await events.get(), Delta):
+            yield R.sse(R.chunk(kind, rid, model, event.text))
+        if isinstance(event, Failed):
+            yield R.sse(APIError(500, event.message, code="generation_failed", kind="server_error").body())
+        else:
+            state.metrics.observe(event.usage)
+            yield R.sse(R.chunk(kind, rid, model, None, finish_reason=event.finish_reason))
+            if spec.include_usage:
+                yield R.sse(R.usage_chunk(kind, rid, model, event.usage))
+        yield R.sse("[DONE]")
+    finally:
+        request.cancelled.set()      # client went away: the worker stops after its current round

@@ -1,0 +1,46 @@
+"""Prometheus metrics: requests, tokens, latency histograms, speculative acceptance."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+ACCEPT_BUCKETS = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16)
+
+
+class Metrics:
+    def __init__(self, engine_stats=None):
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("serving_requests", "HTTP requests by path and status",
+                                ["path", "status"], registry=r)
+        self.prompt_tokens = Counter("serving_prompt_tokens", "Prompt tokens processed", registry=r)
+        self.generation_tokens = Counter("serving_generation_tokens", "Tokens generated", registry=r)
+        self.ttft = Histogram("serving_time_to_first_token_seconds", "Time to first token",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("serving_e2e_request_latency_seconds", "Generation latency per request",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        self.per_token = Histogram("serving_time_per_output_token_seconds", "Decode time per output token",
+                                   buckets=LATENCY_BUCKETS, registry=r)
+        self.accept_length = Histogram("serving_spec_accept_length",
+                                       "Mean tokens committed per decode round, per request",
+                                       buckets=ACCEPT_BUCKETS, registry=r)
+        self.avg_accept = Gauge("serving_avg_spec_accept_length",
+                                "Mean tokens committed per decode round since start", registry=r)
+        self.queue_depth = Gauge("serving_queue_depth", "Requests waiting for the engine", registry=r)
+        self.engine_stats = engine_stats
+
+    def observe(self, usage) -> None:
+        self.prompt_tokens.inc(usage.prompt_tokens)
+        self.generation_tokens.inc(usage.completion_tokens)
+        self.ttft.observe(usage.ttft_s)
+        self.e2e.observe(usage.total_s)
+        if usage.completion_tokens > 1:
+            self.per_token.observe((usage.total_s - usage.ttft_s) / (usage.completion_tokens - 1))
+        if usage.rounds:
+            self.accept_length.observe(usage.accept_length)
+
+    def render(self, engine=None) -> bytes:
+        if engine is not None:
+            self.avg_accept.set(engine.stats.avg_spec_accept_length)
+            self.queue_depth.set(engine.queue.qsize())
+        return generate_latest(self.registry)

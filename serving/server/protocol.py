@@ -1,0 +1,188 @@
+"""OpenAI request bodies -> frozen, validated requests; OpenAI-style errors. Pure, no I/O.
+
+Every rejection is an `APIError` with the status and the offending parameter, so the handler
+turns it into `{"error": {"message", "type", "param", "code"}}` and keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from serving.sampling import SamplingParams
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+DEFAULT_MAX_TOKENS = {"completion": 16, "chat": 128}
+MAX_STOP_STRINGS = 16
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class CompletionSpec:
+    kind: str                                  # "completion" or "chat"
+    prompt: str | tuple[int, ...] | None       # completion: text or token ids
+    messages: tuple[dict, ...] | None          # chat: [{"role", "content": str}]
+    max_tokens: int | None                     # None: the server's default
+    sampling: SamplingParams
+    stop: tuple[str, ...]
+    stop_token_ids: tuple[int, ...]
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool
+
+
+def parse_json(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return data
+
+
+def parse_request(data: dict, kind: str, served_model: str) -> CompletionSpec:
+    _check_model(data, served_model)
+    for unsupported in ("logprobs", "echo", "best_of", "tools", "suffix"):
+        if data.get(unsupported) not in (None, False, [], 0 if unsupported != "best_of" else 1):
+            raise APIError(400, f"'{unsupported}' is not supported by this server", unsupported, "unsupported")
+    if _get(data, "n", int, 1) != 1:
+        raise APIError(400, "only n=1 is supported", "n", "unsupported")
+    max_tokens = _get(data, "max_tokens", int, None)
+    if kind == "chat" and max_tokens is None:
+        max_tokens = _get(data, "max_completion_tokens", int, None)
+    if max_tokens is not None and max_tokens <= 0:
+        raise APIError(400, f"max_tokens must be at least 1, got {max_tokens}", "max_tokens", "invalid_value")
+    stream_options = _get(data, "stream_options", dict, None) or {}
+    return CompletionSpec(
+        kind=kind,
+        prompt=_prompt(data) if kind == "completion" else None,
+        messages=_messages(data) if kind == "chat" else None,
+        max_tokens=max_tokens,
+        sampling=_sampling(data),
+        stop=_stop(data),
+        stop_token_ids=tuple(_int_list(data, "stop_token_ids")),
+        ignore_eos=_get(data, "ignore_eos", bool, False),
+        stream=_get(data, "stream", bool, False),
+        include_usage=bool(stream_options.get("include_usage", False)),
+    )
+
+
+def _check_model(data: dict, served_model: str) -> None:
+    model = _get(data, "model", str, None)
+    if model is not None and model != served_model:
+        raise APIError(404, f"The model '{model}' does not exist; this server serves '{served_model}'",
+                       "model", "model_not_found")
+
+
+def _sampling(data: dict) -> SamplingParams:
+    temperature = _number(data, "temperature", 1.0, 0.0, 2.0)
+    top_p = _number(data, "top_p", 1.0, 0.0, 1.0)
+    if top_p == 0:
+        raise APIError(400, "top_p must be in (0, 1]", "top_p", "invalid_value")
+    top_k = _get(data, "top_k", int, -1)
+    if top_k < -1:
+        raise APIError(400, "top_k must be -1 or 0 (off) or >= 1", "top_k", "invalid_value")
+    return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k or -1,
+                          seed=_get(data, "seed", int, None))
+
+
+def _prompt(data: dict) -> str | tuple[int, ...]:
+    prompt = data.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]                     # a batch of one
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(prompt, list) and prompt and all(_is_int(t) and t >= 0 for t in prompt):
+        return tuple(prompt)
+    if prompt is None:
+        raise APIError(400, "'prompt' is required", "prompt", "missing_required_parameter")
+    raise APIError(400, "'prompt' must be a non-empty string or a list of token ids (one prompt per request)",
+                   "prompt", "invalid_type")
+
+
+def _messages(data: dict) -> tuple[dict, ...]:
+    messages = data.get("messages")
+    if messages is None:
+        raise APIError(400, "'messages' is required", "messages", "missing_required_parameter")
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "'messages' must be a non-empty list", "messages", "invalid_type")
+    return tuple(_message(m, i) for i, m in enumerate(messages))
+
+
+def _message(message, i: int) -> dict:
+    where = f"messages[{i}]"
+    if not isinstance(message, dict):
+        raise APIError(400, f"{where} must be an object", where, "invalid_type")
+    role = message.get("role")
+    if role not in ROLES:
+        raise APIError(400, f"{where}.role must be one of {', '.join(ROLES)}", f"{where}.role", "invalid_value")
+    return {"role": role, "content": _content(message.get("content"), f"{where}.content")}
+
+
+def _content(content, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    raise APIError(400, f"{where} must be a string or a list of text parts", where, "invalid_type")
+
+
+def _stop(data: dict) -> tuple[str, ...]:
+    stop = data.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise APIError(400, "'stop' must be a non-empty string or a list of them", "stop", "invalid_type")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise APIError(400, f"at most {MAX_STOP_STRINGS} stop strings", "stop", "invalid_value")
+    return tuple(stop)
+
+
+def _int_list(data: dict, key: str) -> list[int]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(_is_int(v) and v >= 0 for v in value):
+        raise APIError(400, f"'{key}' must be a list of non-negative integers", key, "invalid_type")
+    return value
+
+
+def _number(data: dict, key: str, default: float, low: float, high: float) -> float:
+    value = data.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise APIError(400, f"'{key}' must be a number, got {type(value).__name__}", key, "invalid_type")
+    if not low <= value <= high:
+        raise APIError(400, f"'{key}' must be between {low} and {high}, got {value}", key, "invalid_value")
+    return float(value)
+
+
+def _get(data: dict, key: str, kind: type, default):
+    value = data.get(key)
+    if value is None:
+        return default
+    ok = _is_int(value) if kind is int else isinstance(value, kind)
+    if not ok:
+        raise APIError(400, f"'{key}' must be of type {kind.__name__}, got {type(value).__name__}",
+                       key, "invalid_type")
+    return value
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

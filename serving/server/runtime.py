@@ -1,0 +1,79 @@
+"""Start the server: check the checkpoint, listen, load the model in the background.
+
+Order matters for operators: everything that can be checked from headers (config, tokenizer,
+tensor names and shapes, flags) fails before the port opens, with one line naming the file;
+the weights then load while /health answers 503, and a failure there stops the process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import uvicorn
+
+from serving.config import ServerArgs, resolve
+from serving.engine import Engine
+from serving.engine.build import build_decoder_factory
+from serving.models import ModelError, inspect_checkpoint, load_model
+from serving.models.tokenizer import Tokenizer
+from serving.server.app import AppState, create_app
+
+log = logging.getLogger("serving")
+
+
+def serve(args: ServerArgs) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        checkpoint = inspect_checkpoint(args.model_path)
+        tokenizer = Tokenizer.from_dir(args.model_path)
+        args = resolve(args, checkpoint.config, torch.cuda.is_available())
+    except (ModelError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    state = AppState(args, tokenizer, eos_ids=eos_ids(args.model_path, checkpoint.config, tokenizer),
+                     vocab_size=checkpoint.config.vocab_size)
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host=args.host, port=args.port,
+                                           log_level=args.log_level, access_log=False))
+    failure: list[str] = []
+    loader = threading.Thread(target=_load, args=(state, checkpoint, server, failure), daemon=True)
+    loader.start()
+    server.run()
+    if state.engine is not None:
+        state.engine.stop()
+    if failure:
+        print(f"error: {failure[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _load(state: AppState, checkpoint, server: uvicorn.Server, failure: list[str]) -> None:
+    args = state.args
+    try:
+        began = time.perf_counter()
+        dtype = getattr(torch, args.dtype)
+        model = load_model(checkpoint, dtype, args.device, args.context_length)
+        factory = build_decoder_factory(args, model, state.tokenizer)
+        engine = Engine(factory, state.tokenizer, max_queued=args.max_running_requests or 256).start()
+        log.info("loaded %s (%s, %s) in %.1fs", args.model_path, args.dtype, args.device,
+                 time.perf_counter() - began)
+        state.engine = engine
+    except Exception as e:  # report any load failure as one line and stop listening
+        log.debug("load failed", exc_info=True)
+        failure.append(str(e) or type(e).__name__)
+        server.should_exit = True
+
+
+def eos_ids(model_dir, config, tokenizer) -> frozenset[int]:
+    """EOS ids from config.json, generation_config.json and the tokenizer's eos_token, together."""
+    ids = set(config.eos_token_ids) | tokenizer.eos_ids
+    generation = Path(model_dir) / "generation_config.json"
+    if generation.is_file():
+        value = json.loads(generation.read_text()).get("eos_token_id")
+        ids |= {value} if isinstance(value, int) else set(value or ())
+    return frozenset(ids)
