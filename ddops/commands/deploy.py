@@ -1,5 +1,99 @@
+"""`ddops deploy PROFILE --host NAME` and `ddops demo`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, LockHeld,
+                          RecoveryFailed, execute, load_target, make_plan, read_facts)
+from ddops.deploy import show
+from ddops.profile.yamlfile import ConfigError
+from ddops.remote import RemoteError, connect
 
 
 def register(app: typer.Typer) -> None:
-    """Commands of this group are added here when the group lands."""
+    app.command("deploy")(deploy)
+
+
+def deploy(
+    profile: str = typer.Argument(..., help="profile name (or path to a YAML file)"),
+    host: str = typer.Option(..., "--host", help="inventory host name"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="apply without asking"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="stop after showing the plan"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+    unit: Optional[str] = typer.Option(None, "--unit", help="systemd unit name (default: the profile's)"),
+    port: Optional[int] = typer.Option(None, "--port", help="port (default: the profile's)"),
+    profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir", help="where profiles live"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="inventory file"),
+) -> None:
+    """Deploy PROFILE to one host: facts -> plan -> confirm -> apply -> gate (revert on failure).
+
+    Exit codes: 0 ok, 1 gate failed and reverted, 2 bad input, 3 revert failed, 4 lock held."""
+    say = (lambda *a: None) if as_json else show.stage
+    say("loading", f"profile {profile} for host {host}")
+    try:
+        target = load_target(profile, host, profiles_dir=profiles_dir, inventory=inventory,
+                             unit_name=unit, port=port)
+    except ConfigError as err:
+        _fail(as_json, EXIT_BAD_INPUT, str(err), "`ddops profiles check` shows every problem")
+    if not (yes or dry_run or sys.stdin.isatty()):
+        _fail(as_json, EXIT_BAD_INPUT, "refusing to deploy without --yes: no terminal to confirm on",
+              "pass --yes (CI) or --dry-run")
+    say("connecting", target.host.address)
+    try:
+        remote = connect(target.host)
+    except RemoteError as err:
+        _fail(as_json, EXIT_BAD_INPUT, str(err))
+    with remote:
+        code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile)
+    if as_json:
+        print(json.dumps(doc, indent=1))
+    raise typer.Exit(code)
+
+
+def _deploy(remote, target, *, yes, dry_run, as_json, profile) -> tuple[int, dict]:
+    desired = target.desired
+    say = (lambda *a: None) if as_json else show.stage
+    say("facts", f"{desired.unit_name} on {target.host.name}")
+    facts = read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
+    plan = make_plan(desired, facts)
+    say("plan", f"{desired.profile} ({desired.profile_hash[:12]}) -> {desired.unit_name}")
+    if not as_json:
+        show.plan(plan)
+    base = {"host": target.host.name, "profile": desired.profile, "plan": plan.as_dict()}
+    if dry_run:
+        return EXIT_OK, {**base, "exit_code": EXIT_OK, "result": "dry-run"}
+    if not yes and not typer.confirm(f"Apply to {target.host.name}?", default=False):
+        return EXIT_BAD_INPUT, {**base, "exit_code": EXIT_BAD_INPUT, "result": "declined"}
+    say("applying", "taking the host lock")
+    holder = Holder.here(f"ddops deploy {profile} --host {target.host.name}")
+    try:
+        outcome = execute(remote, desired, target.spec, holder,
+                          progress=(lambda *a: None) if as_json else show.progress)
+    except LockHeld as err:
+        if not as_json:
+            show.error(str(err))
+        return EXIT_LOCKED, {**base, "exit_code": EXIT_LOCKED, "result": "locked", "message": str(err),
+                             "holder": err.holder}
+    except RecoveryFailed as err:
+        if not as_json:
+            show.error(str(err))
+        return EXIT_REVERT_FAILED, {**base, "exit_code": EXIT_REVERT_FAILED,
+                                    "result": "revert-failed", "message": str(err)}
+    if not as_json:
+        show.stage("results")
+        show.outcome(outcome)
+    return outcome.code, {**base, **outcome.as_dict()}
+
+
+def _fail(as_json: bool, code: int, message: str, hint: str = "") -> None:
+    if as_json:
+        print(json.dumps({"exit_code": code, "result": "error", "message": message}, indent=1))
+    else:
+        show.error(message, hint)
+    raise typer.Exit(code)

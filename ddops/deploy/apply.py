@@ -1,0 +1,160 @@
+"""Apply a plan on one host under its deploy lock.
+
+lock -> facts -> recover an unfinished deploy -> plan -> backup -> push unit and env (0600)
+-> daemon-reload -> restart -> gate -> history entry -> release. A failed gate reads the
+journal, diagnoses it and reverts; a failed revert says exactly what state the host is in.
+A pending.json marks a deploy in flight, so one killed midway is found and recovered by the
+next run (which restores the backup it left).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass, field
+
+from ddops.deploy import history
+from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
+from ddops.deploy.facts import Facts, deploy_dir, journal, read_facts, unit_state
+from ddops.deploy.gate import GateReport, GateSpec, run_gate
+from ddops.deploy.lock import Holder, HostLock, describe
+from ddops.deploy.plan import Desired, Plan, make_plan
+from ddops.deploy.revert import revert, take_backup
+from ddops.diagnose import Finding, diagnose
+
+q = shlex.quote
+
+EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_REVERT_FAILED, EXIT_LOCKED = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Outcome:
+    host: str
+    code: int
+    result: str                 # deployed | unchanged | reverted | revert-failed | locked
+    message: str
+    plan: Plan | None = None
+    gate: GateReport | None = None
+    findings: list[Finding] = field(default_factory=list)
+    entry: str | None = None    # history entry id
+    notes: list[str] = field(default_factory=list)   # recovered stale lock / unfinished deploy
+
+    def as_dict(self) -> dict:
+        return {"host": self.host, "exit_code": self.code, "result": self.result,
+                "message": self.message, "plan": self.plan.as_dict() if self.plan else None,
+                "gate": self.gate.as_dict() if self.gate else None,
+                "diagnosis": [f.as_dict() for f in self.findings], "history_entry": self.entry,
+                "notes": self.notes}
+
+
+def noop_progress(stage: str, text: str) -> None:
+    pass
+
+
+def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
+            progress=noop_progress) -> Outcome:
+    """The whole apply phase; returns an Outcome whose `code` is the CLI exit code."""
+    with HostLock(remote, holder) as lock:
+        notes = [f"recovered a stale lock left by {describe(lock.stale)}"] if lock.stale else []
+        facts = _facts(remote, desired)
+        if facts.pending:
+            notes.append(recover(remote, desired, facts, spec.timeout_s, progress))
+            facts = _facts(remote, desired)
+        plan = make_plan(desired, facts)
+        if plan.noop:
+            return Outcome(remote.host.name, EXIT_OK, "unchanged",
+                           f"{desired.unit_name} already runs {desired.profile}; nothing restarted",
+                           plan, notes=notes)
+        outcome = _apply(remote, plan, facts, spec, holder, progress)
+        outcome.notes[:0] = notes
+        return outcome
+
+
+def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=noop_progress) -> str:
+    """Undo a deploy that was killed after it began changing the host."""
+    pending = facts.pending or {}
+    who = describe(pending.get("holder"))
+    if pending.get("stage") == "pushing":
+        backup_unit = remote.read_text(f"{deploy_dir(desired.unit_name)}/backup/unit")
+        progress("recover", f"restoring the backup left by {who}")
+        result = revert(remote, desired.unit_name, desired.unit_path, desired.env_path,
+                        health_spec(backup_unit, remote.host.address, timeout_s), progress)
+        if not result.ok:
+            raise RecoveryFailed(f"{remote.host.name}: unfinished deploy of {pending.get('profile')} "
+                                 f"by {who} could not be recovered: {result.state}")
+        text = f"recovered an unfinished deploy of {pending.get('profile')} by {who}: {result.state}"
+    else:
+        text = f"cleared an unfinished deploy of {pending.get('profile')} by {who} (host untouched)"
+    remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
+    return text
+
+
+class RecoveryFailed(Exception):
+    pass
+
+
+def _facts(remote, desired: Desired) -> Facts:
+    return read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
+
+
+def _apply(remote, plan: Plan, facts: Facts, spec: GateSpec, holder: Holder, progress) -> Outcome:
+    desired, name = plan.desired, remote.host.name
+    unit = q(desired.unit_name)
+    pending_path = f"{deploy_dir(desired.unit_name)}/pending.json"
+    pending = {"profile": desired.profile, "hash": desired.profile_hash, "holder": holder.as_dict(),
+               "started": time.time(), "stage": "backing-up"}
+    remote.write(pending_path, json.dumps(pending))
+    if plan.changed:
+        progress("backup", "saving the current unit and env file")
+        take_backup(remote, facts)
+        remote.write(pending_path, json.dumps({**pending, "stage": "pushing"}))
+        progress("push", f"{desired.unit_path}, {desired.env_path} (0600)")
+        remote.write(desired.unit_path, desired.unit_text)
+        remote.write(desired.env_path, desired.env_text, mode=0o600)
+        remote.run(f"systemctl daemon-reload && systemctl enable {unit} 2>&1")
+    since = int(remote.run("date +%s").stdout.strip())
+    progress("restart", f"systemctl restart {desired.unit_name}")
+    remote.run(f"systemctl reset-failed {unit} 2>/dev/null; systemctl restart --no-block {unit}")
+    report = run_gate(spec, lambda: unit_state(remote, desired.unit_name),
+                      api_key=env_value(desired.env_text, API_KEY_ENV), progress=progress)
+    meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,
+            "unit_path": desired.unit_path, "env_path": desired.env_path,
+            "started": pending["started"], "finished": time.time(), "holder": holder.as_dict(),
+            "gate_spec": spec.as_dict(), "gate": report.as_dict()}
+    if report.passed:
+        entry = history.record(remote, desired.unit_name, facts.history_ids, desired.unit_text,
+                               desired.env_text, {**meta, "result": "passed"})
+        remote.run(f"rm -f {q(pending_path)}")
+        return Outcome(name, EXIT_OK, "deployed", f"{desired.profile} is live on {name} "
+                       f"({spec.base_url})", plan, report, entry=entry.id)
+    return _fail(remote, plan, facts, spec, report, meta, since, progress)
+
+
+def _fail(remote, plan: Plan, facts: Facts, spec: GateSpec, report: GateReport, meta: dict,
+          since: int, progress) -> Outcome:
+    desired, name = plan.desired, remote.host.name
+    progress("diagnose", "reading the journal")
+    findings = diagnose(journal(remote, desired.unit_name, since=since))
+    meta = {**meta, "diagnosis": [f.as_dict() for f in findings]}
+    entry = history.record(remote, desired.unit_name, facts.history_ids, desired.unit_text,
+                           desired.env_text, {**meta, "result": "failed"})
+    why = report.failure.detail if report.failure else "gate did not run"
+    cause = f"; cause: {findings[0].summary}" if findings else ""
+    if not plan.changed:
+        # same files as before: nothing to revert to, the service simply does not come up
+        remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
+        return Outcome(name, EXIT_GATE_FAILED, "failed", f"gate failed: {why}{cause}; unit unchanged",
+                       plan, report, findings, entry.id)
+    progress("revert", "restoring the previous unit and env file")
+    result = revert(remote, desired.unit_name, desired.unit_path, desired.env_path,
+                    health_spec(facts.unit_text, remote.host.address, spec.timeout_s), progress)
+    history.update_result(remote, entry, result="failed-reverted" if result.ok else "revert-failed",
+                          revert=result.state)
+    if not result.ok:
+        return Outcome(name, EXIT_REVERT_FAILED, "revert-failed",
+                       f"gate failed: {why}{cause}; REVERT FAILED: {result.state}",
+                       plan, report, findings, entry.id)
+    remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
+    return Outcome(name, EXIT_GATE_FAILED, "reverted", f"gate failed: {why}{cause}; {result.state}",
+                   plan, report, findings, entry.id)

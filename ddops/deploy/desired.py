@@ -1,0 +1,72 @@
+"""From a loaded profile and its rendered unit to what deploy works with: the files the host
+should hold (`Desired`) and what the gate should see (`GateSpec`). Capabilities come from
+the METHODS table through `profile.method`; no method name is compared here."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from ddops.deploy.gate import GateSpec, endpoint, flag_value
+from ddops.deploy.plan import Desired
+
+API_KEY_ENV = "DDOPS_API_KEY"
+
+
+def header(unit_text: str, name: str) -> str:
+    match = re.search(rf"^# ddops-{name}:\s*(\S+)", unit_text, re.MULTILINE)
+    return match.group(1) if match else ""
+
+
+def desired_from(rendered, profile_name: str) -> Desired:
+    return Desired(rendered.unit_name, rendered.unit_path, rendered.unit_text, rendered.env_path,
+                   rendered.env_text, profile_name, rendered.content_hash)
+
+
+def gate_spec(profile, argv: list[str], host_address: str) -> GateSpec:
+    method = profile.method
+    model_path = flag_value(argv, "--model-path", "--model") or profile.model.path
+    budget = flag_value(argv, "--speculative-ddtree-budget") if method.uses_tree_budget else None
+    return GateSpec(
+        base_url=endpoint(argv, host_address),
+        model_path=model_path,
+        served_model=flag_value(argv, "--served-model-name") or profile.model.served_name,
+        algorithm=method.sglang_name,
+        speculative=method.is_speculative,
+        draft_path=(flag_value(argv, "--speculative-draft-model-path", "--speculative-draft-model")
+                    if method.needs_draft else None),
+        budget=int(budget) if budget else None,
+        uses_tree_budget=method.uses_tree_budget,
+        health_path=profile.health.path,
+        generate_path=profile.health.generate_path,
+        timeout_s=float(profile.health.timeout_s),
+        generate_timeout_s=float(profile.health.generate_timeout_s),
+        messages=tuple(m.model_dump() for m in profile.smoke.messages),
+        max_tokens=profile.smoke.max_tokens,
+        temperature=profile.smoke.temperature,
+        top_p=profile.smoke.top_p,
+    )
+
+
+def env_value(env_text: str | None, key: str) -> str | None:
+    for line in (env_text or "").splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip().strip('"')
+    return None
+
+
+def unit_argv(unit_text: str | None) -> list[str]:
+    """ExecStart's command line from a unit file (continuation lines joined)."""
+    text = (unit_text or "").replace("\\\n", " ")
+    match = re.search(r"^ExecStart=[-@:+!]*(.*)$", text, re.MULTILINE)
+    return shlex.split(match.group(1)) if match else []
+
+
+def health_spec(unit_text: str | None, host_address: str, timeout_s: float) -> GateSpec | None:
+    """Enough of a GateSpec to confirm a (restored) unit answers /health again."""
+    argv = unit_argv(unit_text)
+    if not argv:
+        return None
+    return GateSpec(base_url=endpoint(argv, host_address), model_path="", served_model="",
+                    algorithm=None, speculative=False, timeout_s=timeout_s)

@@ -1,0 +1,275 @@
+"""Readiness gate: "can generate with speculation", not "port open".
+
+Order (each must pass before the next runs):
+  health        GET /health answers 200 within the profile's timeout, while the unit is
+                watched so a crash or a restart loop fails the gate at once;
+  generate      GET /health_generate answers 200 (one real token through the method);
+  smoke         a multi-token chat request with the profile's smoke settings returns text;
+  server_info   /server_info reports the intended model, method and tree budget;
+  acceptance    speculative methods only (from METHODS capabilities): the reported
+                average accepted length after the smoke request is above 1.
+The decisions (`check_*`) are pure; `run_gate` does the HTTP and the waiting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import httpx
+
+from ddops.deploy.facts import UnitState
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    base_url: str                       # http://ADDR:PORT the gate (and clients) reach
+    model_path: str                     # expected /server_info model_path
+    served_model: str                   # `model` the smoke request sends
+    algorithm: str | None               # expected speculative_algorithm (SGLang spelling) or None
+    speculative: bool                   # METHODS: is_speculative -> acceptance must exceed 1
+    draft_path: str | None = None
+    budget: int | None = None           # expected speculative_ddtree_budget
+    uses_tree_budget: bool = False      # METHODS: uses_tree_budget -> a budget must be reported
+    health_path: str = "/health"
+    generate_path: str = "/health_generate"
+    timeout_s: float = 600.0
+    generate_timeout_s: float = 60.0
+    messages: tuple[dict, ...] = ({"role": "user", "content": "Count from one to ten in words."},)
+    max_tokens: int = 32
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "GateSpec":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["messages"] = tuple(known.get("messages", cls.messages))
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+@dataclass
+class GateReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    @property
+    def failure(self) -> Check | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+    def as_dict(self) -> dict:
+        return {"passed": self.passed, "checks": [asdict(c) for c in self.checks]}
+
+
+# -- pure decisions ------------------------------------------------------------------------
+
+def check_unit(state: UnitState, restarts_before: int) -> str | None:
+    """Why the unit is no longer starting, or None while it is still alive."""
+    if state.active == "failed":
+        return f"unit failed ({state.sub})"
+    if state.sub == "auto-restart" or state.restarts > restarts_before:
+        return f"unit crashed and is being restarted (NRestarts={state.restarts})"
+    if state.active == "inactive":
+        return "unit stopped"
+    return None
+
+
+def check_smoke(status: int, body: dict) -> str | None:
+    if status != 200:
+        message = (body.get("error") or {}).get("message", "") if isinstance(body, dict) else ""
+        return f"HTTP {status} {message}".strip()
+    try:
+        text = body["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return "response has no choices[0].message.content"
+    if not text or not text.strip():
+        return "empty text"
+    tokens = (body.get("usage") or {}).get("completion_tokens", 0)
+    if tokens < 2:
+        return f"only {tokens} completion token(s); the smoke request must generate several"
+    return None
+
+
+def check_server_info(info: dict, spec: GateSpec) -> list[str]:
+    problems = []
+    if info.get("model_path") != spec.model_path:
+        problems.append(f"model_path is {info.get('model_path')!r}, expected {spec.model_path!r}")
+    reported = info.get("speculative_algorithm")
+    reported = str(reported).upper() if reported not in (None, "", "NONE") else None
+    if reported != spec.algorithm:
+        problems.append(f"speculative_algorithm is {reported}, expected {spec.algorithm}")
+    if spec.draft_path and info.get("speculative_draft_model_path") != spec.draft_path:
+        problems.append(f"speculative_draft_model_path is {info.get('speculative_draft_model_path')!r}, "
+                        f"expected {spec.draft_path!r}")
+    budget = info.get("speculative_ddtree_budget")
+    if spec.budget is not None and budget != spec.budget:
+        problems.append(f"speculative_ddtree_budget is {budget}, expected {spec.budget}")
+    elif spec.uses_tree_budget and not (isinstance(budget, int) and budget > 0):
+        problems.append(f"speculative_ddtree_budget is {budget}, expected a positive budget")
+    return problems
+
+
+def accept_length(info: dict) -> float | None:
+    states = info.get("internal_states") or [{}]
+    value = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def check_acceptance(info: dict, spec: GateSpec) -> str | None:
+    if not spec.speculative:
+        return None
+    length = accept_length(info)
+    if length is None:
+        return "server_info reports no internal_states[0].avg_spec_accept_length"
+    if length <= 1.0:
+        return f"average accepted length {length:.2f} is not above 1: speculation accepted nothing"
+    return None
+
+
+# -- I/O -------------------------------------------------------------------------------------
+
+Watch = Callable[[], UnitState]
+Progress = Callable[[str, str], None]      # (check name, status text)
+
+
+def run_gate(spec: GateSpec, watch: Watch, *, api_key: str | None = None,
+             progress: Progress = lambda name, text: None, poll_s: float = 0.5) -> GateReport:
+    report = GateReport()
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(base_url=spec.base_url, headers=headers, trust_env=False) as client:
+        steps = (("health", lambda: _wait_health(client, spec, watch, progress, poll_s)),
+                 ("generate", lambda: _health_generate(client, spec)),
+                 ("smoke", lambda: _smoke(client, spec)),
+                 ("server_info", lambda: _server_info(client, spec)))
+        if spec.speculative:
+            steps += (("acceptance", lambda: _acceptance(client, spec)),)
+        for name, step in steps:
+            progress(name, "running")
+            started = time.monotonic()
+            ok, detail = step()
+            report.checks.append(Check(name, ok, detail, round(time.monotonic() - started, 2)))
+            progress(name, "ok" if ok else "failed")
+            if not ok:
+                break
+    return report
+
+
+def run_health(spec: GateSpec, watch: Watch, progress: Progress = lambda name, text: None,
+               poll_s: float = 0.5) -> GateReport:
+    """Only the first two checks: used to confirm a reverted service answers again."""
+    report = GateReport()
+    with httpx.Client(base_url=spec.base_url, trust_env=False) as client:
+        for name, step in (("health", lambda: _wait_health(client, spec, watch, progress, poll_s)),
+                           ("generate", lambda: _health_generate(client, spec))):
+            started = time.monotonic()
+            ok, detail = step()
+            report.checks.append(Check(name, ok, detail, round(time.monotonic() - started, 2)))
+            if not ok:
+                break
+    return report
+
+
+def endpoint(argv: list[str], host_address: str) -> str:
+    """Base URL of the service from its command line (contract section 1 defaults)."""
+    bind, port = "127.0.0.1", "30000"
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--host":
+            bind = value
+        elif flag == "--port":
+            port = value
+    if bind in ("0.0.0.0", "::", ""):
+        bind = host_address
+    return f"http://[{bind}]:{port}" if ":" in bind else f"http://{bind}:{port}"
+
+
+def flag_value(argv: list[str], *names: str) -> str | None:
+    for flag, value in zip(argv, argv[1:]):
+        if flag in names:
+            return value
+    return None
+
+
+def _wait_health(client: httpx.Client, spec: GateSpec, watch: Watch, progress: Progress,
+                 poll_s: float) -> tuple[bool, str]:
+    restarts_before = watch().restarts
+    deadline = time.monotonic() + spec.timeout_s
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        dead = check_unit(watch(), restarts_before)
+        if dead:
+            return False, f"{dead} before {spec.health_path} answered 200"
+        try:
+            status = client.get(spec.health_path, timeout=5).status_code
+            if status == 200:
+                return True, f"{spec.health_path} 200"
+            last = f"HTTP {status}"
+        except httpx.HTTPError as err:
+            last = type(err).__name__
+        progress("health", f"waiting ({last})")
+        time.sleep(poll_s)
+    return False, f"{spec.health_path} not 200 within {spec.timeout_s:.0f} s (last: {last})"
+
+
+def _health_generate(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+    try:
+        status = client.get(spec.generate_path, timeout=spec.generate_timeout_s).status_code
+    except httpx.HTTPError as err:
+        return False, f"{spec.generate_path}: {type(err).__name__}"
+    return status == 200, f"{spec.generate_path} {status}"
+
+
+def _smoke(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+    body = {"model": spec.served_model, "messages": list(spec.messages), "max_tokens": spec.max_tokens,
+            "temperature": spec.temperature, "top_p": spec.top_p}
+    try:
+        response = client.post("/v1/chat/completions", json=body, timeout=spec.generate_timeout_s)
+        data = response.json()
+    except (httpx.HTTPError, ValueError) as err:
+        return False, f"smoke request: {type(err).__name__}: {err}"
+    problem = check_smoke(response.status_code, data)
+    if problem:
+        return False, f"smoke request: {problem}"
+    text = data["choices"][0]["message"]["content"]
+    return True, f"{data['usage']['completion_tokens']} tokens: {text[:60]!r}"
+
+
+def _server_info(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+    info = _get_info(client)
+    if isinstance(info, str):
+        return False, info
+    problems = check_server_info(info, spec)
+    if problems:
+        return False, "; ".join(problems)
+    return True, f"{info.get('model_path')} with {spec.algorithm or 'plain decoding'}"
+
+
+def _acceptance(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+    info = _get_info(client)
+    if isinstance(info, str):
+        return False, info
+    problem = check_acceptance(info, spec)
+    return (False, problem) if problem else (True, f"average accepted length {accept_length(info):.2f}")
+
+
+def _get_info(client: httpx.Client) -> dict | str:
+    """/server_info as a dict, or a one-line reason it could not be read."""
+    try:
+        response = client.get("/server_info", timeout=30)
+        info = response.json()
+    except (httpx.HTTPError, ValueError) as err:
+        return f"/server_info: {type(err).__name__}"
+    return info if response.status_code == 200 else f"/server_info: HTTP {response.status_code}"

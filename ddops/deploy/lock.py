@@ -1,0 +1,118 @@
+"""The per-host deploy lock.
+
+A `flock` on the host, held by a command that lives as long as our SSH channel: if the
+deploy is killed, sshd closes the channel, the command reads EOF and the kernel drops the
+lock, so a lock can never outlive its holder. The holder's details sit in holder.json while
+it holds the lock, so a refused deploy names who holds it; a holder.json found by the next
+taker means the previous holder died without releasing (a killed deploy), which the taker
+reports as a recovered stale lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from ddops.deploy.facts import STATE
+
+LOCK_DIR = f"{STATE}/lock"
+HELD_EXIT = 75          # flock -E: the lock is held by someone else
+
+_HOLD = f"""mkdir -p {LOCK_DIR} && exec flock -n -E {HELD_EXIT} {LOCK_DIR}/deploy.lock sh -c '
+H={LOCK_DIR}/holder.json
+if [ -s $H ]; then printf "stale "; base64 -w0 < $H; echo; fi
+printf %s "$1" | base64 -d > $H.tmp && mv $H.tmp $H
+echo locked
+read line
+[ "$line" = release ] && rm -f $H
+echo released' sh """
+
+
+class LockHeld(Exception):
+    def __init__(self, host: str, holder: dict | None):
+        self.holder = holder
+        super().__init__(f"{host} is locked by {describe(holder)}; try again when it finishes")
+
+
+@dataclass(frozen=True)
+class Holder:
+    user: str
+    machine: str
+    pid: int
+    command: str
+    since: float
+
+    @classmethod
+    def here(cls, command: str) -> "Holder":
+        return cls(getpass.getuser(), socket.gethostname(), os.getpid(), command, time.time())
+
+    def as_dict(self) -> dict:
+        return {"user": self.user, "machine": self.machine, "pid": self.pid,
+                "command": self.command, "since": self.since}
+
+
+def describe(holder: dict | None) -> str:
+    if not holder:
+        return "another deploy (holder details not yet written)"
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("since", 0)))
+    return (f"{holder.get('user')}@{holder.get('machine')} pid {holder.get('pid')} "
+            f"(`{holder.get('command')}` since {since})")
+
+
+class HostLock:
+    """Context manager; `stale` holds the dead holder's details when one was recovered."""
+
+    def __init__(self, remote, holder: Holder):
+        self.remote, self.holder = remote, holder
+        self.stale: dict | None = None
+        self._chan = None
+
+    def __enter__(self) -> "HostLock":
+        self.remote.connection.open()
+        chan = self.remote.connection.transport.open_session()
+        payload = base64.b64encode(json.dumps(self.holder.as_dict()).encode()).decode()
+        chan.exec_command(_HOLD + payload)
+        reader = chan.makefile("r")
+        for line in reader:
+            if line.startswith("stale "):
+                self.stale = json.loads(base64.b64decode(line[6:].strip()) or b"null")
+            elif line.strip() == "locked":
+                self._chan = chan
+                return self
+        status = chan.recv_exit_status()
+        chan.close()
+        if status == HELD_EXIT:
+            raise LockHeld(self.remote.host.name, _read_holder(self.remote))
+        raise RuntimeError(f"{self.remote.label}: cannot take the deploy lock (flock exited {status})")
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self._chan is None:
+            return
+        self._chan.sendall(b"release\n")
+        self._chan.shutdown_write()
+        self._chan.recv_exit_status()
+        self._chan.close()
+        self._chan = None
+
+
+def _read_holder(remote) -> dict | None:
+    out = remote.run(f"cat {LOCK_DIR}/holder.json 2>/dev/null || true").stdout.strip()
+    try:
+        return json.loads(out) if out else None
+    except json.JSONDecodeError:
+        return None
+
+
+def current_holder(remote) -> dict | None:
+    """Who holds the lock now, or None (a holder.json left by a dead holder does not count)."""
+    probe = remote.run(f"mkdir -p {LOCK_DIR} && flock -n -E {HELD_EXIT} {LOCK_DIR}/deploy.lock true",
+                       check=False)
+    return (_read_holder(remote) or {}) if probe.exit_code == HELD_EXIT else None

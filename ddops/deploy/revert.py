@@ -1,0 +1,95 @@
+"""Backup and revert: put the previous unit and env file back byte for byte.
+
+The backup of a deploy lives in deploy/<unit>/backup/ on the host (unit, env, meta.json
+saying which of them existed and whether the service was running). Revert restores exactly
+that: files back (or removed when there were none), daemon-reload, and the service back in
+its previous state, confirmed healthy when it was running before.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from ddops.deploy.facts import Facts, deploy_dir, unit_state
+from ddops.deploy.gate import GateSpec, run_health
+
+q = shlex.quote
+
+
+@dataclass(frozen=True)
+class RevertResult:
+    ok: bool
+    state: str          # what the host is in now, in words (exit 3 prints it)
+
+
+def backup_dir(unit_name: str) -> str:
+    return f"{deploy_dir(unit_name)}/backup"
+
+
+def take_backup(remote, facts: Facts) -> dict:
+    """Save what the host holds now; returns the backup's meta."""
+    folder = backup_dir(facts.unit_name)
+    remote.run(f"rm -rf {q(folder)} && mkdir -p {q(folder)}")
+    if facts.unit_text is not None:
+        remote.write(f"{folder}/unit", facts.unit_text)
+    if facts.env_text is not None:
+        remote.write(f"{folder}/env", facts.env_text, mode=0o600)
+    meta = {"had_unit": facts.unit_text is not None, "had_env": facts.env_text is not None,
+            "was_active": facts.state.active in ("active", "activating", "reloading"),
+            "was_enabled": facts.state.enabled == "enabled"}
+    remote.write(f"{folder}/meta.json", json.dumps(meta))
+    return meta
+
+
+def revert(remote, unit_name: str, unit_path: str, env_path: str, health: GateSpec | None,
+           progress=lambda name, text: None) -> RevertResult:
+    """Restore the backup; `health` (the previous service's endpoint) confirms it answers."""
+    folder = backup_dir(unit_name)
+    meta_text = remote.read_text(f"{folder}/meta.json")
+    if meta_text is None:
+        return RevertResult(False, f"no backup in {folder}; {unit_name} left as the failed deploy made it")
+    meta = json.loads(meta_text)
+    try:
+        if not meta["had_unit"]:
+            return _remove_new(remote, unit_name, unit_path, env_path)
+        _restore_files(remote, folder, meta, unit_path, env_path)
+    except Exception as err:  # noqa: BLE001 - any failure here is reported as host state
+        return RevertResult(False, f"restoring {unit_path} failed ({err}); the host holds the new, "
+                                   f"failed unit or a mix; backup kept in {folder}")
+    if not meta["was_active"]:
+        remote.run(f"systemctl stop {q(unit_name)}", check=False)
+        return RevertResult(True, f"previous {unit_name} restored (it was not running, left stopped)")
+    remote.run(f"systemctl reset-failed {q(unit_name)} ; systemctl restart --no-block {q(unit_name)}",
+               check=False)
+    if health is None:
+        return RevertResult(True, f"previous {unit_name} restored and restarted (no endpoint to check)")
+    report = run_health(health, lambda: unit_state(remote, unit_name), progress=progress)
+    if report.passed:
+        return RevertResult(True, f"previous {unit_name} restored byte for byte, restarted and healthy "
+                                  f"({health.base_url})")
+    return RevertResult(False, f"previous {unit_name} restored byte for byte but NOT healthy after restart: "
+                               f"{report.failure.detail}; the service is down")
+
+
+def _restore_files(remote, folder: str, meta: dict, unit_path: str, env_path: str) -> None:
+    unit = remote.read(f"{folder}/unit")
+    remote.write(unit_path, unit)
+    if meta["had_env"]:
+        remote.write(env_path, remote.read(f"{folder}/env"), mode=0o600)
+    else:
+        remote.run(f"rm -f {q(env_path)}")
+    if remote.read(unit_path) != unit:
+        raise RuntimeError(f"{unit_path} differs from the backup after writing it")
+    remote.run("systemctl daemon-reload")
+
+
+def _remove_new(remote, unit_name: str, unit_path: str, env_path: str) -> RevertResult:
+    remote.run(f"systemctl disable --now {q(unit_name)}", check=False)
+    remote.run(f"rm -f {q(unit_path)} {q(env_path)} && systemctl daemon-reload && "
+               f"systemctl reset-failed {q(unit_name)} 2>/dev/null; true")
+    state = unit_state(remote, unit_name)
+    if state.active in ("active", "activating"):
+        return RevertResult(False, f"{unit_name} is still {state.active} after stop; stop it by hand")
+    return RevertResult(True, f"there was no previous unit: {unit_name} stopped, disabled and removed")

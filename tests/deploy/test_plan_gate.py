@@ -1,0 +1,114 @@
+"""Pure cores of deploy: facts parsing, planning (diffs, masking, no-change), gate decisions."""
+
+import base64
+
+from ddops.deploy.desired import env_value, unit_argv
+from ddops.deploy.facts import Facts, UnitState, parse_facts
+from ddops.deploy.gate import (GateSpec, check_acceptance, check_server_info, check_smoke, check_unit,
+                               endpoint)
+from ddops.deploy.history import next_dirname
+from ddops.deploy.plan import Desired, make_plan
+
+UNIT = "[Service]\nExecStart=/opt/ddops/venv/bin/python -m serving --model-path /m --host 0.0.0.0 --port 30001\n"
+ENV = "OMP_NUM_THREADS=1\nDDOPS_API_KEY=sk-very-secret\n"
+DESIRED = Desired("llm.service", "/etc/systemd/system/llm.service", UNIT, "/etc/ddops/llm.env", ENV,
+                  "cpu-ddtree", "abc123")
+
+
+def facts(unit=None, env=None, active="inactive", pending=None):
+    return Facts("llm.service", unit, env, UnitState(active=active), pending, (), 0)
+
+
+def test_fresh_host_plans_every_step_with_a_creating_diff():
+    plan = make_plan(DESIRED, facts())
+    actions = [s.action for s in plan.steps]
+    assert actions == ["write-unit", "write-env", "daemon-reload", "enable", "restart", "gate", "record"]
+    assert plan.changed and plan.unit_diff.startswith("--- /dev/null")
+
+
+def test_identical_files_on_a_running_service_is_no_change_and_restarts_nothing():
+    plan = make_plan(DESIRED, facts(UNIT, ENV, "active"))
+    assert plan.noop and not plan.changed and plan.unit_diff == plan.env_diff == ""
+
+
+def test_identical_files_but_service_down_plans_a_start_without_pushing():
+    plan = make_plan(DESIRED, facts(UNIT, ENV, "failed"))
+    assert [s.action for s in plan.steps] == ["restart", "gate", "record"]
+
+
+def test_changed_secret_is_masked_in_the_diff_but_still_a_change():
+    plan = make_plan(DESIRED, facts(UNIT, ENV.replace("sk-very-secret", "sk-old"), "active"))
+    assert plan.changed and plan.steps[0].action == "backup"
+    assert "sk-" not in plan.env_diff and "secret value changed: DDOPS_API_KEY" in plan.env_diff
+    assert plan.unit_diff == ""
+
+
+def test_unit_diff_shows_the_changed_line():
+    old = UNIT.replace("30001", "30000")
+    plan = make_plan(DESIRED, facts(old, ENV, "active"))
+    assert "-ExecStart=" in plan.unit_diff and "+ExecStart=" in plan.unit_diff and "30001" in plan.unit_diff
+
+
+def test_unfinished_deploy_is_recovered_first():
+    plan = make_plan(DESIRED, facts(UNIT, ENV, "active", pending={"profile": "cpu-ar"}))
+    assert [s.action for s in plan.steps] == ["recover"]
+
+
+def test_parse_facts_keeps_bytes_and_tells_missing_from_empty():
+    b64 = lambda t: "+" + base64.b64encode(t.encode()).decode()  # noqa: E731
+    out = (f"\n@@unit\n{b64(UNIT)}\n@@env\n+\n@@show\nActiveState=active\nSubState=running\n"
+           "NRestarts=2\nExecMainStartTimestampMonotonic=123\n@@pending\n\n@@history\n0001-a\n0002-b\n@@now\n17\n")
+    f = parse_facts("llm.service", out)
+    assert f.unit_text == UNIT and f.env_text == "" and f.pending is None
+    assert f.state.active == "active" and f.state.restarts == 2 and f.state.started_us == 123
+    assert f.history_ids == ("0001-a", "0002-b") and f.host_time == 17
+
+
+def test_unit_watch_fails_fast_on_crash_or_restart_loop():
+    assert check_unit(UnitState(active="activating", sub="start"), 0) is None
+    assert check_unit(UnitState(active="active", sub="running"), 0) is None
+    assert "failed" in check_unit(UnitState(active="failed", sub="failed"), 0)
+    assert "restarted" in check_unit(UnitState(active="activating", sub="auto-restart"), 0)
+    assert "restarted" in check_unit(UnitState(active="active", restarts=1), 0)
+
+
+def test_smoke_needs_several_tokens_of_non_empty_text():
+    ok = {"choices": [{"message": {"content": "Paris is"}}], "usage": {"completion_tokens": 5}}
+    assert check_smoke(200, ok) is None
+    assert check_smoke(200, {**ok, "choices": [{"message": {"content": "  "}}]}) == "empty text"
+    assert "1 completion token" in check_smoke(200, {**ok, "usage": {"completion_tokens": 1}})
+    assert check_smoke(400, {"error": {"message": "bad model"}}) == "HTTP 400 bad model"
+
+
+SPEC = GateSpec(base_url="http://h:1", model_path="/m", served_model="tiny", algorithm="DDTREE",
+                speculative=True, draft_path="/d", budget=16, uses_tree_budget=True)
+INFO = {"model_path": "/m", "speculative_algorithm": "DDTREE", "speculative_draft_model_path": "/d",
+        "speculative_ddtree_budget": 16, "internal_states": [{"avg_spec_accept_length": 2.4}]}
+
+
+def test_server_info_must_show_the_intended_model_method_and_budget():
+    assert check_server_info(INFO, SPEC) == []
+    assert check_acceptance(INFO, SPEC) is None
+    wrong = {**INFO, "speculative_algorithm": None, "speculative_ddtree_budget": 8, "model_path": "/x"}
+    problems = " ".join(check_server_info(wrong, SPEC))
+    assert "model_path" in problems and "None, expected DDTREE" in problems and "budget is 8" in problems
+
+
+def test_acceptance_must_exceed_one_only_for_speculative_methods():
+    flat = {**INFO, "internal_states": [{"avg_spec_accept_length": 1.0}]}
+    assert "not above 1" in check_acceptance(flat, SPEC)
+    assert check_acceptance(flat, GateSpec("u", "/m", "t", None, speculative=False)) is None
+    assert "no internal_states" in check_acceptance({}, SPEC)
+
+
+def test_endpoint_from_the_command_line():
+    argv = unit_argv(UNIT)
+    assert argv[:3] == ["/opt/ddops/venv/bin/python", "-m", "serving"]
+    assert endpoint(argv, "10.0.0.5") == "http://10.0.0.5:30001"
+    assert endpoint(["x", "--host", "10.1.1.1"], "10.0.0.5") == "http://10.1.1.1:30000"
+    assert env_value(ENV, "DDOPS_API_KEY") == "sk-very-secret"
+
+
+def test_history_ids_grow():
+    assert next_dirname((), 0).startswith("0001-19700101T")
+    assert next_dirname(("0001-x", "0009-y"), 0).startswith("0010-")
