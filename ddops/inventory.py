@@ -9,8 +9,8 @@
         gpu: {kind: RTX A6000, count: 2, memory_gb: 48}
         labels: {role: prod}
 
-Found in this order: an explicit path, $DDOPS_INVENTORY, ./inventory.yaml,
-$DDOPS_LAB_DIR/inventory.yaml (written by `ddops lab up`).
+Found in this order: an explicit path, $DDOPS_INVENTORY, ./inventory.yaml, lab/inventory.yaml
+of the source tree, $DDOPS_LAB_DIR/inventory.yaml (the last two written by `ddops lab up`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from ddops.profile.problems import located, schema_problem
 from ddops.profile.yamlfile import ConfigError, YamlDoc, dotted, problem, read_yaml
 
 DEFAULT_LAB_DIR = "/var/lib/ddops/lab"
+# `ddops lab up` run from a source tree writes here (docs/contracts.md section 4).
+REPO_LAB_INVENTORY = Path(__file__).resolve().parent.parent / "lab" / "inventory.yaml"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
@@ -82,7 +84,7 @@ def find_inventory(path: Path | None = None) -> Path | None:
         return Path(path)
     if os.environ.get("DDOPS_INVENTORY"):
         return Path(os.environ["DDOPS_INVENTORY"])
-    for candidate in (Path("inventory.yaml"), lab_dir() / "inventory.yaml"):
+    for candidate in (Path("inventory.yaml"), REPO_LAB_INVENTORY, lab_dir() / "inventory.yaml"):
         if candidate.is_file():
             return candidate
     return None
@@ -134,7 +136,7 @@ def _host(name: str, entry: object, defaults: dict, doc: YamlDoc, where: dict,
         merged["labels"] = {**base_labels, **own_labels}
     for key in ("ssh_key", "known_hosts"):
         if isinstance(merged.get(key), str):
-            merged[key] = (doc.path.parent / merged[key]).resolve()
+            merged[key] = (doc.path.parent / Path(merged[key]).expanduser()).resolve()
     try:
         return Host.model_validate(merged)
     except ValidationError as exc:
