@@ -1,5 +1,185 @@
+"""Day-2 commands: status, logs, history, rollback, diagnose."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
 import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_REVERT_FAILED, Holder, LockHeld,
+                          RecoveryFailed, execute, show)
+from ddops.deploy import history as host_history
+from ddops.deploy import ops
+from ddops.deploy.facts import journal
+from ddops.diagnose import diagnose as diagnose_text
+from ddops.inventory import load_inventory
+from ddops.profile.yamlfile import ConfigError
+from ddops.remote import RemoteError, connect
+
+HOST = typer.Option(..., "--host", help="inventory host name")
+UNIT = typer.Option(None, "--unit", help="unit name (default: the one ddops deployed there)")
+JSON = typer.Option(False, "--json", help="print one JSON document")
+INVENTORY = typer.Option(None, "--inventory", help="inventory file")
 
 
 def register(app: typer.Typer) -> None:
-    """Commands of this group are added here when the group lands."""
+    app.command("status")(status)
+    app.command("logs")(logs)
+    app.command("history")(history)
+    app.command("rollback")(rollback)
+    app.command("diagnose")(diagnose)
+
+
+def _hosts(names: list[str], inventory: Path | None):
+    try:
+        inv = load_inventory(inventory)
+        return [inv.host(n) for n in names] if names else list(inv.hosts.values())
+    except ConfigError as err:
+        _bad(str(err))
+
+
+def _open(name: str, inventory: Path | None):
+    [host] = _hosts([name], inventory)
+    try:
+        return connect(host)
+    except RemoteError as err:
+        _bad(str(err))
+
+
+def _bad(message: str) -> None:
+    show.error(message)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
+           all_hosts: bool = typer.Option(False, "--all", help="every inventory host"),
+           unit: Optional[str] = UNIT, as_json: bool = JSON,
+           inventory: Optional[Path] = INVENTORY) -> None:
+    """Unit state, profile, version, health and accepted length of ddops services."""
+    if not host and not all_hosts:
+        _bad("say which hosts: --host NAME or --all")
+    rows = []
+    for h in _hosts([host] if host else [], inventory):
+        try:
+            with connect(h) as remote:
+                units = [ops.pick_unit(remote, unit)] if unit else ops.units_on(remote)
+                rows += [ops.unit_status(remote, u).as_dict() for u in units]
+        except (RemoteError, ops.OpsError) as err:
+            rows.append({"host": h.name, "unit": None, "error": str(err)})
+    if as_json:
+        print(json.dumps({"units": rows}, indent=1))
+        return
+    table = Table(box=None, padding=(0, 2), header_style="bold")
+    for col in ("host", "unit", "state", "profile", "version", "health", "accept", "url"):
+        table.add_column(col)
+    for r in rows:
+        if r.get("error"):
+            table.add_row(r["host"], "-", "[red]unreachable[/red]", escape(r["error"]), "", "", "", "")
+            continue
+        accept = f"{r['accept_length']:.2f}" if r["accept_length"] else "-"
+        table.add_row(r["host"], r["unit"], f"{r['active']} ({r['sub']})", r["profile"] or "-",
+                      r["version"] or "-", r["health"], accept, r["url"] or "-")
+    show.console.print(table)
+
+
+def logs(host: str = HOST, lines: int = typer.Option(100, "-n", help="lines to show"),
+         follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new lines"),
+         unit: Optional[str] = UNIT, inventory: Optional[Path] = INVENTORY) -> None:
+    """The unit's journal on the host."""
+    with _open(host, inventory) as remote:
+        name = _unit(remote, unit)
+        cmd = ops.logs_command(name, lines, follow)
+        if follow:
+            try:
+                remote.connection.run(cmd, hide=False, warn=True, in_stream=False)
+            except KeyboardInterrupt:
+                pass
+            return
+        sys.stdout.write(remote.run(cmd, check=False).stdout)
+
+
+def history(host: str = HOST, unit: Optional[str] = UNIT, as_json: bool = JSON,
+            inventory: Optional[Path] = INVENTORY) -> None:
+    """Deploys recorded on the host, oldest first."""
+    with _open(host, inventory) as remote:
+        entries = host_history.entries(remote, ops.pick_unit(remote, unit) if unit else None)
+    rows = [{"id": e.id, "unit": e.unit_name, "profile": e.meta.get("profile"),
+             "hash": e.meta.get("hash"), "result": e.meta.get("result"),
+             "finished": e.meta.get("finished"), "by": (e.meta.get("holder") or {}).get("user"),
+             "diagnosis": [d["cause"] for d in e.meta.get("diagnosis", [])]} for e in entries]
+    if as_json:
+        print(json.dumps({"host": host, "entries": rows}, indent=1))
+        return
+    table = Table(box=None, padding=(0, 2), header_style="bold")
+    for col in ("id", "unit", "profile", "hash", "result", "when", "diagnosis"):
+        table.add_column(col)
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["finished"] or 0))
+        table.add_row(r["id"], r["unit"], r["profile"] or "-", (r["hash"] or "")[:12], r["result"] or "-",
+                      when, ", ".join(r["diagnosis"]))
+    show.console.print(table)
+
+
+def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", help="history entry id"),
+             unit: Optional[str] = UNIT, yes: bool = typer.Option(False, "--yes", "-y"),
+             as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
+    """Deploy an earlier history entry again (gated; reverted if it fails)."""
+    if not (yes or sys.stdin.isatty()):
+        _bad("refusing to roll back without --yes: no terminal to confirm on")
+    with _open(host, inventory) as remote:
+        try:
+            name = _unit(remote, unit)
+            entry = ops.rollback_entry(remote, name, to)
+            desired, spec = ops.desired_of(remote, entry)
+        except (ops.OpsError, FileNotFoundError) as err:
+            _bad(str(err))
+        if not as_json:
+            show.stage("rollback", f"{name} on {host} to entry {entry.id} ({desired.profile})")
+        if not yes and not typer.confirm("Apply?", default=False):
+            raise typer.Exit(EXIT_BAD_INPUT)
+        holder = Holder.here(f"ddops rollback --host {host} --to {entry.id}")
+        try:
+            outcome = execute(remote, desired, spec, holder,
+                              progress=(lambda *a: None) if as_json else show.progress)
+        except LockHeld as err:
+            show.error(str(err))
+            raise typer.Exit(EXIT_LOCKED)
+        except RecoveryFailed as err:
+            show.error(str(err))
+            raise typer.Exit(EXIT_REVERT_FAILED)
+    if as_json:
+        print(json.dumps({**outcome.as_dict(), "rolled_back_to": entry.id}, indent=1))
+    else:
+        show.outcome(outcome)
+    raise typer.Exit(outcome.code)
+
+
+def diagnose(host: str = HOST, unit: Optional[str] = UNIT,
+             lines: int = typer.Option(500, "-n", help="journal lines to read"),
+             as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
+    """Read the unit's journal and name the cause of a failure, with the next step."""
+    with _open(host, inventory) as remote:
+        name = _unit(remote, unit)
+        findings = diagnose_text(journal(remote, name, lines=lines))
+    if as_json:
+        print(json.dumps({"host": host, "unit": name, "findings": [f.as_dict() for f in findings]},
+                         indent=1))
+        return
+    if not findings:
+        show.console.print(f"{host} {name}: no known failure in the last {lines} journal lines")
+    for f in findings:
+        show.console.print(f"[yellow]{f.cause}[/yellow]: {escape(f.summary)}\n  next: "
+                           f"{escape(f.next_step)}\n  seen: {escape(f.evidence)}")
+
+
+def _unit(remote, unit: str | None) -> str:
+    try:
+        return ops.pick_unit(remote, unit)
+    except ops.OpsError as err:
+        _bad(str(err))

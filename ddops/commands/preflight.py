@@ -1,5 +1,94 @@
+"""`ddops preflight PROFILE [--host NAME]`: check a profile's files before starting anything.
+
+Model directories exist; for methods that need a draft (METHODS capability), the draft fits
+the target (ddops.preflight); with --host, every flag of the rendered command line is one the
+host's installed runtime knows (its own --help, so renamed SGLang flags are caught)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Optional
+
 import typer
+from rich.markup import escape
+
+from ddops.deploy import EXIT_BAD_INPUT, EXIT_OK, show
+from ddops.inventory import load_inventory
+from ddops.preflight import (LocalFiles, PreflightError, Problem, RemoteFiles, check_model_dir,
+                             check_pair, read_pair)
+from ddops.profile import load_profile
+from ddops.profile.yamlfile import ConfigError
+from ddops.remote import RemoteError, connect
+from ddops.render import command_line
 
 
 def register(app: typer.Typer) -> None:
-    """Commands of this group are added here when the group lands."""
+    app.command("preflight")(preflight)
+
+
+def preflight(profile: str = typer.Argument(..., help="profile name or YAML path"),
+              host: Optional[str] = typer.Option(None, "--host", help="read the files on this host"),
+              models: Optional[Path] = typer.Option(
+                  None, "--models", help="check local copies: DIR/<basename of each model path>"),
+              as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+              profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir"),
+              inventory: Optional[Path] = typer.Option(None, "--inventory")) -> None:
+    """Draft/target config check and flag check; starts nothing. Exit 0 fits, 2 does not."""
+    try:
+        prof = load_profile(profile, profiles_dir)
+        target = load_inventory(inventory).host(host) if host else None
+    except ConfigError as err:
+        _finish(as_json, profile, host, [Problem("profile", str(err))])
+    argv = command_line(prof)
+    try:
+        if target is None:
+            problems = check_profile(prof, LocalFiles(), models)
+        else:
+            with connect(target) as remote:
+                problems = check_profile(prof, RemoteFiles(remote)) + check_flags(remote, argv)
+    except (PreflightError, RemoteError) as err:
+        problems = [Problem("files", str(err))]
+    _finish(as_json, prof.name, host, problems)
+
+
+def check_profile(prof, files, models: Path | None = None) -> list[Problem]:
+    where = (lambda p: str(models / Path(p).name)) if models else (lambda p: p)  # noqa: E731
+    target = where(prof.model.path)
+    problems = check_model_dir(files, target, "target")
+    draft = prof.speculative.draft_model_path
+    if prof.method.needs_draft and draft:
+        problems += check_model_dir(files, where(draft), "draft")
+        if not problems:
+            problems += check_pair(read_pair(files, target, where(draft)))
+    return problems
+
+
+def check_flags(remote, argv: list[str]) -> list[Problem]:
+    """Every --flag in argv appears in the installed runtime's --help."""
+    runtime = " ".join(shlex.quote(a) for a in argv[:3])
+    result = remote.run(f"{runtime} --help", check=False, timeout=180)
+    if not result.ok:
+        return [Problem("runtime", f"`{runtime} --help` exited {result.exit_code} on the host: "
+                                   f"{(result.stderr or result.stdout).strip()[-200:]}")]
+    known = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9_-]*", result.stdout))
+    return [Problem("flag", f"{flag} is not accepted by the installed runtime ({runtime})")
+            for flag in argv[3:] if flag.startswith("--") and flag not in known]
+
+
+def _finish(as_json: bool, profile: str, host: str | None, problems: list[Problem]) -> None:
+    code = EXIT_BAD_INPUT if problems else EXIT_OK
+    if as_json:
+        print(json.dumps({"profile": profile, "host": host, "ok": not problems, "exit_code": code,
+                          "problems": [{"key": p.key, "reason": p.reason} for p in problems]}, indent=1))
+        raise typer.Exit(code)
+    where = f"on {host}" if host else "locally"
+    for p in problems:
+        show.console.print(f"[red]problem[/red] {escape(str(p))}")
+    if problems:
+        show.console.print(f"[red]{profile}: preflight failed {where}[/red] ({len(problems)} problem(s))")
+    else:
+        show.console.print(f"[green]{profile}: preflight passed {where}[/green]")
+    raise typer.Exit(code)

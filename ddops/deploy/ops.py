@@ -1,0 +1,117 @@
+"""Day-2 operations on one host: which ddops units it has, their status, rollback targets.
+Used by `ddops status|logs|history|rollback|diagnose`."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass
+
+import httpx
+
+from ddops.deploy import history
+from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
+from ddops.deploy.facts import STATE, UnitState, unit_state
+from ddops.deploy.gate import GateSpec, accept_length, endpoint
+from ddops.deploy.plan import Desired
+from ddops.render import read_header
+
+
+class OpsError(Exception):
+    """Bad input for an operation (unknown unit, no such history entry): exit 2."""
+
+
+def units_on(remote) -> list[str]:
+    out = remote.run(f"ls {STATE}/history 2>/dev/null || true").stdout
+    return sorted(out.split())
+
+
+def pick_unit(remote, unit: str | None) -> str:
+    if unit:
+        return unit if unit.endswith(".service") else f"{unit}.service"
+    units = units_on(remote)
+    if len(units) == 1:
+        return units[0]
+    if not units:
+        raise OpsError(f"{remote.host.name}: ddops has deployed nothing here yet")
+    raise OpsError(f"{remote.host.name}: several units ({', '.join(units)}); pass --unit")
+
+
+@dataclass(frozen=True)
+class UnitStatus:
+    host: str
+    unit: str
+    active: str
+    sub: str
+    restarts: int
+    profile: str | None
+    hash: str | None
+    version: str | None
+    url: str | None
+    health: str                  # "200", "503", "unreachable", "-"
+    accept_length: float | None
+    model: str | None
+    algorithm: str | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def unit_status(remote, unit: str) -> UnitStatus:
+    unit_text = remote.read_text(f"/etc/systemd/system/{unit}")
+    head = read_header(unit_text or "")
+    argv = unit_argv(unit_text)
+    state: UnitState = unit_state(remote, unit)
+    url = endpoint(argv, remote.host.address) if argv else None
+    env_path = _env_file(unit_text)
+    key = env_value(remote.read_text(env_path), API_KEY_ENV) if env_path else None
+    health, info = _probe(url, key) if url else ("-", {})
+    return UnitStatus(remote.host.name, unit, state.active, state.sub, state.restarts,
+                      head.get("profile"), head.get("hash"), head.get("version"), url, health,
+                      accept_length(info), info.get("model_path"), info.get("speculative_algorithm"))
+
+
+def _env_file(unit_text: str | None) -> str | None:
+    for line in (unit_text or "").splitlines():
+        if line.startswith("EnvironmentFile="):
+            return line.split("=", 1)[1].lstrip("-").strip()
+    return None
+
+
+def _probe(url: str, key: str | None) -> tuple[str, dict]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with httpx.Client(base_url=url, headers=headers, trust_env=False, timeout=5) as client:
+            health = client.get("/health").status_code
+            info = client.get("/server_info") if health == 200 else None
+            return str(health), (info.json() if info is not None and info.status_code == 200 else {})
+    except (httpx.HTTPError, ValueError):
+        return "unreachable", {}
+
+
+def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
+    """`--to ID`, or the newest passed entry that differs from what the unit runs now."""
+    entries = history.entries(remote, unit)
+    if to is not None:
+        for entry in entries:
+            if entry.id == to.zfill(4):
+                return entry
+        known = ", ".join(e.id for e in entries) or "none"
+        raise OpsError(f"{remote.host.name}: no history entry {to} for {unit} (known: {known})")
+    current = read_header(remote.read_text(f"/etc/systemd/system/{unit}") or "").get("hash")
+    for entry in reversed(entries):
+        if entry.meta.get("result") == "passed" and entry.meta.get("hash") != current:
+            return entry
+    raise OpsError(f"{remote.host.name}: no earlier passed deploy of {unit} to roll back to")
+
+
+def desired_of(remote, entry: history.Entry) -> tuple[Desired, GateSpec]:
+    unit_text, env_text = history.files(remote, entry)
+    meta = entry.meta
+    desired = Desired(entry.unit_name, meta["unit_path"], unit_text, meta["env_path"], env_text,
+                      meta.get("profile", "?"), meta.get("hash", ""))
+    return desired, GateSpec.from_dict(meta["gate_spec"])
+
+
+def logs_command(unit: str, lines: int, follow: bool) -> str:
+    return (f"journalctl -u {shlex.quote(unit)} -n {int(lines)} --no-pager -o short-iso"
+            + (" -f" if follow else ""))
