@@ -41,6 +41,12 @@ CATALOG: tuple[Rule, ...] = (
          "pair the draft with the target it was trained for (run `ddops preflight PROFILE --host "
          "HOST`), or deploy without speculation"),
     Rule("draft-target-width-mismatch",
+         r"draft expects (?P<expects>\d+) = [^;]*? but the target (provides|captured) "
+         r"(?P<provides>[^;]+?)(;|$| features)",
+         "the draft's fc expects {expects} input features but the target provides {provides}",
+         "pair the draft with the target it was trained for (run `ddops preflight PROFILE --host "
+         "HOST`), or deploy without speculation"),
+    Rule("draft-target-width-mismatch",
          r"mat1 and mat2 shapes cannot be multiplied \((?P<shapes>[^)]*)\)",
          "a matmul got incompatible shapes ({shapes}): the draft's fc input width does not match "
          "the hidden states captured from the target",

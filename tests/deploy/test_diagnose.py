@@ -28,6 +28,13 @@ CASES = [
     ("ddops-serve: preflight failed: draft fc input width 96 does not match target: "
      "3 target layers x hidden 48 = 144",
      "draft-target-width-mismatch", "preflight"),
+    # our runtime's start-up preflight (serving/spec/preflight.py), as the unit logs it
+    ("PreflightError: draft expects 96 = 2 layers x 48 but the target provides 2 x 64 = 128; "
+     "draft hidden_size 48 but the target hidden_size is 64 (embeddings and lm_head are shared)",
+     "draft-target-width-mismatch", "preflight"),
+    ("serving.spec.preflight.PreflightError: draft expects 128 = 2 layers x 64 but the target "
+     "captured 192 features per token",
+     "draft-target-width-mismatch", "pair the draft"),
     ("OSError: /var/lib/ddops/models/gone does not appear to have a file named config.json.",
      "model-path-missing", "push-model"),
     ("FileNotFoundError: [Errno 2] No such file or directory: "
@@ -61,6 +68,11 @@ def test_each_real_message_maps_to_its_cause(journal, cause, hint):
     assert finding.cause == cause
     assert hint in finding.next_step
     assert finding.evidence and finding.evidence in journal
+
+
+def test_runtime_preflight_numbers_reach_the_summary():
+    finding = primary(CASES[6][0])
+    assert "expects 96" in finding.summary and "2 x 64 = 128" in finding.summary
 
 
 def test_newer_wording_carries_the_minimum_fraction_into_the_summary():
