@@ -1,0 +1,1 @@
+"""Runtime install and file push for hosts without internet: wheelhouse, install-runtime, push-model."""

@@ -1,0 +1,71 @@
+"""`install-runtime`: put the bundled runtime into /opt/ddops/venv on a host with no index access.
+
+Only what the host lacks travels: dependency wheels whose name==version is not installed in the
+host's venv yet (none on a lab host booted from the runtime layer), plus the project wheel when
+its source hash differs from the one recorded on the host.
+"""
+
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass
+
+from ddops.install.sync import sync_files
+from ddops.install.wheelhouse import Bundle, normalize, wheel_identity
+from ddops.remote import Remote
+
+VENV = "/opt/ddops/venv"
+PYTHON = f"{VENV}/bin/python"
+WHEEL_DIR = "/var/lib/ddops/wheelhouse"
+MARKER = f"{VENV}/.ddops-source-sha256"
+
+
+@dataclass(frozen=True)
+class InstallReport:
+    host: str
+    venv_created: bool
+    dependencies_installed: tuple[str, ...]   # wheel file names pushed and installed
+    project_installed: bool                   # False: the same sources were already installed
+    check: str                                # first line of `python -m serving --help`
+
+
+def installed_distributions(remote: Remote) -> set[tuple[str, str]]:
+    """(normalized name, version) of every distribution in the host's venv, from its dist-info dirs."""
+    out = remote.run(f"ls -d {VENV}/lib/python3*/site-packages/*.dist-info 2>/dev/null || true").stdout
+    found = set()
+    for line in out.split():
+        match = re.match(r"(.+?)-([^-]+)\.dist-info$", posixpath.basename(line))
+        if match:
+            found.add((normalize(match.group(1)), match.group(2)))
+    return found
+
+
+def missing_wheels(bundle: Bundle, installed: set[tuple[str, str]]) -> list:
+    """Pure: the dependency wheels whose exact name==version the host does not have."""
+    return [w for w in bundle.wheelhouse.wheels if wheel_identity(w) not in installed]
+
+
+def install_runtime(remote: Remote, bundle: Bundle, log=print) -> InstallReport:
+    venv_created = not remote.exists(PYTHON)
+    if venv_created:
+        log(f"  {remote.host.name}: creating {VENV}")
+        remote.run(f"python3 -m venv {VENV}", timeout=300)
+    missing = missing_wheels(bundle, installed_distributions(remote))
+    files = {w.name: w for w in missing}
+    files[bundle.project_wheel.name] = bundle.project_wheel
+    if missing:
+        files["requirements.txt"] = bundle.wheelhouse.requirements
+    log(f"  {remote.host.name}: pushing {len(files)} wheel(s) to {WHEEL_DIR}")
+    sync_files(remote, files, WHEEL_DIR, log=lambda _: None)
+    pip = f"{PYTHON} -m pip install -q --disable-pip-version-check --no-index"
+    if missing:
+        log(f"  {remote.host.name}: installing {len(missing)} dependency wheel(s) (torch takes ~40 s)")
+        remote.run(f"{pip} --find-links {WHEEL_DIR} -r {WHEEL_DIR}/requirements.txt", timeout=1200)
+    project_installed = (remote.read_text(MARKER) or "").strip() != bundle.project_sha256
+    if project_installed:
+        wheel = shlex.quote(posixpath.join(WHEEL_DIR, bundle.project_wheel.name))
+        remote.run(f"{pip} --no-deps --force-reinstall {wheel}", timeout=300)
+        remote.write(MARKER, bundle.project_sha256 + "\n")
+    check = remote.run(f"{PYTHON} -m serving --help", timeout=120).stdout
+    return InstallReport(remote.host.name, venv_created, tuple(w.name for w in missing), project_installed,
+                         next((line.strip() for line in check.splitlines() if line.strip()), ""))

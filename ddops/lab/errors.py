@@ -1,0 +1,13 @@
+"""Errors of the lab and install parts: one line naming what failed and why."""
+
+
+class LabError(Exception):
+    """A lab operation failed; the message is one line with the cause and, where useful, a hint."""
+
+    exit_code = 1
+
+
+class NotRootError(LabError):
+    """The lab creates namespaces, bridges and containers: only root may do that."""
+
+    exit_code = 2

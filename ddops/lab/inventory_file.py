@@ -1,0 +1,62 @@
+"""The inventory `lab up` writes: every running lab host, its address, key and known_hosts.
+
+Shape read by ddops.inventory.load_inventory: `hosts: {name: {address, ssh_port, ssh_user,
+ssh_key, known_hosts, gpu, labels}}`.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ddops.lab.keys import write_atomic
+from ddops.lab.layout import HostSlot, LabLayout
+
+HEADER = "# Written by `ddops lab up`; rewritten on every lab up/down. Lab state: {state}\n"
+
+
+def render(layout: LabLayout, slots: list[HostSlot]) -> str:
+    hosts = {}
+    for slot in sorted(slots, key=lambda s: s.address):
+        hosts[slot.name] = {
+            "address": slot.address,
+            "ssh_port": 22,
+            "ssh_user": "root",
+            "ssh_key": str(layout.client_key),
+            "known_hosts": str(layout.known_hosts),
+            "gpu": None,
+            "labels": {"lab": layout.prefix, "runtime": "none" if slot.bare else "bundled"},
+        }
+    return HEADER.format(state=layout.state_dir) + yaml.safe_dump({"hosts": hosts}, sort_keys=False)
+
+
+def write(layout: LabLayout, slots: list[HostSlot]) -> Path:
+    layout.inventory.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(layout.inventory, render(layout, slots), 0o644)
+    return layout.inventory
+
+
+def remove(layout: LabLayout) -> None:
+    """Only an inventory this lab wrote (never a hand-written one at the same path)."""
+    path = layout.inventory
+    if path.is_file() and path.read_text().startswith(HEADER.format(state=layout.state_dir)):
+        path.unlink()
+
+
+@dataclass(frozen=True)
+class LabHost:
+    """Stand-in for ddops.inventory.Host with the same fields (used only while that module is absent)."""
+
+    name: str
+    address: str
+    ssh_port: int
+    ssh_user: str
+    ssh_key: str
+    known_hosts: str
+    gpu: str | None
+    labels: dict
+
+
+def read_hosts(path: Path) -> dict[str, LabHost]:
+    data = yaml.safe_load(path.read_text())
+    return {name: LabHost(name=name, **fields) for name, fields in data["hosts"].items()}
