@@ -11,8 +11,8 @@ from rich.table import Table
 from ddops.deploy.apply import Outcome
 from ddops.deploy.plan import Plan
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 RESULT_STYLE = {"deployed": "green", "unchanged": "green", "reverted": "yellow",
                 "failed": "red", "revert-failed": "bold red", "locked": "red"}
