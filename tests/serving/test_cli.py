@@ -1,0 +1,75 @@
+"""The runtime's command line: SGLang spellings, contradictions exit 2 naming the flag."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from serving.config import parse_args, resolve
+from serving.models import read_model_config
+
+
+def test_defaults_and_aliases(tiny_llama):
+    args = parse_args(["--model-path", f"{tiny_llama}/", "--speculative-algorithm", "ddtree",
+                       "--speculative-draft-model", "/d", "--speculative-dflash-block-size", "8"], environ={})
+    assert args.served_model_name == tiny_llama.name
+    assert (args.host, args.port, args.api_key) == ("127.0.0.1", 30000, None)
+    assert args.speculative_draft_model_path == "/d" and args.speculative_num_draft_tokens == 8
+    assert args.public()["speculative_algorithm"] == "DDTREE"
+
+
+def test_api_key_from_environment_and_never_reported():
+    args = parse_args(["--model-path", "m"], environ={"DDOPS_API_KEY": "s3cret"})
+    assert args.api_key == "s3cret"
+    assert "s3cret" not in json.dumps(args.public())
+    assert parse_args(["--model-path", "m", "--api-key", "k"], environ={"DDOPS_API_KEY": "x"}).api_key == "k"
+
+
+def test_resolve_fills_context_dtype_device(tiny_llama):
+    config = read_model_config(tiny_llama)
+    args = resolve(parse_args(["--model-path", str(tiny_llama)], environ={}), config, cuda_available=False)
+    assert (args.device, args.dtype, args.context_length) == ("cpu", "float32", config.max_position_embeddings)
+    on_gpu = resolve(parse_args(["--model-path", "m", "--context-length", "64"], environ={}), config, True)
+    assert (on_gpu.device, on_gpu.dtype, on_gpu.context_length) == ("cuda", "float32", 64)
+    with pytest.raises(ValueError, match="--device cuda"):
+        resolve(parse_args(["--model-path", "m", "--device", "cuda"], environ={}), config, False)
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--bogus", "1"], "--bogus"),
+    (["--speculative-draft-model-path", "/d"], "--speculative-draft-model-path"),
+    (["--speculative-ddtree-budget", "4"], "--speculative-ddtree-budget"),
+    (["--speculative-algorithm", "DFLASH"], "--speculative-draft-model-path"),
+    (["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "/d",
+      "--speculative-ddtree-budget", "4"], "--speculative-ddtree-budget"),
+    (["--speculative-algorithm", "EAGLE9"], "--speculative-algorithm"),
+    (["--mem-fraction-static", "1.5"], "--mem-fraction-static"),
+    (["--context-length", "0"], "--context-length"),
+    (["--dtype", "int4"], "--dtype"),
+])
+def test_bad_flags_exit_2_naming_the_flag(flags, named, capsys):
+    with pytest.raises(SystemExit) as info:
+        parse_args(["--model-path", "m", *flags], environ={})
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err
+
+
+def test_process_exits_2_on_unknown_flag():
+    run = subprocess.run([sys.executable, "-m", "serving", "--model-path", "m", "--no-such-flag"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--no-such-flag" in run.stderr
+
+
+def test_process_reports_a_broken_checkpoint_before_listening(tiny_llama, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((tiny_llama / "config.json").read_text())
+    run = subprocess.run([sys.executable, "-m", "serving", "--model-path", str(broken), "--port", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"error: {broken}: missing file model.safetensors " \
+                                 f"(or model.safetensors.index.json for a sharded checkpoint)"

@@ -1,0 +1,135 @@
+"""Our decoder against the transformers reference on the same tiny checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from serving.models import KVCache
+from serving.tools.tiny import write_tiny
+from tests.serving.conftest import load
+
+transformers = pytest.importorskip("transformers")
+PROMPT = torch.tensor([5, 17, 42, 99, 3, 250, 7, 311, 64, 12, 400, 8, 77, 200, 33, 21])
+
+
+def reference_logits(path, dtype=torch.float32, tokens=PROMPT):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    with torch.no_grad():
+        out = hf(tokens[None], output_hidden_states=True)
+    return out.logits[0].float(), out.hidden_states
+
+
+def our_logits(model, tokens=PROMPT, capture=()):
+    cache = model.new_cache(64)
+    return model.forward(tokens, torch.arange(len(tokens)), cache, capture=capture)
+
+
+@pytest.mark.parametrize("arch,rope", [("llama", "none"), ("llama", "llama3"), ("llama", "linear"),
+                                       ("qwen3", "none")])
+def test_logits_match_transformers(tmp_path, arch, rope):
+    path = write_tiny(tmp_path / arch, arch=arch, rope_scaling=rope)
+    ours, _ = our_logits(load(path))
+    ref, _ = reference_logits(path)
+    assert ours.dtype == torch.float32 and ours.shape == ref.shape
+    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_rope_scaling_changes_logits(tmp_path):
+    # guards the test above: scaling must matter at these positions, or it would prove nothing
+    plain, _ = our_logits(load(write_tiny(tmp_path / "a", rope_scaling="none")))
+    scaled, _ = our_logits(load(write_tiny(tmp_path / "b", rope_scaling="llama3")))
+    assert (plain - scaled).abs().max() > 1e-2
+
+
+def test_sharded_qwen3_matches_transformers_and_captures_layers(tiny_qwen3):
+    model = load(tiny_qwen3)
+    ours, hidden = our_logits(model, capture=(2, 0))
+    ref, states = reference_logits(tiny_qwen3)
+    torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+    H = model.config.hidden_size
+    assert hidden.shape == (len(PROMPT), 2 * H)
+    # capture order is the caller's; layer k's output is HF hidden_states[k + 1]
+    torch.testing.assert_close(hidden[:, :H], states[3][0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(hidden[:, H:], states[1][0], atol=1e-4, rtol=1e-4)
+
+
+def test_bf16_checkpoint_loads_in_bf16_and_fp32(tmp_path):
+    path = write_tiny(tmp_path / "bf16", arch="qwen3", dtype="bfloat16")
+    ref, _ = reference_logits(path, dtype=torch.float32)
+    as_fp32, _ = our_logits(load(path, torch.float32))
+    torch.testing.assert_close(as_fp32, ref, atol=1e-4, rtol=1e-4)
+    model = load(path, torch.bfloat16)
+    assert model.dtype == torch.bfloat16
+    as_bf16, _ = our_logits(model)
+    assert as_bf16.dtype == torch.float32
+    assert (as_bf16.argmax(-1) == ref.argmax(-1)).float().mean() > 0.8
+
+
+def test_tied_embeddings_share_the_embedding_table(llama_model, tiny_qwen3):
+    assert llama_model.config.tie_word_embeddings
+    assert llama_model.lm_head_weight.data_ptr() == llama_model.embed_tokens.weight.data_ptr()
+    qwen = load(tiny_qwen3)
+    assert qwen.lm_head_weight.data_ptr() != qwen.embed_tokens.weight.data_ptr()
+
+
+def test_embed_and_lm_head_compose_to_forward(llama_model):
+    tokens = PROMPT[:1]
+    logits, hidden = our_logits(llama_model, tokens, capture=(llama_model.config.num_hidden_layers - 1,))
+    assert llama_model.embed(tokens).shape == (1, llama_model.config.hidden_size)
+    torch.testing.assert_close(llama_model.lm_head(llama_model.norm(hidden)), logits)
+
+
+def test_kv_cache_decode_equals_full_forward(llama_model):
+    full, _ = our_logits(llama_model)
+    cache = llama_model.new_cache(64)
+    rows = []
+    first, _ = llama_model.forward(PROMPT[:6], torch.arange(6), cache)
+    cache.commit(6)
+    rows.append(first)
+    for i in range(6, len(PROMPT)):
+        logits, _ = llama_model.forward(PROMPT[i:i + 1], torch.tensor([i]), cache)
+        assert cache.length == i          # forward never moves the length
+        cache.commit(1)
+        rows.append(logits)
+    torch.testing.assert_close(torch.cat(rows), full, atol=1e-5, rtol=1e-5)
+
+
+def test_last_only_returns_the_last_row(llama_model):
+    full, _ = our_logits(llama_model)
+    last, _ = llama_model.forward(PROMPT, torch.arange(len(PROMPT)), llama_model.new_cache(64), last_only=True)
+    torch.testing.assert_close(last, full[-1:])
+
+
+def test_tree_mask_and_keep_equal_the_chosen_causal_path(llama_model):
+    """Two branches after a shared prefix; keeping one branch equals decoding it causally."""
+    prefix, branch_a, branch_b = PROMPT[:5], PROMPT[5:8], torch.tensor([300, 301, 302])
+    cache = llama_model.new_cache(64)
+    llama_model.forward(prefix, torch.arange(5), cache)
+    cache.commit(5)
+    # rows: a0 a1 a2 b0 b1 b2 at depths 0..2 each; each branch sees only its own ancestors
+    tokens = torch.cat([branch_a, branch_b])
+    positions = torch.tensor([5, 6, 7, 5, 6, 7])
+    chain = torch.ones(3, 3, dtype=torch.bool).tril()
+    tree = torch.zeros(6, 6, dtype=torch.bool)
+    tree[:3, :3], tree[3:, 3:] = chain, chain
+    tree_logits, _ = llama_model.forward(tokens, positions, cache, tree_mask=tree)
+    causal, _ = our_logits(llama_model, torch.cat([prefix, branch_b]))
+    torch.testing.assert_close(tree_logits[3:], causal[5:], atol=1e-5, rtol=1e-5)
+    cache.keep([3, 4, 5])
+    assert cache.length == 8
+    after, _ = llama_model.forward(torch.tensor([9]), torch.tensor([8]), cache)
+    expected, _ = our_logits(llama_model, torch.cat([prefix, branch_b, torch.tensor([9])]))
+    torch.testing.assert_close(after[0], expected[-1], atol=1e-5, rtol=1e-5)
+
+
+def test_kv_cache_rejects_overflow_and_bad_truncate():
+    cache = KVCache(num_layers=1, num_kv_heads=1, head_dim=2, capacity=4)
+    cache.write(0, torch.zeros(1, 3, 2), torch.zeros(1, 3, 2))
+    cache.commit(3)
+    with pytest.raises(ValueError, match="capacity 4"):
+        cache.write(0, torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
+    with pytest.raises(ValueError):
+        cache.truncate(5)
+    cache.truncate(1)
+    assert cache.length == 1
