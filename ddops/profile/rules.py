@@ -48,7 +48,7 @@ def _runtime(profile: Profile) -> list[tuple[str, str]]:
             others = [n for n, r in RUNTIMES.items() if r.flag_for(key) is not None]
             found.append((key, f"runtime {profile.runtime} has no flag for this setting "
                                f"(supported by: {', '.join(others)})"))
-    if profile.sglang_version is not None and runtime.module != RUNTIMES["sglang"].module:
+    if profile.sglang_version is not None and not runtime.versioned_flags:
         found.append(("sglang_version", f"set, but runtime is {profile.runtime}"))
     return found
 

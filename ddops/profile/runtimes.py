@@ -31,6 +31,8 @@ class Runtime:
     # SGLang reads the API key only from --api-key; the bundled runtime reads DDOPS_API_KEY.
     api_key_in_argv: bool
     needs_gpu: bool
+    # Flag spellings change between releases, so a profile may pin the version it targets.
+    versioned_flags: bool
 
     def flag_for(self, key: str) -> Flag | None:
         return next((f for f in self.flags if f.key == key), None)
@@ -73,6 +75,7 @@ SGLANG = Runtime(
     ),
     api_key_in_argv=True,
     needs_gpu=True,
+    versioned_flags=True,
 )
 
 BUNDLED = Runtime(
@@ -91,6 +94,7 @@ BUNDLED = Runtime(
     ),
     api_key_in_argv=False,
     needs_gpu=False,
+    versioned_flags=False,
 )
 
 RUNTIMES: dict[str, Runtime] = {"sglang": SGLANG, "bundled": BUNDLED}

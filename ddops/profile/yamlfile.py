@@ -47,10 +47,9 @@ def dotted(path: KeyPath) -> str:
 
 
 def problem(file: str, key: str | None, reason: str, line: int | None = None) -> str:
-    where = f" {key}" if key else ""
-    at = f" (line {line})" if line else ""
-    sep = ":" if (key or line) else ""
-    return f"{file}:{where}{at}{sep} {reason}" if sep else f"{file}: {reason}"
+    """`<file>: <key.path> (line N): <reason>`, leaving out the parts not known."""
+    where = " ".join(part for part in (key, f"(line {line})" if line else None) if part)
+    return f"{file}: {where}: {reason}" if where else f"{file}: {reason}"
 
 
 def read_yaml(path: Path) -> tuple[YamlDoc | None, list[str]]:
