@@ -82,5 +82,140 @@ def shadow_compare(
     _run(_output(json_doc, json_events), body)
 
 
+
+
+def _connector(inventory: Path | None):
+    """host name -> open Remote (a context manager), through the inventory."""
+    from ddops.inventory import load_inventory
+    from ddops.remote import connect
+    hosts = load_inventory(inventory)
+    return lambda name: connect(hosts.host(name))
+
+
+def _progress(out: Output):
+    return lambda stage, text: out.event("stage", f"{stage}: {text}", stage=stage)
+
+
+@shadow_app.command("start")
+def shadow_start(
+    profile: Annotated[str, typer.Argument(help="Candidate profile (name or YAML path).")],
+    host: Host,
+    port: Annotated[Optional[int], typer.Option("--port", help="Shadow port (default: the profile's port + 1).")] = None,
+    production_host: Annotated[Optional[str], typer.Option("--production-host", help="Where production runs (default: --host).")] = None,
+    production_unit: Annotated[Optional[str], typer.Option("--production-unit", help="Production unit (default: the profile's unit).")] = None,
+    inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
+) -> None:
+    """Deploy PROFILE as <service>-shadow beside production, gated like a deploy."""
+    from ddops.rollout import shadow
+
+    def body(out: Output) -> int:
+        connect = _connector(inventory)
+        _consent(yes, f"Start {profile} as a shadow on {host}?", out)
+        done = shadow.start(profile, host, port=port, production_host=production_host,
+                            production_unit=production_unit, inventory=inventory,
+                            connect=connect, progress=_progress(out))
+        return _lifecycle(out, done)
+
+    _run(_output(json_doc, json_events), body)
+
+
+@shadow_app.command("promote")
+def shadow_promote(inventory: Inventory = None, yes: Yes = False, json_doc: Json = False,
+                   json_events: Events = False) -> None:
+    """Switch production to the shadow's profile (gated, reverted on failure), then remove the shadow."""
+    from ddops.rollout import shadow
+
+    def body(out: Output) -> int:
+        connect = _connector(inventory)
+        _consent(yes, "Make the shadow's profile production?", out)
+        return _lifecycle(out, shadow.promote(inventory=inventory, connect=connect,
+                                              progress=_progress(out)))
+
+    _run(_output(json_doc, json_events), body)
+
+
+@shadow_app.command("abort")
+def shadow_abort(inventory: Inventory = None, yes: Yes = False, json_doc: Json = False,
+                 json_events: Events = False) -> None:
+    """Remove the shadow; production is not touched."""
+    from ddops.rollout import shadow
+
+    def body(out: Output) -> int:
+        connect = _connector(inventory)
+        _consent(yes, "Remove the shadow?", out)
+        return _lifecycle(out, shadow.abort(connect=connect))
+
+    _run(_output(json_doc, json_events), body)
+
+
+@shadow_app.command("status")
+def shadow_status(json_doc: Json = False) -> None:
+    """Show the recorded shadow (read-only)."""
+    from ddops.rollout.records import load_shadow
+
+    def body(out: Output) -> int:
+        record = load_shadow()
+        out.event("stage", f"shadow: {record.to_dict() if record else 'none recorded'}")
+        return out.finish(OK, {"shadow": record.to_dict() if record else None})
+
+    _run(_output(json_doc, False), body)
+
+
+def _consent(yes: bool, question: str, out: Output) -> None:
+    from ddops.rollout.ci import consent
+    if not consent(yes, question, out):
+        raise BadInput("declined at the prompt; nothing changed")
+
+
+def _lifecycle(out: Output, done) -> int:
+    colour = "green" if done.code == OK else "red"
+    out.event("result", f"[{colour}]{done.status}[/]: {done.detail}")
+    return out.finish(done.code, done.to_dict())
+
+
+def switch_command(
+    profile: Annotated[str, typer.Argument(help="Profile to switch to (name or YAML path).")],
+    host: Host,
+    unit: Annotated[Optional[str], typer.Option("--unit", help="Unit to switch away from (default: the running one).")] = None,
+    gpu_timeout: Annotated[float, typer.Option("--gpu-timeout", help="Seconds to wait for the GPU to be free.")] = 60.0,
+    results_dir: Annotated[Optional[Path], typer.Option("--results-dir", help="Where to save the JSON result.")] = None,
+    inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
+) -> None:
+    """Switch a single-GPU host to PROFILE: snapshot, stop, check the GPU, start, gate, revert on failure."""
+    from ddops.rollout import hostops
+    from ddops.rollout.records import save_result
+    from ddops.rollout.switch import switch
+
+    def body(out: Output) -> int:
+        target = hostops.load_target(profile, host, inventory=inventory)
+        _consent(yes, f"Switch {host} to {profile} (the running server stops first)?", out)
+        with _connector(inventory)(host) as remote:
+            report = switch(remote, target, unit=unit, command=f"ddops switch {profile} --host {host}",
+                            gpu_timeout_s=gpu_timeout, progress=_progress(out))
+        doc = report.as_dict()
+        doc["results_file"] = str(save_result("switch", doc, results_dir))
+        colour = "green" if report.code == OK else "red"
+        out.event("result", f"[{colour}]{report.status}[/]: {report.detail}")
+        return out.finish(report.code, doc)
+
+    _run(_output(json_doc, json_events), body)
+
+
+def rollout_command(
+    plan_file: Annotated[Path, typer.Argument(metavar="PLAN.yaml", help="Rollout plan: profile, hosts or selector, canary, wave_size, max_failures, bake_s.")],
+    restart: Annotated[bool, typer.Option("--restart", help="Ignore an interrupted rollout of this plan and start over.")] = False,
+    inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
+) -> None:
+    """Roll PROFILE out in waves: canary first, halt and revert past max failures; resumable."""
+    from ddops.rollout.fleet_run import run_plan
+
+    def body(out: Output) -> int:
+        return run_plan(plan_file, inventory=inventory, restart=restart, yes=yes, out=out)
+
+    _run(_output(json_doc, json_events), body)
+
+
 def register(app: typer.Typer) -> None:
+    app.command("switch")(switch_command)
     app.add_typer(shadow_app, name="shadow")
+    app.command("rollout")(rollout_command)

@@ -105,7 +105,12 @@ async def replay(endpoint: Endpoint, prompts: Sequence[Prompt],
     gate = asyncio.Semaphore(settings.concurrency)
     async with httpx.AsyncClient(base_url=endpoint.url, headers=_headers(endpoint),
                                  timeout=settings.timeout_s) as client:
-        model = endpoint.model or await _served_model(client)
+        start = time.perf_counter()
+        try:
+            model = endpoint.model or await _served_model(client)
+        except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+            reason = f"/v1/models: {type(exc).__name__}: {exc}"
+            return [_failed(p, start, reason) for p in prompts], time.perf_counter() - start
 
         async def one(prompt: Prompt) -> Sample:
             async with gate:

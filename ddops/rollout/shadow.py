@@ -10,6 +10,7 @@ The running shadow is recorded locally (records.py), so later commands need no a
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from ddops.profile.schema import RolloutSpec
 from ddops.rollout.ci import BadInput
 from ddops.rollout.compare import Comparison, Endpoint, Settings, compare
 from ddops.rollout.prompts import load_prompts
-from ddops.rollout.records import ShadowRecord, load_shadow, save_result
+from ddops.rollout.records import (ShadowRecord, clear_shadow, load_shadow, save_result,
+                                  save_shadow)
 from ddops.rollout.verdict import Verdict, judge
 
 
@@ -79,3 +81,121 @@ def run_compare(*, prompts_path: Path | None, settings: Settings, production_url
            "comparison": comparison.to_dict(), "verdict": verdict.to_dict()}
     path = save_result("shadow-compare", doc, results_dir)
     return CompareRun(comparison, verdict, path, prod, cand)
+
+
+# -- lifecycle: start, promote, abort (through the deploy engine) ----------------------------
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What a start/promote/abort did; `code` follows the exit-code contract."""
+
+    code: int
+    status: str
+    detail: str
+    shadow: ShadowRecord | None
+    hosts: tuple = ()  # hostops.Result of each host touched
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "detail": self.detail,
+                "shadow": self.shadow.to_dict() if self.shadow else None,
+                "hosts": [h.as_dict() for h in self.hosts]}
+
+
+def production_of(remote, unit: str):
+    """Production's status on its host; BadInput when it is not running there."""
+    from ddops.deploy import ops
+    status = ops.unit_status(remote, unit)
+    if status.active != "active" or not status.url:
+        raise BadInput(f"{remote.host.name}: production unit {unit} is {status.active}, not running; "
+                       f"deploy production first (or pass --production-unit)")
+    return status
+
+
+def start(profile_name: str, host: str, *, port: int | None, production_host: str | None,
+          production_unit: str | None, inventory: Path | None, connect, progress) -> Lifecycle:
+    """Deploy the candidate as <unit>-shadow beside production; record it on success."""
+    from ddops.rollout import hostops
+    existing = load_shadow()
+    if existing:
+        raise BadInput(f"a shadow of {existing.profile} already runs on {existing.host} "
+                       f"({existing.unit}); `ddops shadow promote` or `ddops shadow abort` it first")
+    profile = load_profile(profile_name)
+    prod_unit = production_unit or profile.service.unit
+    prod_host = production_host or host
+    port = port or profile.service.port + 1
+    target = hostops.load_target(profile_name, host, inventory=inventory,
+                                 unit_name=shadow_unit(prod_unit), port=port)
+    with connect(prod_host) as prod_remote:
+        prod = production_of(prod_remote, prod_unit)
+    progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")
+    with connect(host) as remote:
+        result = hostops.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",
+                                progress)
+    if result.code != 0:
+        return Lifecycle(result.code, "not started", result.message, None, (result,))
+    record = ShadowRecord(profile=profile_name, host=host, unit=target.desired.unit_name, port=port,
+                          url=target.spec.base_url, production_host=prod_host,
+                          production_unit=prod_unit, production_url=prod.url,
+                          production_profile=prod.profile, started=time.time())
+    save_shadow(record)
+    return Lifecycle(0, "started", f"shadow {record.unit} gated and running at {record.url}; "
+                                   f"production {prod_unit} on {prod_host} untouched", record, (result,))
+
+
+def abort(*, connect) -> Lifecycle:
+    """Remove the shadow; production is not touched (its state is reported, not changed)."""
+    from ddops.rollout import hostops
+    record = _recorded()
+    with connect(record.host) as remote:
+        result = hostops.remove_unit(remote, record.unit, "ddops shadow abort")
+    if result.code != 0:
+        return Lifecycle(result.code, "abort failed", result.message, record, (result,))
+    clear_shadow()
+    return Lifecycle(0, "aborted", f"{result.message} on {record.host}; production "
+                                   f"{record.production_unit} on {record.production_host} untouched",
+                     record, (result,))
+
+
+def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
+    """Make the shadow's profile production (gated, reverted on failure), then remove the shadow.
+
+    On the production host itself the shadow goes first (one GPU cannot hold three servers
+    while production restarts) and production switches sequentially; elsewhere production is
+    deployed first and the shadow removed after it passed its gate."""
+    from ddops.rollout import hostops
+    from ddops.rollout.switch import switch
+    record = _recorded()
+    port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
+    target = hostops.load_target(record.profile, record.production_host, inventory=inventory,
+                                 unit_name=record.production_unit, port=port)
+    command = f"ddops shadow promote ({record.profile})"
+    touched = []
+    if record.host == record.production_host:
+        with connect(record.host) as remote:
+            touched.append(hostops.remove_unit(remote, record.unit, command))
+            if touched[-1].code != 0:
+                return Lifecycle(touched[-1].code, "promote failed", touched[-1].message, record, tuple(touched))
+            clear_shadow()
+            report = switch(remote, target, unit=record.production_unit, command=command, progress=progress)
+        return _promoted(report.code, report.detail, record, tuple(touched) + (report.deploy,) if report.deploy else tuple(touched))
+    with connect(record.production_host) as remote:
+        touched.append(hostops.deploy(remote, target, command, progress))
+    if touched[-1].code != 0:
+        return Lifecycle(touched[-1].code, "promote failed", f"{touched[-1].message}; the shadow "
+                         f"keeps running on {record.host}", record, tuple(touched))
+    with connect(record.host) as remote:
+        touched.append(hostops.remove_unit(remote, record.unit, command))
+    clear_shadow()
+    return _promoted(touched[-1].code, touched[0].message, record, tuple(touched))
+
+
+def _promoted(code: int, detail: str, record: ShadowRecord, touched: tuple) -> Lifecycle:
+    status = "promoted" if code == 0 else "promote failed"
+    return Lifecycle(code, status, detail, record, tuple(t for t in touched if t is not None))
+
+
+def _recorded() -> ShadowRecord:
+    record = load_shadow()
+    if record is None:
+        raise BadInput("no shadow recorded here: `ddops shadow start PROFILE --host NAME` first")
+    return record

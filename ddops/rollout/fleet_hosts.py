@@ -1,0 +1,89 @@
+"""Wire the fleet loop to real hosts: resolve the plan's hosts, validate every target before
+any host is touched, and deploy / revert one host through the deploy engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddops.deploy import EXIT_GATE_FAILED, EXIT_OK
+from ddops.inventory import load_inventory
+from ddops.profile import load_profile
+from ddops.remote import RemoteError, connect
+from ddops.rollout import hostops
+from ddops.rollout.fleet import Limits, MAX_WORKERS, Outcome
+from ddops.rollout.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, HostState,
+                                 PlanError, RolloutPlan)
+
+RESULT_STATUS = {"deployed": DONE, "unchanged": DONE, "locked": LOCKED,
+                 "revert-failed": REVERT_FAILED}
+
+
+@dataclass(frozen=True)
+class Fleet:
+    plan: RolloutPlan
+    hosts: tuple[str, ...]
+    targets: dict  # host -> deploy Target (rendered and validated)
+    limits: Limits
+    canary: int
+    wave_size: int
+
+
+def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
+    """Everything checked here is bad input (exit 2): no host has been contacted yet."""
+    profile = load_profile(plan.profile)
+    inventory = load_inventory(inventory_path)
+    if plan.hosts:
+        unknown = [h for h in plan.hosts if h not in inventory.hosts]
+        if unknown:
+            raise PlanError(f"{plan.source}: hosts: {unknown[0]}: not in the inventory "
+                            f"(known: {', '.join(inventory.hosts) or 'none'})")
+        names = plan.hosts
+    else:
+        names = tuple(h.name for h in inventory.select(dict(plan.selector)))
+        if not names:
+            raise PlanError(f"{plan.source}: selector: no inventory host has labels {dict(plan.selector)}")
+    targets = {h: hostops.load_target(plan.profile, h, inventory=inventory_path) for h in names}
+    policy = profile.rollout
+    pick = lambda own, default: default if own is None else own  # noqa: E731
+    wave_size = pick(plan.wave_size, policy.wave_size)
+    limits = Limits(max_failures=pick(plan.max_failures, policy.max_failures),
+                    bake_s=pick(plan.bake_s, policy.bake_s), workers=min(wave_size, MAX_WORKERS))
+    return Fleet(plan, names, targets, limits, pick(plan.canary, policy.canary), wave_size)
+
+
+def deployer(fleet: Fleet, command: str):
+    def deploy_one(host: str) -> Outcome:
+        target = fleet.targets[host]
+        try:
+            with connect(target.host) as remote:
+                before = hostops.version_before(remote, target.desired.unit_name)
+                result = hostops.deploy(remote, target, command)
+        except RemoteError as err:
+            return Outcome(FAILED, changed=False, detail=f"unreachable: {err}")
+        status = RESULT_STATUS.get(result.result, FAILED if result.code == EXIT_GATE_FAILED else
+                                   DONE if result.code == EXIT_OK else REVERT_FAILED)
+        return Outcome(status, changed=result.result == "deployed", detail=result.message,
+                       before=before)
+    return deploy_one
+
+
+def reverter(fleet: Fleet, command: str):
+    def revert_one(host: str, state: HostState) -> Outcome:
+        target = fleet.targets[host]
+        unit = target.desired.unit_name
+        try:
+            with connect(target.host) as remote:
+                if state.before == hostops.NO_UNIT:
+                    result = hostops.remove_unit(remote, unit, command)
+                elif state.before:
+                    result = hostops.rollback(remote, unit, state.before, command)
+                else:
+                    return Outcome(REVERT_FAILED, detail=f"{unit} ran a version ddops has no history "
+                                   "entry for; left on the new profile, needs an operator")
+        except RemoteError as err:
+            return Outcome(REVERT_FAILED, detail=f"unreachable while reverting: {err}")
+        if result.code == EXIT_OK:
+            return Outcome(REVERTED, detail=f"back to {state.before}: {result.message}")
+        return Outcome(REVERT_FAILED, detail=f"revert to {state.before} failed: {result.message}")
+    return revert_one

@@ -1,0 +1,170 @@
+"""What rollouts do to one host, through the deploy engine (ddops.deploy) only.
+
+deploy    load_target + execute (lock, push, restart, gate, revert on failure);
+rollback  re-apply a history entry through execute (gated like any deploy);
+stop / start / remove  a unit under the host's deploy lock, for switch and shadow;
+snapshot  what a unit runs now (files header, history entry, /server_info) before a change.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddops.deploy import (EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder,
+                          HostLock, LockHeld, RecoveryFailed, execute, load_target)
+from ddops.deploy import history, ops
+from ddops.deploy.desired import unit_argv
+from ddops.deploy.facts import unit_state
+from ddops.deploy.gate import GateSpec, endpoint, run_health
+from ddops.render import ENV_DIR, UNIT_DIR, read_header
+from ddops.remote import RemoteError
+
+q = shlex.quote
+NO_UNIT = "none"  # `before` of a host that had no such unit: reverting removes it
+
+
+@dataclass(frozen=True)
+class Result:
+    """One host operation; `code` follows the exit-code contract."""
+
+    host: str
+    code: int
+    result: str  # deployed, unchanged, reverted, revert-failed, locked, failed, unreachable, ...
+    message: str
+    entry: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"host": self.host, "exit_code": self.code, "result": self.result,
+                "message": self.message, "history_entry": self.entry}
+
+
+def unit_paths(unit: str) -> tuple[str, str]:
+    return f"{UNIT_DIR}/{unit}", f"{ENV_DIR}/{unit.removesuffix('.service')}.env"
+
+
+def deploy(remote, target, command: str, progress=lambda stage, text: None) -> Result:
+    """execute() with its exceptions turned into exit codes."""
+    name = remote.host.name
+    try:
+        outcome = execute(remote, target.desired, target.spec, Holder.here(command), progress)
+    except LockHeld as err:
+        return Result(name, EXIT_LOCKED, "locked", str(err))
+    except RecoveryFailed as err:
+        return Result(name, EXIT_REVERT_FAILED, "revert-failed", str(err))
+    return Result(name, outcome.code, outcome.result, outcome.message, outcome.entry)
+
+
+def version_before(remote, unit: str) -> str | None:
+    """The history entry the unit runs now, NO_UNIT when absent, None when ddops cannot tell."""
+    text = remote.read_text(unit_paths(unit)[0])
+    if text is None:
+        return NO_UNIT
+    current = read_header(text).get("hash")
+    for entry in reversed(history.entries(remote, unit)):
+        if entry.meta.get("hash") == current and entry.meta.get("result") == "passed":
+            return entry.id
+    return None
+
+
+def rollback(remote, unit: str, entry_id: str, command: str, progress=lambda s, t: None) -> Result:
+    """Put the unit back to a history entry, gated like a deploy."""
+    try:
+        entry = ops.rollback_entry(remote, unit, entry_id)
+        desired, spec = ops.desired_of(remote, entry)
+        outcome = execute(remote, desired, spec, Holder.here(command), progress)
+    except LockHeld as err:
+        return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
+    except (RecoveryFailed, ops.OpsError, FileNotFoundError) as err:
+        return Result(remote.host.name, EXIT_REVERT_FAILED, "revert-failed", str(err))
+    return Result(remote.host.name, outcome.code, outcome.result, outcome.message, outcome.entry)
+
+
+def remove_unit(remote, unit: str, command: str) -> Result:
+    """Stop, disable and delete a unit and its env file (history is kept for the audit trail)."""
+    unit_path, env_path = unit_paths(unit)
+    try:
+        with HostLock(remote, Holder.here(command)):
+            remote.run(f"systemctl disable --now {q(unit)} 2>&1; rm -f {q(unit_path)} {q(env_path)}; "
+                       f"systemctl daemon-reload; systemctl reset-failed {q(unit)} 2>/dev/null; true")
+            state = unit_state(remote, unit)
+    except LockHeld as err:
+        return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
+    if state.active in ("active", "activating", "deactivating"):
+        return Result(remote.host.name, EXIT_REVERT_FAILED, "remove-failed",
+                      f"{unit} is still {state.active} after stop; stop it by hand")
+    return Result(remote.host.name, EXIT_OK, "removed", f"{unit} stopped, disabled and removed")
+
+
+def stop_unit(remote, unit: str, command: str) -> None:
+    """Stop under the lock and wait until systemd says inactive (raises LockHeld)."""
+    with HostLock(remote, Holder.here(command)):
+        remote.run(f"systemctl stop {q(unit)}", check=False, timeout=300)
+
+
+def start_unit(remote, unit: str, command: str, timeout_s: float = 300) -> Result:
+    """Start a unit again (after a refused switch) and confirm it answers /health."""
+    try:
+        with HostLock(remote, Holder.here(command)):
+            remote.run(f"systemctl reset-failed {q(unit)} 2>/dev/null; systemctl start --no-block {q(unit)}")
+            spec = health_of(remote, unit, timeout_s)
+            report = run_health(spec, lambda: unit_state(remote, unit)) if spec else None
+    except LockHeld as err:
+        return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
+    if report is not None and not report.passed:
+        return Result(remote.host.name, EXIT_REVERT_FAILED, "start-failed",
+                      f"{unit} started but not healthy: {report.failure.detail}; the service is down")
+    return Result(remote.host.name, EXIT_OK, "started", f"{unit} is running again")
+
+
+def health_of(remote, unit: str, timeout_s: float) -> GateSpec | None:
+    argv = unit_argv(remote.read_text(unit_paths(unit)[0]))
+    if not argv:
+        return None
+    return GateSpec(base_url=endpoint(argv, remote.host.address), model_path="", served_model="",
+                    algorithm=None, speculative=False, timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What a unit ran before a change, kept in the switch's result file."""
+
+    host: str
+    unit: str
+    exists: bool
+    active: str
+    profile: str | None
+    hash: str | None
+    entry: str | None
+    url: str | None
+    server_info: dict
+    unit_text: str | None
+    taken: float
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def snapshot(remote, unit: str) -> Snapshot:
+    status = ops.unit_status(remote, unit)
+    text = remote.read_text(unit_paths(unit)[0])
+    info = _server_info(status.url) if status.url and status.health == "200" else {}
+    entry = version_before(remote, unit) if text is not None else None
+    return Snapshot(remote.host.name, unit, text is not None, status.active, status.profile,
+                    status.hash, entry if entry != NO_UNIT else None, status.url, info, text,
+                    time.time())
+
+
+def _server_info(url: str) -> dict:
+    import httpx
+    try:
+        response = httpx.get(f"{url}/server_info", timeout=10, trust_env=False)
+        return response.json() if response.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+__all__ = ["Result", "deploy", "rollback", "remove_unit", "stop_unit", "start_unit", "snapshot",
+           "version_before", "load_target", "RemoteError", "EXIT_GATE_FAILED", "Path"]

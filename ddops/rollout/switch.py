@@ -1,0 +1,108 @@
+"""Switch a single-GPU host from one profile to another, sequentially.
+
+A host that cannot hold two servers at once goes: snapshot the running unit (files, history
+entry, /server_info) -> stop it -> check the GPU is free -> deploy the new profile through the
+deploy engine (push, start, gate) -> on a failed gate the engine restores the previous files;
+when the new profile runs under another unit name, the previous unit is started again here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ddops.deploy import EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, LockHeld
+from ddops.deploy import ops
+from ddops.rollout import gpu, hostops
+
+SHADOW_SUFFIX = "-shadow.service"
+
+
+@dataclass
+class SwitchReport:
+    host: str
+    to_profile: str
+    to_unit: str
+    code: int = EXIT_OK
+    status: str = "switched"  # switched, unchanged, reverted, refused, revert_failed, locked
+    detail: str = ""
+    before: hostops.Snapshot | None = None
+    gpu: gpu.GpuCheck | None = None
+    deploy: hostops.Result | None = None
+    steps: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"host": self.host, "to": {"profile": self.to_profile, "unit": self.to_unit},
+                "from": self.before.as_dict() if self.before else None, "status": self.status,
+                "detail": self.detail, "gpu": self.gpu.as_dict() if self.gpu else None,
+                "deploy": self.deploy.as_dict() if self.deploy else None, "steps": self.steps}
+
+
+def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
+    """The production unit to switch away from: --unit, the target's own unit, or the one
+    active ddops unit on the host (shadows excluded); None when nothing runs."""
+    if explicit:
+        return ops.pick_unit(remote, explicit)
+    if remote.exists(hostops.unit_paths(wanted)[0]):
+        return wanted
+    running = [u for u in ops.units_on(remote) if not u.endswith(SHADOW_SUFFIX)
+               and remote.exists(hostops.unit_paths(u)[0])
+               and ops.unit_status(remote, u).active in ("active", "activating")]
+    if len(running) > 1:
+        raise ValueError(f"{remote.host.name}: several units run ({', '.join(running)}); pass --unit")
+    return running[0] if running else None
+
+
+def switch(remote, target, *, unit: str | None = None, command: str = "ddops switch",
+           gpu_timeout_s: float = 60.0, progress=lambda stage, text: None) -> SwitchReport:
+    new_unit = target.desired.unit_name
+    report = SwitchReport(remote.host.name, target.desired.profile, new_unit)
+    old_unit = current_unit(remote, new_unit, unit)
+    if old_unit:
+        progress("snapshot", f"{old_unit}: unit, history entry and /server_info")
+        report.before = hostops.snapshot(remote, old_unit)
+        progress("stop", f"systemctl stop {old_unit}")
+        try:
+            hostops.stop_unit(remote, old_unit, command)
+        except LockHeld as err:
+            return _end(report, EXIT_LOCKED, "locked", str(err))
+        report.steps.append(f"stopped {old_unit}")
+    progress("gpu", "checking the GPU is free")
+    report.gpu = gpu.wait_free(remote, gpu_timeout_s)
+    report.steps.append(f"gpu: {report.gpu.detail}")
+    if not report.gpu.may_start:
+        return _restore(remote, report, old_unit, command, f"not starting {new_unit}: {report.gpu.detail}")
+    progress("deploy", f"{target.desired.profile} as {new_unit}")
+    report.deploy = hostops.deploy(remote, target, command, progress)
+    return _after_deploy(remote, report, old_unit, command)
+
+
+def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: str) -> SwitchReport:
+    result, new_unit = report.deploy, report.to_unit
+    if result.code == EXIT_OK:
+        if old_unit and old_unit != new_unit:
+            remote.run(f"systemctl disable {hostops.q(old_unit)} 2>&1", check=False)
+            report.steps.append(f"disabled {old_unit} (kept on disk as the last good unit)")
+        status = "unchanged" if result.result == "unchanged" else "switched"
+        return _end(report, EXIT_OK, status, result.message)
+    if result.code == EXIT_REVERT_FAILED:
+        return _end(report, EXIT_REVERT_FAILED, "revert_failed", result.message)
+    if old_unit:  # stopped by us before the deploy, so the engine's revert leaves it stopped
+        return _restore(remote, report, old_unit, command, result.message, code=result.code)
+    status = "locked" if result.code == EXIT_LOCKED else "reverted"
+    return _end(report, result.code, status, result.message)
+
+
+def _restore(remote, report: SwitchReport, old_unit: str | None, command: str, why: str,
+             code: int = EXIT_GATE_FAILED) -> SwitchReport:
+    if not old_unit:
+        return _end(report, code, "refused", why)
+    started = hostops.start_unit(remote, old_unit, command)
+    report.steps.append(started.message)
+    if started.code != EXIT_OK:
+        return _end(report, EXIT_REVERT_FAILED, "revert_failed", f"{why}; {started.message}")
+    return _end(report, code, "reverted", f"{why}; {old_unit} restarted and healthy")
+
+
+def _end(report: SwitchReport, code: int, status: str, detail: str) -> SwitchReport:
+    report.code, report.status, report.detail = code, status, detail
+    return report
