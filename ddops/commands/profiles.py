@@ -109,7 +109,9 @@ def cmd_validate(profiles: Annotated[Optional[list[str]], typer.Argument(
     """Check profiles and the inventory; exit 2 if anything is wrong."""
     with guarded(debug, as_json):
         names = profiles or list_profiles(profiles_dir_)
-        results = {name: _problems(lambda n=name: load_profile(n, profiles_dir_)) for name in names}
+        # Rendering too: a profile is only valid if its unit can be written.
+        results = {name: _problems(lambda n=name: render(load_profile(n, profiles_dir_)))
+                   for name in names}
         inv_path = find_inventory(inventory)
         inv = {"path": str(inv_path) if inv_path else None,
                "problems": _problems(lambda: load_inventory(inv_path)) if inv_path else []}
