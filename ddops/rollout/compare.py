@@ -66,15 +66,14 @@ class Comparison:
             "prompts": len(self.agreements),
             "production": self.production.to_dict(),
             "shadow": self.shadow.to_dict(),
-            "per_prompt": [_prompt_row(a, self.samples) for a in self.agreements],
+            "per_prompt": [_prompt_row(a, p, s) for a, p, s in
+                           zip(self.agreements, self.samples["production"], self.samples["shadow"])],
         }
 
 
-def _prompt_row(agreement: Agreement, samples: dict) -> dict:
-    index = [s.prompt_id for s in samples["production"]].index(agreement.prompt_id)
+def _prompt_row(agreement: Agreement, production: Sample, shadow: Sample) -> dict:
     row = asdict(agreement)
-    for name in ("production", "shadow"):
-        s = samples[name][index]
+    for name, s in (("production", production), ("shadow", shadow)):
         row[name] = {"text": s.text, "completion_tokens": s.completion_tokens,
                      "latency_s": s.latency_s, "ttft_s": s.ttft_s, "error": s.error}
     return row

@@ -11,16 +11,14 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from ddops.deploy import (EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder,
-                          HostLock, LockHeld, RecoveryFailed, execute, load_target)
+from ddops.deploy import (EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, HostLock, LockHeld,
+                          RecoveryFailed, execute, load_target)
 from ddops.deploy import history, ops
 from ddops.deploy.desired import unit_argv
 from ddops.deploy.facts import unit_state
 from ddops.deploy.gate import GateSpec, endpoint, run_health
 from ddops.render import ENV_DIR, UNIT_DIR, read_header
-from ddops.remote import RemoteError
 
 q = shlex.quote
 NO_UNIT = "none"  # `before` of a host that had no such unit: reverting removes it
@@ -166,5 +164,7 @@ def _server_info(url: str) -> dict:
         return {}
 
 
-__all__ = ["Result", "deploy", "rollback", "remove_unit", "stop_unit", "start_unit", "snapshot",
-           "version_before", "load_target", "RemoteError", "EXIT_GATE_FAILED", "Path"]
+
+# load_target is re-exported so rollout code reaches the deploy engine through this module only.
+__all__ = ["NO_UNIT", "Result", "Snapshot", "deploy", "health_of", "load_target", "remove_unit",
+           "rollback", "snapshot", "start_unit", "stop_unit", "unit_paths", "version_before"]
