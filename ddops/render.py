@@ -24,6 +24,7 @@ from ddops.inventory import Host
 from ddops.profile import METHODS, RUNTIMES, Profile
 from ddops.profile.rules import API_KEY_VAR, value_at
 from ddops.profile.runtimes import Flag
+from ddops.profile.sglang_versions import Flags, flags_for, spell
 from ddops.profile.yamlfile import ConfigError
 
 REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -88,15 +89,25 @@ def read_header(unit_text: str) -> dict[str, str]:
 
 
 def command_line(profile: Profile, *, port: int | None = None) -> list[str]:
-    """`<python> -m <runtime module> <flags>`, walking the runtime's flag table in order."""
+    """`<python> -m <runtime module> <flags>`, walking the runtime's flag table in order, each
+    flag spelled as the profile's declared SGLang version spells it."""
     runtime = RUNTIMES[profile.runtime]
+    spelling = _spelling(profile)
     args = [profile.service.python, "-m", runtime.module]
     for flag in runtime.flags:
         value = port if (flag.key == "service.port" and port is not None) else value_at(profile, flag.key)
-        args += _flag_args(flag, value)
+        args += spell(spelling, _flag_args(flag, value))
     if runtime.api_key_in_argv and profile.service.secrets.has_api_key:
         args += ["--api-key", API_KEY_REF]
     return args
+
+
+def _spelling(profile: Profile) -> Flags | None:
+    """The declared version's flags; None keeps the table's spelling (no version declared).
+    Validation has already rejected a version string the table cannot place."""
+    if profile.sglang_version is None or not RUNTIMES[profile.runtime].versioned_flags:
+        return None
+    return flags_for(profile.sglang_version)
 
 
 def _flag_args(flag: Flag, value: object) -> list[str]:

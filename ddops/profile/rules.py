@@ -11,12 +11,14 @@ from pydantic import BaseModel
 from ddops.profile.methods import METHODS
 from ddops.profile.runtimes import RUNTIME_KEYS, RUNTIMES
 from ddops.profile.schema import Profile
+from ddops.profile.sglang_versions import VersionError, flags_for, spell, unknown_flags
 
 API_KEY_VAR = "DDOPS_API_KEY"
 
 
 def contradictions(profile: Profile) -> list[tuple[str, str]]:
-    return [*_speculative(profile), *_runtime(profile), *_service(profile), *_misc(profile)]
+    return [*_speculative(profile), *_runtime(profile), *_service(profile), *_misc(profile),
+            *_sglang_version(profile)]
 
 
 def _names(predicate) -> str:
@@ -71,6 +73,30 @@ def _misc(profile: Profile) -> list[tuple[str, str]]:
     context = profile.memory.context_length
     if context is not None and profile.smoke.max_tokens >= context:
         found.append(("smoke.max_tokens", f"must be below memory.context_length ({context})"))
+    return found
+
+
+def _sglang_version(profile: Profile) -> list[tuple[str, str]]:
+    """Settings the declared SGLang version has no flag or value for (renames are re-spelled)."""
+    runtime, version = RUNTIMES[profile.runtime], profile.sglang_version
+    if version is None or not runtime.versioned_flags:
+        return []
+    try:
+        flags = flags_for(version)
+    except VersionError as exc:
+        return [("sglang_version", str(exc))]
+    found = []
+    name = profile.method.sglang_name
+    if name is not None and name not in flags.algorithms:
+        found.append(("speculative.algorithm", f"SGLang {version} has no --speculative-algorithm {name} "
+                      f"(it accepts {', '.join(sorted(flags.algorithms))})"))
+    if profile.memory.kv_cache_dtype not in flags.kv_cache_dtypes:
+        found.append(("memory.kv_cache_dtype", f"SGLang {version} has no KV cache dtype "
+                      f"{profile.memory.kv_cache_dtype!r}"))
+    for flag in runtime.flags:
+        if flag.style == "value" and value_at(profile, flag.key) is not None:
+            spelled = spell(flags, [flag.flag])[0]
+            found += [(flag.key, reason) for reason in unknown_flags(flags, [spelled])]
     return found
 
 

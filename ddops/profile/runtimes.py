@@ -2,8 +2,9 @@
 
 The flag tables are data: render walks them to build a unit's command line, and the rules
 walk them to reject a setting the chosen runtime has no flag for (e.g. mamba settings on the
-bundled runtime). Flag names are SGLang's (0.5.15 spellings, plus DDTree's PR #29907 flags);
-the bundled runtime accepts the subset in docs/contracts.md section 1.
+bundled runtime). Flag names are SGLang's 0.5.15 spellings, plus DDTree's PR #29907 flags, and
+are what a profile without `sglang_version` renders; a declared version re-spells them through
+`sglang_versions.spell`. The bundled runtime accepts the subset in docs/contracts.md section 1.
 """
 
 from __future__ import annotations
