@@ -1,0 +1,82 @@
+"""Speculative decoding methods. METHODS is the only place a method's name appears.
+
+Each method is a drafter plus a verifier; what it needs (target layers to capture, tree
+attention, verify width) is derived from the built parts, never from the name. Heavy
+parts import lazily so that lookups and the config-only preflight need no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .base import Drafter, Method, MethodSpec, Needs, SpecOptions, Verifier
+from .preflight import PreflightError
+
+
+def _dflash_drafter(target, options: SpecOptions) -> Drafter:
+    from .dflash import DFlashDrafter, load_model
+
+    model = load_model(options.draft_path, dtype=target.dtype, device=target.device)
+    return DFlashDrafter(model, target, options.block_size)
+
+
+def _chain_verifier(options: SpecOptions, draft_config: dict) -> Verifier:
+    from .chain import ChainVerifier
+
+    return ChainVerifier(options.block_size)
+
+
+def _tree_verifier(options: SpecOptions, draft_config: dict) -> Verifier:
+    from .ddtree import TreeVerifier
+
+    return TreeVerifier(options.budget)
+
+
+METHODS: dict[str, MethodSpec] = {
+    "none": MethodSpec("none"),
+    "dflash": MethodSpec("dflash", drafter=_dflash_drafter, verifier=_chain_verifier),
+    "ddtree": MethodSpec("ddtree", drafter=_dflash_drafter, verifier=_tree_verifier, takes_budget=True),
+}
+
+
+def resolve(name: str | None) -> MethodSpec:
+    """Case-insensitive lookup (SGLang spells them NONE, DFLASH, DDTREE); None means plain."""
+    key = (name or "none").strip().lower()
+    if key not in METHODS:
+        raise ValueError(f"unknown speculative algorithm {name!r} (choose from {', '.join(m.upper() for m in METHODS)})")
+    return METHODS[key]
+
+
+def target_config(target) -> dict:
+    """The target facts preflight reads, from a loaded model's config."""
+    cfg = target.config
+    return {k: getattr(cfg, k) for k in ("hidden_size", "num_hidden_layers", "vocab_size")}
+
+
+def resolve_options(spec: MethodSpec, options: SpecOptions, draft_config: dict) -> SpecOptions:
+    """Fill block size (draft config) and budget (block_size - 1, tree methods only)."""
+    block = options.block_size if options.block_size is not None else draft_config.get("block_size")
+    budget = None
+    if spec.takes_budget:
+        budget = options.budget if options.budget is not None else (block or 2) - 1
+    return replace(options, block_size=block, budget=budget)
+
+
+def build(spec: MethodSpec, target, options: SpecOptions) -> Method | None:
+    """Check the pair (config, then weights), then build drafter + verifier; None for plain."""
+    if not spec.speculative:
+        return None
+    from . import preflight
+
+    if not options.draft_path:
+        raise PreflightError(f"{spec.name} needs --speculative-draft-model-path")
+    draft_config = preflight.read_config(options.draft_path)
+    options = resolve_options(spec, options, draft_config)
+    checks = dict(block_size=options.block_size, budget=options.budget)
+    preflight.check(draft_config, target_config(target), **checks)
+    drafter = spec.drafter(target, options)
+    preflight.check(draft_config, target_config(target), fc_in=drafter.feature_width, **checks)
+    return Method(spec.name, drafter, spec.verifier(options, draft_config))
+
+
+__all__ = ["METHODS", "Method", "MethodSpec", "Needs", "PreflightError", "SpecOptions", "build", "resolve"]

@@ -1,0 +1,104 @@
+"""What a speculative method is made of: a drafter, a verifier, and what they need.
+
+Pure data, no torch: the runner reads `Method.needs` (never a method's name) to decide
+which target layers to capture, whether the verify pass takes a tree mask, and how many
+rows a verify pass may add to the KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a part asks of the target runner.
+
+    target_layers: decoder-layer ids whose outputs the target returns, in this order.
+    tree_attention: the verify pass carries a [T, T] visibility mask (not plain causal).
+    draft_tokens: most rows one verify pass adds to the target KV cache.
+    """
+
+    target_layers: tuple[int, ...] = ()
+    tree_attention: bool = False
+    draft_tokens: int = 0
+
+    def __or__(self, other: Needs) -> Needs:
+        # Order matters for target_layers: the drafter's fc reads them in config order.
+        layers = self.target_layers + tuple(k for k in other.target_layers if k not in self.target_layers)
+        return Needs(
+            target_layers=layers,
+            tree_attention=self.tree_attention or other.tree_attention,
+            draft_tokens=max(self.draft_tokens, other.draft_tokens),
+        )
+
+
+class Drafter(Protocol):
+    """Proposes per-depth token distributions for the positions after the bonus token."""
+
+    needs: Needs
+    feature_width: int
+
+    def reset(self) -> None: ...
+
+    def extend(self, features: Any, positions: Any) -> None:
+        """Queue target features [n, feature_width] of newly committed tokens."""
+
+    def propose(self, bonus: int, start: int, depth: int) -> Any:
+        """Draft logits [depth, vocab] for positions start+1 .. start+depth."""
+
+
+class Verifier(Protocol):
+    """Turns draft logits into a tree of candidate tokens rooted at the bonus token."""
+
+    needs: Needs
+
+    def plan(self, bonus: int, draft_logits: Any, budget_rows: int) -> Any:
+        """A `serving.spec.tree.Tree` with at most budget_rows rows (root included)."""
+
+
+@dataclass(frozen=True)
+class Method:
+    """A built method: drafter + verifier; its needs are the union of theirs."""
+
+    name: str
+    drafter: Drafter
+    verifier: Verifier
+
+    @property
+    def needs(self) -> Needs:
+        return self.drafter.needs | self.verifier.needs
+
+
+@dataclass(frozen=True)
+class SpecOptions:
+    """Resolved speculative flags (see docs/contracts.md section 1)."""
+
+    draft_path: str | None = None
+    block_size: int | None = None  # None: the draft config's block_size
+    budget: int | None = None  # None: block_size - 1 (tree verifiers only)
+
+
+DrafterFactory = Callable[[Any, SpecOptions], Drafter]
+VerifierFactory = Callable[[SpecOptions, dict], Verifier]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One row of METHODS: how to build a method, and what it accepts."""
+
+    name: str
+    drafter: DrafterFactory | None = None
+    verifier: VerifierFactory | None = None
+    takes_budget: bool = False
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter is not None
+
+    @property
+    def server_name(self) -> str | None:
+        """The spelling SGLang reports in /server_info (None for plain decoding)."""
+        return self.name.upper() if self.speculative else None

@@ -1,0 +1,24 @@
+"""Tree verification (DDTree): the `budget` most probable draft prefixes, verified at once."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Needs
+from .tree import Tree, heap_tree
+
+
+class TreeVerifier:
+    def __init__(self, budget: int):
+        self.budget = budget
+        # Root (bonus) plus `budget` nodes share one verify pass under an ancestor-only mask.
+        self.needs = Needs(tree_attention=True, draft_tokens=budget + 1)
+
+    def plan(self, bonus: int, draft_logits: torch.Tensor, budget_rows: int) -> Tree:
+        """draft_logits [depth, vocab]: per-depth marginals q_d, independent of earlier picks."""
+        budget = min(self.budget, budget_rows - 1)
+        if budget <= 0 or draft_logits.shape[0] == 0:
+            return heap_tree(bonus, [], [], 0)
+        width = min(budget, draft_logits.shape[-1])
+        top = torch.log_softmax(draft_logits.float(), -1).topk(width, -1)  # [depth, width] each
+        return heap_tree(bonus, top.values.tolist(), top.indices.tolist(), budget)

@@ -1,0 +1,118 @@
+"""Draft trees: the heap builder, flattening, the ancestor-only mask and the walk.
+
+Pure: lists in, lists out (the mask is the one torch tensor, built row by row).
+Row 0 of every tree is the root, the bonus token the target chose last round; rows
+1..n are nodes in heap-pop order, so a parent's row is always before its children's.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Tree:
+    tokens: tuple[int, ...]  # [n+1] token per row; row 0 = root (bonus)
+    parents: tuple[int, ...]  # [n+1] parent row; -1 for the root
+    depths: tuple[int, ...]  # [n+1] root depth 0
+    children: tuple[dict[int, int], ...]  # [n+1] token -> child row
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def positions(self, start: int) -> list[int]:
+        """Absolute positions: siblings share one, the root sits at `start`."""
+        return [start + d for d in self.depths]
+
+    @property
+    def is_chain(self) -> bool:
+        return all(p == i - 1 for i, p in enumerate(self.parents))
+
+
+def _assemble(root: int, nodes: Sequence[tuple[int, int, int]]) -> Tree:
+    """nodes: (token, parent row, depth) in row order 1..n."""
+    tokens, parents, depths = [root], [-1], [0]
+    children: list[dict[int, int]] = [{}]
+    for row, (token, parent, depth) in enumerate(nodes, start=1):
+        tokens.append(token)
+        parents.append(parent)
+        depths.append(depth)
+        children.append({})
+        children[parent][token] = row
+    return Tree(tuple(tokens), tuple(parents), tuple(depths), tuple(children))
+
+
+def chain_tree(root: int, drafts: Sequence[int]) -> Tree:
+    """The linear block [root, d1, .., dL] as a tree with one child per node."""
+    return _assemble(root, [(t, i, i + 1) for i, t in enumerate(drafts)])
+
+
+def heap_tree(root: int, top_logp: Sequence[Sequence[float]], top_tok: Sequence[Sequence[int]], budget: int) -> Tree:
+    """The `budget` most probable prefixes under per-depth independent draft marginals.
+
+    top_logp[d-1][r], top_tok[d-1][r]: rank-r log-prob and token at depth d (rank 0 best,
+    non-increasing). Best-first: popping a node pushes its next sibling and its first
+    child, so at most 2*budget pushes. Ties break on the smaller rank tuple.
+    """
+    depth_limit, width = len(top_logp), len(top_logp[0]) if top_logp else 0
+    nodes: list[tuple[int, int, int]] = []
+    if depth_limit == 0 or width == 0 or budget <= 0:
+        return _assemble(root, nodes)
+    # Entries: (-score, ranks, parent row, depth, rank); heapq is a min-heap.
+    heap = [(-top_logp[0][0], (0,), 0, 1, 0)]
+    while heap and len(nodes) < budget:
+        neg, ranks, parent, depth, rank = heapq.heappop(heap)
+        nodes.append((top_tok[depth - 1][rank], parent, depth))
+        row = len(nodes)
+        if rank + 1 < width:
+            score = -neg - top_logp[depth - 1][rank] + top_logp[depth - 1][rank + 1]
+            heapq.heappush(heap, (-score, ranks[:-1] + (rank + 1,), parent, depth, rank + 1))
+        if depth < depth_limit:
+            heapq.heappush(heap, (neg - top_logp[depth][0], ranks + (0,), row, depth + 1, 0))
+    return _assemble(root, nodes)
+
+
+def visibility(tree: Tree):
+    """Ancestor-only mask V [n+1, n+1] bool: row i sees its ancestors and itself."""
+    import torch
+
+    n = len(tree)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    mask[0, 0] = True
+    for i in range(1, n):
+        mask[i, :i] = mask[tree.parents[i], :i]
+        mask[i, i] = True
+    return mask
+
+
+def walk(tree: Tree, choices: Sequence[int]) -> tuple[list[int], int]:
+    """Follow the target's choice per row while it names a child.
+
+    Returns the accepted path (rows, root first) and the bonus: the target's choice
+    after the last accepted row. Lossless under sampling when each choice is an
+    independent target sample for its row.
+    """
+    row, path = 0, [0]
+    token = choices[0]
+    while token in tree.children[row]:
+        row = tree.children[row][token]
+        path.append(row)
+        token = choices[row]
+    return path, token
+
+
+def surrogate(tree: Tree, logp_of: dict[tuple[int, int], float]) -> float:
+    """Expected accepted drafts under the factorised draft: sum of path probabilities.
+
+    logp_of[(depth, token)] = log q_depth(token). Used by tests and the benchmark.
+    """
+    import math
+
+    path_logp = [0.0] * len(tree)
+    total = 0.0
+    for i in range(1, len(tree)):
+        path_logp[i] = path_logp[tree.parents[i]] + logp_of[(tree.depths[i], tree.tokens[i])]
+        total += math.exp(path_logp[i])
+    return total

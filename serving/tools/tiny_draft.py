@@ -1,0 +1,108 @@
+"""Tiny DFlash drafts for the tiny targets of serving.tools.tiny (tests, lab hosts, demos).
+
+    python -m serving.tools.tiny_draft --target DIR --out DIR [--distill] [--seed N]
+
+Random: a draft in the released layout whose shapes match the target; acceptance is low but
+every code path runs. Distilled (--distill): the same draft trained for a few hundred steps
+on the target's own greedy continuations, so a tiny pair has real acceptance (tau > 1).
+Deterministic: the same flags give the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+TINY_LAYERS = 2
+TINY_BLOCK = 8
+
+
+def draft_config(target: dict, layers: int = TINY_LAYERS, block_size: int = TINY_BLOCK,
+                 taps: list[int] | None = None, mask_token_id: int = 0) -> dict:
+    """A DFlash config in the released layout, shaped to `target` (its config.json dict)."""
+    n_target = target["num_hidden_layers"]
+    taps = taps if taps is not None else sorted({min(n_target - 1, round(1 + i * (n_target - 2) / max(layers, 1)))
+                                                  for i in range(layers)})
+    heads = target["num_attention_heads"]
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "block_size": block_size,
+        "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": taps},
+        "num_target_layers": n_target,
+        "num_hidden_layers": layers,
+        "hidden_size": target["hidden_size"],
+        "intermediate_size": 2 * target["hidden_size"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": target.get("num_key_value_heads", heads),
+        "head_dim": target.get("head_dim") or target["hidden_size"] // heads,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "rms_norm_eps": target.get("rms_norm_eps", 1e-6),
+        "rope_theta": target.get("rope_theta", 10000.0),
+        "rope_scaling": None,
+        "max_position_embeddings": target.get("max_position_embeddings", 2048),
+        "vocab_size": target["vocab_size"],
+        "tie_word_embeddings": False,
+        "layer_types": ["full_attention"] * layers,
+        "sliding_window": None,
+        "use_sliding_window": False,
+        "torch_dtype": "float32",
+    }
+
+
+def random_model(config: dict, seed: int):
+    """A DFlashDraftModel with seeded weights (std 1/sqrt(fan_in), norms near 1)."""
+    from serving.spec.dflash import DFlashDraftModel, DraftConfig
+
+    torch.manual_seed(seed)  # nn.Linear init draws from the global generator
+    model = DFlashDraftModel(DraftConfig.from_dict(config))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * p.shape[1] ** -0.5)
+            else:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def save_draft(model, config: dict, out: Path) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+def write_tiny_draft(target_dir: Path, out: Path, seed: int = 0, distill: bool = False,
+                     steps: int = 300, **shape) -> Path:
+    target_raw = json.loads((Path(target_dir) / "config.json").read_text())
+    config = draft_config(target_raw, **shape)
+    model = random_model(config, seed)
+    if distill:
+        from serving.tools.train_draft import distill_on_own_text
+
+        model = distill_on_own_text(model, Path(target_dir), steps=steps, seed=seed)
+    return save_draft(model, config, out)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m serving.tools.tiny_draft", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True, type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--distill", action="store_true")
+    ap.add_argument("--steps", type=int, default=300)
+    args = ap.parse_args(argv)
+    out = write_tiny_draft(args.target, args.out, args.seed, args.distill, args.steps)
+    print(f"wrote {'distilled' if args.distill else 'random'} tiny DFlash draft to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""Train a DFlash drafter for a target on offline text, in the released draft layout.
+
+    python -m serving.tools.train_draft --target DIR [--out DIR] [--minutes 15]
+
+Default target: $DDOPS_CACHE/models/smollm2-135m-instruct; default output:
+$DDOPS_CACHE/models/smollm2-135m-instruct-dflash. Text: this Python's own standard-library
+sources (always present offline). Labels are the target's own greedy choices on that text,
+so the draft learns to predict what the verifier will accept. Deterministic for a given
+--steps (one thread, seeded); --minutes only caps the wall time.
+
+Each training example is a block at an anchor s: ids [tok_s, MASK x (B-1)] at positions
+s..s+B-1, context = target features of positions < s, labels = the target's picks for
+positions s+1..s+B-1. Later positions weigh less (exp decay), as in DFlash training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from serving.spec.dflash import DFlashDraftModel, visible
+
+CACHE = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
+
+
+def load_target(path: Path, positions: int = 2048):
+    from serving.models import inspect_checkpoint, load_model
+
+    target = load_model(inspect_checkpoint(path), torch.float32, "cpu", positions)
+    return target.requires_grad_(False)
+
+
+def features_and_labels(target, tokens: list[int], taps: tuple[int, ...]):
+    """Target features [S, taps*H] and picks [S] (argmax after each position), as normal tensors."""
+    ids = torch.tensor(tokens)
+    cache = target.new_cache(len(tokens))
+    logits, hidden = target.forward(ids, torch.arange(len(tokens)), cache, capture=taps)
+    return hidden.clone(), logits.argmax(-1).clone()
+
+
+def block_loss(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
+               picks: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Weighted cross-entropy of m blocks at `anchors` [m] of one sequence (tokens [S])."""
+    cfg, block, m = model.cfg, model.cfg.block_size, anchors.numel()
+    offsets = torch.arange(block)
+    x_pos = anchors[:, None] + offsets  # [m, B]
+    ids = torch.full((m, block), cfg.mask_token_id)
+    ids[:, 0] = tokens[anchors]
+    x = target.embed(ids)  # [m, B, H]
+    ctx_pos = torch.arange(feats.shape[0])
+    ctx = model.project(feats[None])  # [1, S, H]
+    seen = ctx_pos[None, :] < anchors[:, None]  # [m, S] a block sees only earlier context
+    for i, layer in enumerate(model.layers):
+        k, v = layer.context_kv(ctx, ctx_pos)
+        k, v = k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)
+        rule_ctx = visible(x_pos, ctx_pos.expand(m, -1), cfg.causal[i], cfg.window[i])
+        rule_blk = visible(x_pos, x_pos, cfg.causal[i], cfg.window[i])
+        ctx_ok = seen[:, None, :].expand(m, block, -1) & (rule_ctx if rule_ctx is not None else True)
+        blk_ok = rule_blk if rule_blk is not None else torch.ones(m, block, block, dtype=torch.bool)
+        x = layer(x, x_pos, k, v, ctx_pos, mask=torch.cat([ctx_ok, blk_ok], -1)[:, None])
+    logits = target.lm_head(model.norm(x[:, 1:]))  # [m, B-1, V]
+    labels = picks[anchors[:, None] + offsets[:-1]]  # pick after position s+k-1 = token at s+k
+    ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(m, block - 1)
+    weight = torch.exp(-torch.arange(block - 1, dtype=torch.float32) / max((block - 1) / 2, 1.0))
+    return (ce * weight).sum() / (weight.sum() * m)
+
+
+def train(model: DFlashDraftModel, target, examples: list, steps: int, seed: int, lr: float = 3e-3,
+          anchors_per_step: int = 16, deadline: float | None = None, log=None) -> DFlashDraftModel:
+    """examples: (tokens [S], feats [S, F], picks [S]) per sequence; S > block_size."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    block = model.cfg.block_size
+    model.train()
+    for step in range(steps):
+        scale = min(1.0, (step + 1) / 20) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        for group in opt.param_groups:
+            group["lr"] = lr * scale
+        tokens, feats, picks = examples[int(torch.randint(len(examples), (1,), generator=gen))]
+        hi = tokens.numel() - block
+        anchors = torch.randint(1, hi + 1, (anchors_per_step,), generator=gen)
+        loss = block_loss(model, target, tokens, feats, picks, anchors)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if log and (step % 50 == 0 or step == steps - 1):
+            log(f"step {step}/{steps} loss {loss.item():.3f}")
+        if deadline is not None and time.monotonic() > deadline:
+            if log:
+                log(f"time cap reached at step {step}")
+            break
+    return model.eval()
+
+
+def own_text(target, vocab: int, count: int, length: int, seed: int) -> list[list[int]]:
+    """Continuations by the target itself: greedy after each token id in turn (3 in 4, so
+    every id is seen), sampled after random prompts (1 in 4)."""
+    from serving.engine.decoder import ARDecoder
+    from serving.sampling import SamplingParams
+
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(vocab, generator=gen).tolist()
+    decoder = ARDecoder(target, length + 8, seed=seed)
+    texts = []
+    for i in range(count):
+        sampled = i % 4 == 3
+        prompt = torch.randint(0, vocab, (4,), generator=gen).tolist() if sampled else [order[i % vocab]] * 2
+        out = decoder.start(prompt, SamplingParams(temperature=1.0 if sampled else 0.0, seed=seed + i), length)
+        while len(out) < length:
+            out += decoder.step()
+        texts.append(prompt + out)
+    return texts
+
+
+def distill_on_own_text(model: DFlashDraftModel, target_dir: Path, steps: int = 300, seed: int = 0,
+                        count: int = 256, length: int = 24) -> DFlashDraftModel:
+    """Tiny targets: train the draft on the target's own text and picks (seconds on a CPU)."""
+    target = load_target(target_dir, positions=length + 16)
+    taps, vocab = model.cfg.target_layer_ids, target.config.vocab_size
+    texts = own_text(target, vocab, count, length, seed)
+    examples = []
+    for text in texts:
+        feats, picks = features_and_labels(target, text, taps)
+        examples.append((torch.tensor(text), feats, picks))
+    return train(model, target, examples, steps, seed, lr=1e-3, anchors_per_step=32)
+
+
+def stdlib_sources(limit_chars: int) -> str:
+    """Concatenated standard-library sources, in a fixed order (deterministic corpus)."""
+    root = Path(os.__file__).parent
+    parts, total = [], 0
+    for file in sorted(root.glob("*.py")):
+        text = file.read_text(errors="replace")
+        parts.append(text)
+        total += len(text)
+        if total >= limit_chars:
+            break
+    return "\n".join(parts)[:limit_chars]
+
+
+def smollm_draft_config(target_raw: dict) -> dict:
+    from serving.tools.tiny_draft import draft_config
+
+    # 2 draft layers fed by 3 taps spread over the 30 target layers; block 16 as released drafts.
+    n = target_raw["num_hidden_layers"]
+    return draft_config(target_raw, layers=2, block_size=16, taps=[1, n // 2, n - 3],
+                        mask_token_id=target_raw.get("pad_token_id") or 0)
+
+
+def main(argv=None) -> None:
+    import json
+
+    from serving.tools.tiny_draft import random_model, save_draft
+
+    ap = argparse.ArgumentParser(prog="python -m serving.tools.train_draft", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
+    ap.add_argument("--out", type=Path, default=CACHE / "models/smollm2-135m-instruct-dflash")
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--chunks", type=int, default=96, help="training sequences of --seq-len tokens")
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--minutes", type=float, default=20.0, help="wall-time cap for the training loop")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    began = time.monotonic()
+
+    def log(msg):
+        print(f"[{time.monotonic() - began:7.1f}s] {msg}", flush=True)
+
+    from serving.models.tokenizer import Tokenizer
+
+    target_raw = json.loads((args.target / "config.json").read_text())
+    config = smollm_draft_config(target_raw)
+    model = random_model(config, args.seed)
+    target = load_target(args.target, positions=args.seq_len + 16)
+    ids = Tokenizer.from_dir(args.target).encode(stdlib_sources(args.chunks * args.seq_len * 6), prompt=False)
+    log(f"corpus: {len(ids)} tokens of standard-library source")
+    examples = []
+    for c in range(min(args.chunks, len(ids) // args.seq_len)):
+        chunk = ids[c * args.seq_len:(c + 1) * args.seq_len]
+        feats, picks = features_and_labels(target, chunk, model.cfg.target_layer_ids)
+        examples.append((torch.tensor(chunk), feats, picks))
+        if c % 16 == 0:
+            log(f"features {c + 1}/{args.chunks}")
+    deadline = time.monotonic() + args.minutes * 60
+    train(model, target, examples, args.steps, args.seed, deadline=deadline, log=log)
+    save_draft(model, config, args.out)
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
