@@ -17,3 +17,5 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def cache_dir() -> Path:
     return CACHE
+
+pytest_plugins = ["tests.fixtures_lab"]

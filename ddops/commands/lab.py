@@ -101,16 +101,8 @@ def push_model(directory: Path = typer.Argument(..., help="local model directory
 
 
 def find_host(name: str, inventory: Optional[Path]):
-    try:
-        from ddops.inventory import load_inventory
-        hosts = load_inventory(inventory).hosts
-    except ImportError:   # until the foundation's inventory module lands
-        from ddops.lab.inventory_file import read_hosts
-        from ddops.lab.layout import LabLayout
-        path = inventory or LabLayout.from_env().inventory
-        if not path.is_file():
-            raise LabError(f"{path}: no inventory (run `ddops lab up` or pass --inventory)") from None
-        hosts = read_hosts(path)
+    from ddops.inventory import load_inventory
+    hosts = load_inventory(inventory).hosts
     if name not in hosts:
         raise LabError(f"--host {name}: not in the inventory (hosts: {', '.join(sorted(hosts)) or 'none'})")
     return hosts[name]
@@ -118,10 +110,11 @@ def find_host(name: str, inventory: Optional[Path]):
 
 def guarded(debug: bool, work: Callable):
     """Run work; a known failure becomes one line on stderr and its exit code (traceback with --debug)."""
+    from ddops.inventory import InventoryError
     from ddops.remote import RemoteError
     try:
         return work()
-    except (LabError, RemoteError) as exc:
+    except (LabError, RemoteError, InventoryError) as exc:
         if debug:
             raise
         typer.echo(f"error: {exc}", err=True)

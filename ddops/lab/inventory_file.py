@@ -4,7 +4,6 @@ Shape read by ddops.inventory.load_inventory: `hosts: {name: {address, ssh_port,
 ssh_key, known_hosts, gpu, labels}}`.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -17,7 +16,7 @@ HEADER = "# Written by `ddops lab up`; rewritten on every lab up/down. Lab state
 
 def render(layout: LabLayout, slots: list[HostSlot]) -> str:
     hosts = {}
-    for slot in sorted(slots, key=lambda s: s.address):
+    for slot in slots:
         hosts[slot.name] = {
             "address": slot.address,
             "ssh_port": 22,
@@ -42,21 +41,3 @@ def remove(layout: LabLayout) -> None:
     if path.is_file() and path.read_text().startswith(HEADER.format(state=layout.state_dir)):
         path.unlink()
 
-
-@dataclass(frozen=True)
-class LabHost:
-    """Stand-in for ddops.inventory.Host with the same fields (used only while that module is absent)."""
-
-    name: str
-    address: str
-    ssh_port: int
-    ssh_user: str
-    ssh_key: str
-    known_hosts: str
-    gpu: str | None
-    labels: dict
-
-
-def read_hosts(path: Path) -> dict[str, LabHost]:
-    data = yaml.safe_load(path.read_text())
-    return {name: LabHost(name=name, **fields) for name, fields in data["hosts"].items()}

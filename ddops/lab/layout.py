@@ -64,13 +64,14 @@ class LabLayout:
 
     @property
     def inventory(self) -> Path:
-        """Where `lab up` writes the inventory: $DDOPS_INVENTORY, else lab/inventory.yaml in the
-        source tree (docs/contracts.md section 4), else the state dir."""
+        """Where `lab up` writes the inventory: $DDOPS_INVENTORY; else, for the default lab run
+        from a source tree, lab/inventory.yaml there (docs/contracts.md section 4); else the state dir.
+        ddops.inventory.find_inventory looks in the same places."""
+        from ddops.inventory import REPO_LAB_INVENTORY
         if os.environ.get("DDOPS_INVENTORY"):
             return Path(os.environ["DDOPS_INVENTORY"])
-        tree = Path(__file__).resolve().parents[2]
-        if (tree / "pyproject.toml").is_file():
-            return tree / "lab" / "inventory.yaml"
+        if not os.environ.get("DDOPS_LAB_DIR") and (REPO_LAB_INVENTORY.parent.parent / "pyproject.toml").is_file():
+            return REPO_LAB_INVENTORY
         return self.state_dir / "inventory.yaml"
 
     def host_dir(self, name: str) -> Path:

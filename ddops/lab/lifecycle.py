@@ -6,6 +6,7 @@ memory, so a killed `lab up` is cleaned up by the next one.
 """
 
 import fcntl
+import ipaddress
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ class HostState:
 def known_slots(layout: LabLayout) -> list[HostSlot]:
     hosts = layout.state_dir / "hosts"
     names = [p.name for p in hosts.iterdir() if HOST_RE.match(p.name)] if hosts.is_dir() else []
-    return sorted((HostSlot.of(layout, n) for n in names), key=lambda s: s.address)
+    return sorted((HostSlot.of(layout, n) for n in names), key=lambda s: ipaddress.ip_address(s.address))
 
 
 def running_slots(layout: LabLayout) -> list[HostSlot]:
@@ -123,10 +124,7 @@ def finish_hosts(layout: LabLayout, slots: list[HostSlot], bundle, log: Log) -> 
 
 def lab_hosts(layout: LabLayout) -> dict:
     """The Host objects of the inventory just written, read back the way every other command reads it."""
-    try:
-        from ddops.inventory import load_inventory
-    except ImportError:   # until the foundation's inventory module lands
-        return inventory_file.read_hosts(layout.inventory)
+    from ddops.inventory import load_inventory
     return load_inventory(layout.inventory).hosts
 
 

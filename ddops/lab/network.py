@@ -4,9 +4,11 @@ No forwarding and no default route inside the namespaces: the /24 exists only on
 so hosts reach each other and the machine, and nothing else.
 """
 
+import time
 from pathlib import Path
 
 from ddops.lab import shell
+from ddops.lab.errors import LabError
 from ddops.lab.layout import HostSlot, LabLayout
 
 NETNS_DIR = Path("/run/netns")
@@ -50,8 +52,12 @@ def remove_host_net(slot: HostSlot) -> None:
     """Deleting the namespace destroys eth0 and with it the peer; the explicit delete covers a half-made pair."""
     if netns_exists(slot.netns):
         shell.run(["ip", "netns", "delete", slot.netns])
-    if link_exists(slot.veth):
-        shell.run(["ip", "link", "delete", slot.veth])
+    for _ in range(50):   # the kernel destroys the peer asynchronously after the namespace goes
+        if not link_exists(slot.veth):
+            return
+        shell.run(["ip", "link", "delete", slot.veth], check=False)
+        time.sleep(0.1)
+    raise LabError(f"{slot.veth}: veth still present after deleting namespace {slot.netns}")
 
 
 def lab_namespaces(layout: LabLayout) -> list[str]:
