@@ -34,6 +34,9 @@ class Runtime:
     needs_gpu: bool
     # Flag spellings change between releases, so a profile may pin the version it targets.
     versioned_flags: bool
+    # How the runtime sizes GPU memory (ddops.fit): "pools" = SGLang's static fraction, KV pool
+    # and hybrid-state pools; "exact" = every tensor preallocated for one sequence.
+    memory_model: Literal["pools", "exact"] = "pools"
 
     def flag_for(self, key: str) -> Flag | None:
         return next((f for f in self.flags if f.key == key), None)
@@ -96,6 +99,7 @@ BUNDLED = Runtime(
     api_key_in_argv=False,
     needs_gpu=False,
     versioned_flags=False,
+    memory_model="exact",
 )
 
 RUNTIMES: dict[str, Runtime] = {"sglang": SGLANG, "bundled": BUNDLED}

@@ -1,0 +1,172 @@
+"""`ddops fit PROFILE [--gpu KIND | --gpu-mem-gib N] [--tp N] [--host NAME] [--json]`.
+
+Reads the target and draft config.json (+ safetensors headers) on this machine, from copies
+(--models DIR), or on the host over SSH (--host), and predicts per GPU whether the profile
+fits. Exit 0 fits, 1 does not fit, 2 bad input (unknown GPU, unreadable configs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, guarded, out
+from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, host_gpu, local_reader,
+                       needs_gpu, read_models, remote_reader)
+from ddops.fit.bundled import bundled_memory
+from ddops.fit.gpus import known_names
+from ddops.fit.memory import CUDA_CONTEXT
+from ddops.fit.model import ModelFactsError
+from ddops.fit.verdict import Assessment, gib
+from ddops.inventory import load_inventory
+from ddops.preflight import PreflightError
+from ddops.profile import RUNTIMES, ConfigError, load_profile
+from ddops.remote import RemoteError, connect
+
+EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
+ModelsOpt = Annotated[Optional[Path], typer.Option(
+    "--models", envvar="DDOPS_FIT_MODELS",
+    help="Read checkpoints from DIR/<basename of each model path> instead of the paths.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit")(cmd_fit)
+
+
+def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML path.")],
+            gpu: Annotated[Optional[str], typer.Option("--gpu", help=f"GPU kind ({known_names()}).")] = None,
+            gpu_mem_gib: Annotated[Optional[float], typer.Option(
+                "--gpu-mem-gib", min=1, help="GPU memory in GiB, for a card not in the table.")] = None,
+            tp: Annotated[Optional[int], typer.Option("--tp", min=1, help="Override model.tp_size.")] = None,
+            host: Annotated[Optional[str], typer.Option(
+                "--host", help="Read models over SSH on this inventory host; its GPU unless --gpu.")] = None,
+            models: ModelsOpt = None, profiles_dir_: ProfilesDir = None, inventory: InventoryOpt = None,
+            as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
+    """Predict whether a profile fits its GPUs: weights, KV pool, hybrid state, fraction window."""
+    with guarded(debug, as_json, hint="hint: `ddops fit --help`; --models DIR reads local copies"):
+        resolved = load_profile(profile, profiles_dir_)
+        target_host = load_inventory(inventory).host(host) if host else None
+        card = _gpu(gpu, gpu_mem_gib, target_host)
+        loaded = _models(resolved, target_host, models)
+        if RUNTIMES[resolved.runtime].memory_model == "exact":
+            _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, as_json)
+        if card is None:
+            raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
+                               "with a gpu in the inventory"])
+        assessment = fit_profile(resolved, card, loaded, tp)
+        if as_json:
+            print(json.dumps(as_dict(resolved.name, assessment, loaded), indent=2))
+        else:
+            _print(resolved.name, assessment, loaded)
+        raise typer.Exit(EXIT_FITS if assessment.verdict.fits else EXIT_DOES_NOT_FIT)
+
+
+def _gpu(kind: str | None, memory_gib: float | None, host) -> GpuKind | None:
+    if kind and memory_gib:
+        raise ConfigError(["fit: --gpu and --gpu-mem-gib: give one of them"])
+    if kind:
+        found = find_gpu(kind)
+        if found is None:
+            raise ConfigError([f"fit: --gpu {kind!r}: unknown GPU kind (known: {known_names()}; "
+                               f"or give --gpu-mem-gib N)"])
+        return found
+    if memory_gib:
+        return gpu_from_gib(memory_gib)
+    return host_gpu(host) if host is not None else None
+
+
+def _models(profile, host, models_dir: Path | None) -> Models:
+    try:
+        if host is not None and models_dir is None:
+            with connect(host) as remote:
+                return read_models(profile, remote_reader(remote))
+        return read_models(profile, local_reader(models_dir))
+    except (PreflightError, ModelFactsError, RemoteError) as exc:
+        where = f"on {host.name}" if host is not None and models_dir is None else "locally"
+        raise ConfigError([f"fit: cannot read the model configs {where}: {exc}"]) from None
+
+
+def as_dict(name: str, a: Assessment, models: Models) -> dict:
+    s, p, v = a.setup, a.pools, a.verdict
+    return {
+        "profile": name, "fits": v.fits, "headline": v.headline, "reasons": list(v.reasons),
+        "warnings": list(v.warnings), "suggestions": list(v.suggestions),
+        "gpu": {"kind": s.gpu.name, "memory_mib": s.gpu.memory_mib, "count": s.tp},
+        "mem_fraction_static": p.fraction, "fraction_is_default": p.fraction_is_default,
+        "window": {"min": p.window[0], "max": p.window[1], "exists": p.window[0] <= p.window[1]},
+        "min_viable_fraction": round(p.min_viable, 4), "context_length": s.context_length,
+        "kv_pool_tokens": p.kv_tokens, "one_request_fits": p.one_request_fits,
+        "full_length_requests": p.full_length_requests, "max_running_requests": p.max_running_requests,
+        "per_gpu_bytes": {
+            "capacity": p.capacity, "free_before_load": p.pre, "weights": p.weights,
+            "target_weights": p.target_weights, "draft_weights": p.draft_weights,
+            "runtime_reserve": p.reserve, "headroom": p.headroom, "token_table": p.token_table,
+            "kv_per_token": p.cell, "draft_kv_per_token": p.draft_cell,
+            "mamba_state_per_slot": p.mamba_slot, "mamba_spec_states": p.mamba_spec,
+            "mamba_total": p.mamba_bytes, "kv_pool": p.kv_budget},
+        "mamba_slots": p.mamba_slots,
+        "models": {role: _model_dict(m) for role, m in (("target", models.target), ("draft", models.draft)) if m},
+    }
+
+
+def _model_dict(m) -> dict:
+    return {"path": m.path, "architecture": m.architecture, "params": m.params,
+            "params_source": m.params_source, "dtype": m.dtype}
+
+
+def _print(name: str, a: Assessment, models: Models) -> None:
+    s, p, v = a.setup, a.pools, a.verdict
+    out.print(f"fit {name} on {s.tp} x {s.gpu.name} ({s.gpu.memory_mib:,} MiB each)", style="bold")
+    table = Table(title="per GPU", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for label, value in _rows(s, p, models):
+        table.add_row(label, value)
+    out.print(table)
+    out.print(f"[{'green' if v.fits else 'red'}]{v.headline}[/]")
+    for line in v.reasons:
+        out.print(f"  because {line}", markup=False)
+    for line in v.warnings:
+        out.print(f"  note: {line}", markup=False, style="yellow")
+    for line in v.suggestions:
+        out.print(f"  try: {line}", markup=False)
+
+
+def _rows(s, p, models: Models) -> list[tuple[str, str]]:
+    window = (f"{p.window[0]:.3f} - {p.window[1]:.3f}" if p.window[0] <= p.window[1] else "none")
+    rows = [("weights (target)", f"{gib(p.target_weights)} ({models.target.params_source})"),
+            ("weights (draft)", gib(p.draft_weights)),
+            ("KV bytes per token", f"{p.cell:,} (draft {p.draft_cell:,})"),
+            ("runtime reserve", gib(p.reserve)),
+            ("mem-fraction-static", f"{p.fraction:.3f}" + (" (SGLang default)" if p.fraction_is_default else "")),
+            ("headroom", gib(p.headroom))]
+    if p.mamba_slot:
+        rows += [("hybrid state per slot", gib(p.mamba_slot)), ("hybrid verify states", gib(p.mamba_spec)),
+                 ("hybrid slots", str(p.mamba_slots))]
+    return rows + [("KV pool", f"{gib(max(p.kv_budget, 0))} = {p.kv_tokens:,} tokens"),
+                   ("context-length", f"{s.context_length:,}"),
+                   ("full-length requests at once", str(p.full_length_requests)),
+                   ("fractions that work", window),
+                   ("minimum viable (weights only)", f"{p.min_viable:.3f}")]
+
+
+def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) -> None:
+    """A runtime that preallocates everything: the total against the card (or no GPU at all)."""
+    predicted = bundled_memory(profile, models)
+    usable = card.memory_bytes - CUDA_CONTEXT if card else None
+    fits = usable is None or predicted.predicted_bytes <= usable
+    where = f"{card.name} ({gib(usable)} usable)" if card else "CPU (no GPU to fit)"
+    if as_json:
+        print(json.dumps({"profile": profile.name, "runtime": profile.runtime, "fits": fits,
+                          "gpu": card.name if card else None, "memory": predicted.as_dict()}, indent=2))
+    else:
+        out.print(f"fit {profile.name}: {profile.runtime} runtime on {where} will allocate "
+                  f"{gib(predicted.predicted_bytes)}: weights {gib(predicted.weights_bytes)} in "
+                  f"{predicted.dtype}, KV cache {gib(predicted.kv_cache_bytes)} for "
+                  f"{predicted.kv_slots:,} slots", markup=False)
+        out.print("[green]fits[/]" if fits else "[red]does not fit[/]")
+    raise typer.Exit(EXIT_FITS if fits else EXIT_DOES_NOT_FIT)

@@ -1,0 +1,49 @@
+"""What the bundled runtime (`python -m serving`) allocates for a profile. Pure.
+
+Its allocation model is simple and exact: every parameter in the runtime's dtype, and one
+preallocated KV cache for the target of `context_length + verify_tokens` slots over all layers
+(the extra slots hold one verify pass past the context). The draft's context K/V grows with
+each sequence and is not preallocated, so it is not part of the prediction. The runtime reports
+the same three numbers, measured from its tensors, under `/server_info` `memory`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddops.fit.model import ModelFacts, dtype_bytes
+from ddops.fit.profile_fit import Models, verify_tokens
+from ddops.profile import Profile
+
+
+@dataclass(frozen=True)
+class BundledMemory:
+    dtype: str
+    kv_slots: int
+    weights_bytes: int
+    kv_cache_bytes: int
+
+    @property
+    def predicted_bytes(self) -> int:
+        return self.weights_bytes + self.kv_cache_bytes
+
+    def as_dict(self) -> dict:
+        return {"dtype": self.dtype, "kv_slots": self.kv_slots, "weights_bytes": self.weights_bytes,
+                "kv_cache_bytes": self.kv_cache_bytes, "predicted_bytes": self.predicted_bytes}
+
+
+def runtime_dtype(profile: Profile, target: ModelFacts) -> str:
+    """The runtime's --dtype auto: the checkpoint's dtype on CUDA, float32 on CPU."""
+    if profile.model.dtype != "auto":
+        return profile.model.dtype
+    return target.dtype if profile.service.device == "cuda" else "float32"
+
+
+def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
+    target, draft = models.target, models.draft
+    dtype = runtime_dtype(profile, target)
+    slots = (profile.memory.context_length or target.max_position_embeddings) + verify_tokens(profile, draft)
+    weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
+    a = target.attention
+    kv = int(target.num_layers * a.kv_heads * (a.head_dim + a.v_head_dim) * slots * dtype_bytes(dtype))
+    return BundledMemory(dtype, slots, weights, kv)

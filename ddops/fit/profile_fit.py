@@ -1,0 +1,96 @@
+"""A profile on a kind of GPU -> the planner's Setup, and the checks validate and deploy run.
+
+Reads capabilities, never method names: a method that verifies a tree verifies budget + 1
+tokens per round (DDTree's verify graphs are that wide), a chain verifies the draft block.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddops.fit.gpus import GpuKind, find_gpu, gpu_from_gib
+from ddops.fit.memory import Setup
+from ddops.fit.model import ModelFacts
+from ddops.fit.verdict import Assessment, assess
+from ddops.inventory import Host
+from ddops.profile import RUNTIMES, Profile
+
+DEFAULT_BLOCK = 16  # SGLang's fallback when the draft config has no block_size
+KV_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3",
+             "fp4_e2m1": "fp4_e2m1"}
+
+Reader = Callable[[str], ModelFacts]  # model path -> facts (local, a copy, or over SSH)
+
+
+@dataclass(frozen=True)
+class Models:
+    target: ModelFacts
+    draft: ModelFacts | None
+
+
+def needs_gpu(profile: Profile) -> bool:
+    return RUNTIMES[profile.runtime].needs_gpu or profile.service.device == "cuda"
+
+
+def read_models(profile: Profile, read: Reader) -> Models:
+    draft = profile.speculative.draft_model_path if profile.method.needs_draft else None
+    return Models(read(profile.model.path), read(draft) if draft else None)
+
+
+def setup_for(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None) -> Setup:
+    memory, mamba = profile.memory, profile.mamba
+    weights_dtype = profile.model.dtype if profile.model.dtype != "auto" else models.target.dtype
+    kv_dtype = KV_DTYPES.get(memory.kv_cache_dtype, weights_dtype)
+    return Setup(
+        gpu=gpu, tp=tp or profile.model.tp_size, fraction=memory.mem_fraction_static,
+        context_length=memory.context_length or models.target.max_position_embeddings,
+        weights_dtype=weights_dtype, kv_dtype=kv_dtype,
+        max_running_requests=memory.max_running_requests,
+        chunked_prefill_size=memory.chunked_prefill_size if memory.chunked_prefill_size != -1 else None,
+        cuda_graphs=profile.cuda_graph.enabled, graph_max_bs=profile.cuda_graph.max_bs,
+        verify_tokens=verify_tokens(profile, models.draft),
+        mamba_slots=mamba.max_mamba_cache_size, ssm_dtype=mamba.ssm_dtype,
+        mamba_ratio=mamba.full_memory_ratio, mamba_strategy=mamba.scheduler_strategy,
+    )
+
+
+def verify_tokens(profile: Profile, draft: ModelFacts | None) -> int:
+    """Tokens the target verifies per round: 0 plain, the block for a chain, budget + 1 for a tree."""
+    method, spec = profile.method, profile.speculative
+    if not method.is_speculative:
+        return 0
+    block = spec.block_size or (draft.block_size if draft else None) or DEFAULT_BLOCK
+    if method.uses_tree_budget:
+        return max(block, (spec.ddtree_budget or block - 1) + 1)
+    return block
+
+
+def fit_profile(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None) -> Assessment:
+    return assess(setup_for(profile, gpu, models, tp), models.target, models.draft)
+
+
+def host_gpu(host: Host) -> GpuKind | None:
+    """The host's card: the table row for its kind, else its declared memory."""
+    if host.gpu is None:
+        return None
+    return find_gpu(host.gpu.kind) or gpu_from_gib(host.gpu.memory_gb, host.gpu.kind)
+
+
+def local_reader(models_dir: Path | None = None) -> Reader:
+    """Read checkpoints on this machine: from `models_dir`/<basename> when given, else the path."""
+    from ddops.fit.read import read_model
+    from ddops.preflight import LocalFiles
+
+    def read(path: str) -> ModelFacts:
+        where = str(models_dir / posixpath.basename(path.rstrip("/"))) if models_dir else path
+        return read_model(LocalFiles(), where)
+    return read
+
+
+def remote_reader(remote) -> Reader:
+    from ddops.fit.read import read_model
+    from ddops.preflight import RemoteFiles
+    return lambda path: read_model(RemoteFiles(remote), path)
