@@ -14,6 +14,8 @@ from serving.sampling import SamplingParams
 ROLES = ("system", "developer", "user", "assistant", "tool")
 DEFAULT_MAX_TOKENS = {"completion": 16, "chat": 128}
 MAX_STOP_STRINGS = 16
+# fields we do not implement -> the value that means "off" (anything else is refused, not ignored)
+UNSUPPORTED = {"logprobs": False, "top_logprobs": 0, "echo": False, "best_of": 1, "suffix": ""}
 
 
 class APIError(Exception):
@@ -52,9 +54,9 @@ def parse_json(body: bytes) -> dict:
 
 def parse_request(data: dict, kind: str, served_model: str) -> CompletionSpec:
     _check_model(data, served_model)
-    for unsupported in ("logprobs", "echo", "best_of", "tools", "suffix"):
-        if data.get(unsupported) not in (None, False, [], 0 if unsupported != "best_of" else 1):
-            raise APIError(400, f"'{unsupported}' is not supported by this server", unsupported, "unsupported")
+    for key, off in UNSUPPORTED.items():
+        if data.get(key) not in (None, off):
+            raise APIError(400, f"'{key}' is not supported by this server", key, "unsupported")
     if _get(data, "n", int, 1) != 1:
         raise APIError(400, "only n=1 is supported", "n", "unsupported")
     max_tokens = _get(data, "max_tokens", int, None)
