@@ -48,7 +48,7 @@ def test_extends_chain_deep_merges_and_records_sources():
         "a6000-shadow-small-nograph.yaml", "a6000-shadow-small.yaml", "a6000-shadow.yaml",
         "a6000-base.yaml"]
     assert profile.memory.context_length == 8192  # from shadow-small
-    assert profile.memory.mem_fraction_static == 0.88  # from base, untouched by children
+    assert profile.memory.mem_fraction_static == 0.84  # from base, untouched by children
     assert profile.source_of("memory.context_length").endswith("a6000-shadow-small.yaml")
     assert profile.source_of("memory.mem_fraction_static").endswith("a6000-base.yaml")
     assert profile.source_of("health.path") == "default"
