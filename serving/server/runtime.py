@@ -39,7 +39,8 @@ def serve(args: ServerArgs) -> int:
     state = AppState(args, tokenizer, eos_ids=eos_ids(args.model_path, checkpoint.config, tokenizer),
                      vocab_size=checkpoint.config.vocab_size)
     server = uvicorn.Server(uvicorn.Config(create_app(state), host=args.host, port=args.port,
-                                           log_level=args.log_level, access_log=False))
+                                           log_level=args.log_level, access_log=False,
+                                           timeout_graceful_shutdown=5))
     failure: list[str] = []
     loader = threading.Thread(target=_load, args=(state, checkpoint, server, failure), daemon=True)
     loader.start()
