@@ -68,6 +68,8 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile) -> tuple[int, dic
     base = {"host": target.host.name, "profile": desired.profile, "plan": plan.as_dict()}
     if dry_run:
         return EXIT_OK, {**base, "exit_code": EXIT_OK, "result": "dry-run"}
+    if plan.noop:
+        yes = True      # nothing to confirm; still checked under the lock, a deploy may be running
     if not yes and not typer.confirm(f"Apply to {target.host.name}?", default=False):
         return EXIT_BAD_INPUT, {**base, "exit_code": EXIT_BAD_INPUT, "result": "declined"}
     say("applying", "taking the host lock")

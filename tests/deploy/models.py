@@ -28,3 +28,16 @@ def wide_draft(cache: Path) -> Path:
         subprocess.run([sys.executable, "-m", "serving.tools.tiny_draft", "--target", str(target),
                         "--out", str(out)], check=True, capture_output=True)
     return out
+
+
+def tiny_pair(cache: Path) -> tuple[Path, Path]:
+    """The tiny target and its distilled DFlash draft (real acceptance), made once per cache."""
+    models = cache / "models"
+    target, draft = models / "tiny-llama", models / "tiny-llama-dflash"
+    if not (target / "config.json").is_file():
+        subprocess.run([sys.executable, "-m", "serving.tools.tiny", "--out", str(target)],
+                       check=True, capture_output=True)
+    if not (draft / "model.safetensors").is_file():
+        subprocess.run([sys.executable, "-m", "serving.tools.tiny_draft", "--target", str(target),
+                        "--out", str(draft), "--distill"], check=True, capture_output=True)
+    return target, draft

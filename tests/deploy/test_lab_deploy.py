@@ -1,0 +1,208 @@
+"""Deploy, gate, revert, lock, history, rollback and recovery on a real lab host (systemd in an
+nspawn container, real sshd, the bundled runtime with tiny real models).
+
+The tests run in file order and share one host and one unit, like an operator's day:
+fresh deploy -> no-op re-deploy -> DDTree deploy -> broken deploy reverted -> preflight ->
+lock contention -> rollback -> killed deploy recovered -> secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ddops.deploy.facts import unit_state
+from ddops.deploy.lock import Holder, HostLock
+from ddops.remote import connect
+from tests.deploy.models import tiny_pair, wide_draft
+
+pytestmark = pytest.mark.lab
+
+HERE = Path(__file__).parent
+MISMATCH = str(HERE / "profiles" / "cpu-ddtree-mismatch.yaml")
+WITH_KEY = str(HERE / "profiles" / "cpu-ar-key.yaml")
+UNIT, PORT = "ddtest.service", "30100"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+ENV_PATH = "/etc/ddops/ddtest.env"
+TARGET = ("--unit", UNIT, "--port", PORT)
+
+
+class Site:
+    """One lab host as the tests see it: the CLI, a connection, and the service URL."""
+
+    def __init__(self, lab, name: str):
+        self.lab, self.name = lab, name
+        self.host = lab.host(name)
+        self.url = f"http://{self.host.address}:{PORT}"
+        self.remote = connect(self.host)
+
+    def ddops(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ddops", *args], cwd=HERE.parent.parent,
+                              env={**os.environ, **self.lab.env, **(env or {})}, capture_output=True,
+                              text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+    def deploy(self, profile: str, *extra: str, env: dict | None = None) -> tuple[int, dict]:
+        done = self.ddops("deploy", profile, "--host", self.name, *TARGET, "--yes", "--json", *extra,
+                          env=env)
+        assert done.stdout.strip(), done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    def unit_bytes(self) -> bytes | None:
+        return self.remote.read(UNIT_PATH)
+
+    def state(self):
+        return unit_state(self.remote, UNIT)
+
+    def chat(self, key: str | None = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "Name a capital."}],
+                "max_tokens": 8, "temperature": 0}
+        return httpx.post(f"{self.url}/v1/chat/completions", json=body, headers=headers, timeout=60,
+                          trust_env=False)
+
+    def info(self, key: str | None = None) -> dict:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.get(f"{self.url}/server_info", headers=headers, timeout=30, trust_env=False).json()
+
+
+@pytest.fixture(scope="module")
+def site(deploy_lab, cache_dir):
+    target, draft = tiny_pair(cache_dir)
+    wide = wide_draft(cache_dir)
+    s = Site(deploy_lab, deploy_lab.hosts[-1])
+    for model in (target, draft, wide):
+        pushed = s.ddops("push-model", str(model), "--host", s.name)
+        assert pushed.returncode == 0, pushed.stderr
+    s.remote.run(f"systemctl disable --now {UNIT}; rm -rf {UNIT_PATH} {ENV_PATH} "
+                 f"/var/lib/ddops/history/{UNIT} /var/lib/ddops/deploy/{UNIT}; systemctl daemon-reload",
+                 check=False)
+    yield s
+    s.remote.run(f"systemctl disable --now {UNIT}", check=False)
+    s.remote.close()
+
+
+def test_plain_deploy_passes_the_gate_and_answers_from_outside(site):
+    code, out = site.deploy("cpu-ar")
+    assert code == 0, out
+    assert out["result"] == "deployed"
+    assert [c["name"] for c in out["gate"]["checks"]] == ["health", "generate", "smoke", "server_info"]
+    answer = site.chat()
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"].strip()
+    assert site.remote.run(f"stat -c %a {ENV_PATH}").stdout.strip() == "600"
+    assert b"# ddops-profile: cpu-ar" in site.unit_bytes()
+
+
+def test_redeploy_with_nothing_changed_restarts_nothing(site):
+    before = site.state()
+    code, out = site.deploy("cpu-ar")
+    assert (code, out["result"]) == (0, "unchanged")
+    after = site.state()
+    assert after.started_us == before.started_us and after.main_pid == before.main_pid
+    assert after.active == "active"
+
+
+def test_dry_run_shows_the_diff_and_touches_nothing(site):
+    before = site.unit_bytes()
+    code, out = site.deploy("cpu-ddtree", "--dry-run")
+    assert (code, out["result"]) == (0, "dry-run")
+    assert "+    --speculative-algorithm DDTREE" in out["plan"]["unit_diff"]
+    assert site.unit_bytes() == before
+
+
+def test_ddtree_deploy_passes_with_real_speculation(site):
+    code, out = site.deploy("cpu-ddtree")
+    assert code == 0, out
+    checks = {c["name"]: c for c in out["gate"]["checks"]}
+    assert checks["acceptance"]["ok"]
+    info = site.info()
+    assert info["speculative_algorithm"] == "DDTREE"
+    assert info["internal_states"][0]["avg_spec_accept_length"] > 1
+    assert site.chat().status_code == 200
+
+
+def test_mismatched_draft_fails_the_gate_is_diagnosed_and_reverted(site):
+    before = site.unit_bytes()
+    code, out = site.deploy(MISMATCH)
+    assert code == 1, out
+    assert out["result"] == "reverted"
+    assert out["diagnosis"][0]["cause"] == "draft-target-width-mismatch", out["diagnosis"]
+    assert site.unit_bytes() == before
+    assert site.state().active == "active"
+    assert site.chat().status_code == 200
+    assert site.info()["speculative_algorithm"] == "DDTREE"
+
+
+def test_preflight_catches_the_mismatch_without_starting_anything(site):
+    before = site.state()
+    done = site.ddops("preflight", MISMATCH, "--host", site.name)
+    assert done.returncode == 2, done.stdout
+    assert "draft fc input width 192" in done.stdout and "= 128" in done.stdout
+    assert site.state().started_us == before.started_us
+    ok = site.ddops("preflight", "cpu-ddtree", "--host", site.name)
+    assert ok.returncode == 0, ok.stdout
+
+
+def test_second_deploy_is_refused_while_the_lock_is_held(site):
+    holder = Holder("alice", "ci-runner-7", 4242, "ddops deploy cpu-ar --host x", time.time())
+    with connect(site.host) as remote, HostLock(remote, holder):
+        code, out = site.deploy("cpu-dflash")
+    assert code == 4, out
+    assert "alice@ci-runner-7 pid 4242" in out["message"]
+    assert b"cpu-ddtree" in site.unit_bytes()
+
+
+def test_rollback_to_an_earlier_history_entry(site):
+    done = site.ddops("history", "--host", site.name, "--unit", UNIT, "--json")
+    entries = json.loads(done.stdout)["entries"]
+    first = entries[0]
+    assert (first["profile"], first["result"]) == ("cpu-ar", "passed")
+    assert [e["result"] for e in entries][-1] == "failed-reverted"
+    back = site.ddops("rollback", "--host", site.name, "--unit", UNIT, "--to", first["id"], "--yes", "--json")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert json.loads(back.stdout)["rolled_back_to"] == first["id"]
+    assert b"# ddops-profile: cpu-ar" in site.unit_bytes()
+    assert site.info()["speculative_algorithm"] is None
+
+
+def test_a_deploy_killed_midway_is_recovered_by_the_next_run(site):
+    good = site.unit_bytes()
+    cmd = [sys.executable, "-m", "ddops", "deploy", "cpu-ddtree", "--host", site.name, *TARGET, "--yes"]
+    proc = subprocess.Popen(cmd, env={**os.environ, **site.lab.env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while b"cpu-ddtree" not in (site.unit_bytes() or b"") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert b"cpu-ddtree" in site.unit_bytes(), "the deploy never pushed its unit"
+    assert site.remote.exists(f"/var/lib/ddops/deploy/{UNIT}/pending.json")
+    code, out = site.deploy("cpu-ar")
+    assert code == 0, out
+    notes = " ".join(out["notes"])
+    assert "recovered an unfinished deploy of cpu-ddtree" in notes
+    assert "stale lock" in notes
+    assert site.unit_bytes() == good
+    assert not site.remote.exists(f"/var/lib/ddops/deploy/{UNIT}/pending.json")
+    assert site.chat().status_code == 200
+
+
+def test_secrets_reach_only_the_0600_env_file(site):
+    key = "sk-ddtest-4f1d9c"
+    code, out = site.deploy(WITH_KEY, env={"DDTEST_API_KEY": key})
+    assert code == 0, out
+    assert key not in json.dumps(out)
+    assert site.chat().status_code == 401 and site.chat(key).status_code == 200
+    env_file = site.remote.run(f"stat -c %a {ENV_PATH}; cat {ENV_PATH}").stdout
+    assert env_file.startswith("600") and key in env_file
+    assert key not in site.remote.run("ps -eo args").stdout
+    assert key not in site.unit_bytes().decode()
+    listing = site.ddops("history", "--host", site.name, "--unit", UNIT, "--json").stdout
+    logs = site.ddops("logs", "--host", site.name, "--unit", UNIT, "-n", "300").stdout
+    assert key not in listing and key not in logs
