@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serving import __version__
+from serving import __version__, memory
 from serving.engine import Delta, Engine, EngineBusy, Failed, GenerationRequest, StopRule
 from serving.sampling import SamplingParams
 from serving.server import responses as R
@@ -135,8 +135,11 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
     async def server_info():
         stats = state.engine.stats.snapshot() if state.ready else {
             "avg_spec_accept_length": 1.0, "last_gen_throughput": 0.0, "num_requests_total": 0}
-        return {**args.public(), "version": __version__, "status": "ok" if state.ready else "loading",
+        info = {**args.public(), "version": __version__, "status": "ok" if state.ready else "loading",
                 "internal_states": [stats]}
+        if state.ready:  # measured tensors beside the prediction from config.json (serving.memory)
+            info["memory"] = memory.report(state.engine.decoder, args)
+        return info
 
     @app.get("/metrics")
     async def metrics():

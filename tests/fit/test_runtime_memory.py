@@ -1,0 +1,109 @@
+"""Prediction vs measurement on CPU: the ops planner's allocation model of the bundled runtime
+against what a real `python -m serving` process reports under /server_info `memory`.
+
+Tolerance: 1% of each figure. Both sides count every parameter in the runtime dtype and one
+preallocated target KV cache, so they agree exactly today; the margin only absorbs a buffer the
+runtime may add later (rope tables, say) without hiding a wrong formula (a missed layer or a
+GQA slip is 10% or more on these models).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ddops.fit import local_reader, read_models
+from ddops.fit.bundled import bundled_memory
+from ddops.profile import load_profile
+
+TOLERANCE = 0.01
+THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", params=[("llama", "float32"), ("qwen3", "bfloat16")])
+def served(request, tmp_path_factory):
+    """A tiny checkpoint from the project's tool, a bundled profile for it, a real server."""
+    arch, dtype = request.param
+    root = tmp_path_factory.mktemp(f"fit-{arch}")
+    model = root / f"tiny-{arch}"
+    subprocess.run([sys.executable, "-m", "serving.tools.tiny", "--arch", arch, "--out", str(model),
+                    "--dtype", dtype, "--shards", "2" if arch == "qwen3" else "1"],
+                   check=True, capture_output=True, env={**os.environ, **THREADS})
+    (root / "p.yaml").write_text(textwrap.dedent(f"""\
+        runtime: bundled
+        model: {{path: {model}, served_name: tiny, dtype: {dtype}}}
+        memory: {{context_length: 384}}
+        service: {{device: cpu}}
+        """))
+    profile = load_profile(str(root / "p.yaml"))
+    port = _free_port()
+    log = root / "server.log"
+    proc = subprocess.Popen([sys.executable, "-m", "serving", "--model-path", str(model), "--port", str(port),
+                             "--device", "cpu", "--dtype", dtype, "--context-length", "384"],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, **THREADS})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url, proc, log)
+        yield profile, url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"server exited: {log.read_text()[-1500:]}"
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"server not ready: {log.read_text()[-1500:]}")
+
+
+def _close(predicted: int, measured: int) -> bool:
+    return abs(predicted - measured) <= TOLERANCE * measured
+
+
+def test_ops_prediction_matches_the_runtime_measurement(served):
+    profile, url = served
+    memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
+    ops = bundled_memory(profile, read_models(profile, local_reader()))
+    assert memory["weights_bytes"] > 0 and memory["kv_cache_bytes"] > 0
+    assert _close(ops.weights_bytes, memory["weights_bytes"]), (ops, memory)
+    assert _close(ops.kv_cache_bytes, memory["kv_cache_bytes"]), (ops, memory)
+    assert _close(ops.predicted_bytes, memory["measured_bytes"])
+
+
+def test_runtime_prediction_matches_its_own_measurement(served):
+    _, url = served
+    memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
+    assert _close(memory["predicted_weights_bytes"], memory["weights_bytes"])
+    assert _close(memory["predicted_kv_cache_bytes"], memory["kv_cache_bytes"])
+    assert memory["predicted_bytes"] == memory["predicted_weights_bytes"] + memory["predicted_kv_cache_bytes"]
+
+
+def test_kv_cache_grows_with_the_context_length_as_predicted(served):
+    """384 slots over all layers: 2 (K and V) x layers x kv heads x head_dim x dtype bytes each."""
+    profile, url = served
+    info = httpx.get(url + "/server_info", timeout=10).json()
+    models = read_models(profile, local_reader())
+    a, width = models.target.attention, 4 if info["dtype"] == "float32" else 2
+    per_slot = 2 * models.target.num_layers * a.kv_heads * a.head_dim * width
+    assert info["memory"]["kv_cache_bytes"] == per_slot * 384
