@@ -167,10 +167,10 @@ class LocalFiles:
 
 
 class RemoteFiles:
-    """The same reads over an SSH connection (Fabric `Connection`)."""
+    """The same reads on a host, over a `ddops.remote.Remote`."""
 
-    def __init__(self, conn):
-        self.conn = conn
+    def __init__(self, remote):
+        self.remote = remote
 
     def read_text(self, path: str) -> str:
         return self._run(f"cat {shlex.quote(path)}", path)
@@ -180,10 +180,10 @@ class RemoteFiles:
         return base64.b64decode(self._run(cmd, path))
 
     def exists(self, path: str) -> bool:
-        return self.conn.run(f"test -f {shlex.quote(path)}", hide=True, warn=True).ok
+        return self.remote.run(f"test -f {shlex.quote(path)}", check=False).ok
 
     def _run(self, cmd: str, path: str) -> str:
-        result = self.conn.run(cmd, hide=True, warn=True)
+        result = self.remote.run(cmd, check=False)
         if not result.ok:
             raise PreflightError(f"{path}: cannot read on the host ({result.stderr.strip()[:200]})")
         return result.stdout

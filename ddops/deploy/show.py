@@ -3,6 +3,8 @@ gate progress, the result. Text only; `--json` callers use the objects' as_dict 
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 from rich.syntax import Syntax
@@ -11,8 +13,9 @@ from rich.table import Table
 from ddops.deploy.apply import Outcome
 from ddops.deploy.plan import Plan
 
-console = Console(highlight=False, soft_wrap=True)
-errors = Console(stderr=True, highlight=False, soft_wrap=True)
+# CI logs are not terminals: keep lines whole instead of rich's 80-column default
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+errors = Console(stderr=True, highlight=False, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 RESULT_STYLE = {"deployed": "green", "unchanged": "green", "reverted": "yellow",
                 "failed": "red", "revert-failed": "bold red", "locked": "red"}
