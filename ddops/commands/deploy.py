@@ -18,6 +18,18 @@ from ddops.remote import RemoteError, connect
 
 def register(app: typer.Typer) -> None:
     app.command("deploy")(deploy)
+    app.command("demo")(demo)
+
+
+def demo() -> None:
+    """Lab host up, tiny models pushed, DDTree CPU profile deployed and gated, a request answered."""
+    from ddops.deploy import demo as run_demo
+    from ddops.lab.errors import LabError
+    try:
+        code = run_demo.run()
+    except (ConfigError, LabError, RemoteError) as err:
+        _fail(False, EXIT_BAD_INPUT, str(err))
+    raise typer.Exit(code)
 
 
 def deploy(

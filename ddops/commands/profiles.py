@@ -1,4 +1,4 @@
-"""`ddops profiles | show | validate | render | demo`: read-only commands on profiles.
+"""`ddops profiles | show | validate | render`: read-only commands on profiles.
 
 Bad input exits 2 with one line per problem (file, key, line, reason) and a hint;
 tracebacks only with --debug.
@@ -197,52 +197,8 @@ def _write(rendered: Rendered, out_dir: Path, as_json: bool) -> None:
         out.print(f"wrote {unit_file}\nwrote {env_file} (mode 0600)", markup=False)
 
 
-def cmd_demo(profiles_dir_: ProfilesDir = None, as_json: JsonOpt = False,
-             debug: DebugOpt = False) -> None:
-    """Validate and render every shipped profile and show a summary."""
-    with guarded(debug, as_json):
-        rows = [_demo_row(name, profiles_dir_) for name in list_profiles(profiles_dir_)]
-        if as_json:
-            print(json.dumps(rows, indent=2))
-        else:
-            _print_demo(rows)
-        if any(row["problems"] for row in rows):
-            raise typer.Exit(2)
-
-
-def _demo_row(name: str, folder: Path | None) -> dict:
-    try:
-        profile: Profile = load_profile(name, folder)
-        rendered = render(profile)
-    except ConfigError as exc:
-        return dict(name=name, problems=exc.problems)
-    return dict(name=name, problems=[], runtime=profile.runtime, method=profile.speculative.algorithm,
-                model=profile.model.served_name, unit=rendered.unit_name,
-                flags=sum(a.startswith("--") for a in rendered.argv), hash=rendered.content_hash)
-
-
-def _print_demo(rows: list[dict]) -> None:
-    out.print("loading profiles -> validating -> rendering units", style="dim")
-    table = Table(title="shipped profiles, validated and rendered")
-    for column in ("profile", "runtime", "method", "flags", "hash", "result"):
-        table.add_column(column, no_wrap=True)
-    for row in rows:
-        if row["problems"]:
-            table.add_row(row["name"], *[""] * 4, f"[red]{len(row['problems'])} problem(s)[/]")
-            continue
-        table.add_row(row["name"], row["runtime"], row["method"], str(row["flags"]),
-                      row["hash"][:8], "[green]ok[/]")
-    out.print(table)
-    for row in rows:
-        for line in row["problems"]:
-            err.print(line, markup=False)
-    out.print("next: `ddops render PROFILE` prints a unit; `ddops show PROFILE` where each value came from",
-              style="dim")
-
-
 def register(app: typer.Typer) -> None:
     app.command("profiles")(cmd_profiles)
     app.command("show")(cmd_show)
     app.command("validate")(cmd_validate)
     app.command("render")(cmd_render)
-    app.command("demo")(cmd_demo)

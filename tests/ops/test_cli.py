@@ -1,4 +1,4 @@
-"""The CLI: `ddops profiles | show | validate | render | demo`, through Typer's runner and,
+"""The CLI: `ddops profiles | show | validate | render`, through Typer's runner and,
 for the exit-code contract, through the real `ddops` entry point in a subprocess."""
 
 from __future__ import annotations
@@ -137,11 +137,3 @@ def test_render_for_an_inventory_host(tmp_path):
 def test_unknown_profile_exits_2():
     result = invoke("show", "cpu-ddtre")
     assert result.exit_code == 2 and "did you mean 'cpu-ddtree'?" in result.stderr
-
-
-def test_demo_validates_and_renders_every_shipped_profile():
-    result = invoke("demo", "--json")
-    assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
-    assert [row["name"] for row in rows] == list_profiles(SHIPPED)
-    assert all(not row["problems"] and len(row["hash"]) == 64 for row in rows)

@@ -1,0 +1,123 @@
+"""`ddops demo`: the main job end to end on this machine.
+
+lab up (one systemd-nspawn host with the runtime) -> tiny target + distilled DFlash draft
+(made once into $DDOPS_CACHE/models by the runtime's own tools, run as commands) -> push
+them -> deploy the DDTree CPU profile (facts, plan, lock, push, restart, gate) -> a chat
+request answered from outside the host. SmolLM2-135M is deployed as well when `make models`
+has converted it (and its draft when one is cached)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from ddops.deploy import show
+from ddops.deploy.apply import Outcome, execute
+from ddops.deploy.facts import read_facts
+from ddops.deploy.lock import Holder
+from ddops.deploy.plan import make_plan
+from ddops.deploy.target import load_target
+
+
+@dataclass(frozen=True)
+class Service:
+    profile: str
+    unit: str | None
+    port: int | None
+    models: tuple[str, ...]          # directory names under $DDOPS_CACHE/models to push
+
+
+TINY = Service("cpu-ddtree", None, None, ("tiny-llama", "tiny-llama-dflash"))
+
+
+def cache() -> Path:
+    return Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
+
+
+def services() -> list[Service]:
+    found = [TINY]
+    models = cache() / "models"
+    if (models / "smollm2-135m-instruct" / "config.json").is_file():
+        draft = (models / "smollm2-135m-instruct-dflash" / "config.json").is_file()
+        found.append(Service("cpu-smollm2-ddtree" if draft else "cpu-smollm2-ar", "smollm2.service",
+                             30001, ("smollm2-135m-instruct",) + (("smollm2-135m-instruct-dflash",)
+                                                                 if draft else ())))
+    return found
+
+
+def make_tiny_models() -> None:
+    """The runtime's tools write them (run as commands: ddops never imports serving)."""
+    models = cache() / "models"
+    target, draft = models / "tiny-llama", models / "tiny-llama-dflash"
+    steps = []
+    if not (target / "config.json").is_file():
+        steps.append(["serving.tools.tiny", "--out", str(target)])
+    if not (draft / "model.safetensors").is_file():
+        steps.append(["serving.tools.tiny_draft", "--target", str(target), "--out", str(draft), "--distill"])
+    for step in steps:
+        show.stage("models", f"{step[0]} -> {step[2] if step[0].endswith('tiny') else step[4]} "
+                             "(first time only; the draft is distilled for a few minutes)")
+        subprocess.run([sys.executable, "-m", *step], check=True, capture_output=True)
+
+
+def lab_up(count: int = 1) -> tuple[Path, list[str]]:
+    from ddops.lab import lifecycle
+    from ddops.lab.layout import LabLayout
+    layout = LabLayout.from_env()
+    slots = lifecycle.up(layout, count, log=lambda line: show.console.print(f"    {line}"))
+    return layout.inventory, [s.name for s in slots]
+
+
+def push_models(remote, service: Service) -> None:
+    from ddops.install.sync import push_model
+    for name in service.models:
+        report = push_model(remote, cache() / "models" / name, log=lambda line: None)
+        show.console.print(f"    {name}: {report}")
+
+
+def deploy(service: Service, host: str, inventory: Path) -> Outcome:
+    from ddops.remote import connect
+    target = load_target(service.profile, host, inventory=inventory, unit_name=service.unit,
+                         port=service.port)
+    show.stage("deploy", f"{service.profile} -> {host} ({target.desired.unit_name})")
+    with connect(target.host) as remote:
+        push_models(remote, service)
+        desired = target.desired
+        plan = make_plan(desired, read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path))
+        show.plan(plan)
+        holder = Holder.here(f"ddops demo ({service.profile})")
+        outcome = execute(remote, desired, target.spec, holder, progress=show.progress)
+    show.outcome(outcome)
+    if outcome.code == 0:
+        ask(target.spec.base_url, target.spec.served_model)
+    return outcome
+
+
+def ask(base_url: str, model: str) -> None:
+    """A request from outside the host, as a client would send it."""
+    body = {"model": model, "max_tokens": 24, "temperature": 0,
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    with httpx.Client(base_url=base_url, trust_env=False, timeout=120) as client:
+        answer = client.post("/v1/chat/completions", json=body).json()
+        info = client.get("/server_info").json()
+    text = answer["choices"][0]["message"]["content"]
+    accept = info["internal_states"][0].get("avg_spec_accept_length")
+    show.stage("request", f"POST {base_url}/v1/chat/completions from outside the host")
+    show.console.print(f"    answer: {text!r}")
+    show.console.print(f"    method {info.get('speculative_algorithm') or 'plain'}, "
+                       f"average accepted length {accept:.2f}, "
+                       f"{info['internal_states'][0].get('last_gen_throughput', 0):.1f} tokens/s")
+
+
+def run() -> int:
+    show.stage("lab", "one systemd-nspawn host with the runtime (kept if already running)")
+    inventory, hosts = lab_up()
+    make_tiny_models()
+    codes = [deploy(service, hosts[0], inventory).code for service in services()]
+    show.stage("done", f"`ddops status --host {hosts[0]}` shows it; `ddops lab down` removes the lab")
+    return max(codes)
