@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ddops.fit.checks import check_hosts
+from ddops.fit.profile_fit import local_reader
 from ddops.inventory import InventoryError, find_inventory, load_inventory
 from ddops.profile import ConfigError, Profile, list_profiles, load_profile, profiles_dir
 from ddops.profile.annotate import annotated_yaml, sources
@@ -105,8 +107,12 @@ def cmd_show(profile: Annotated[str, typer.Argument(help="Profile name or YAML p
 def cmd_validate(profiles: Annotated[Optional[list[str]], typer.Argument(
                      help="Profiles to check (default: all).")] = None,
                  profiles_dir_: ProfilesDir = None, inventory: InventoryOpt = None,
+                 models: Annotated[Optional[Path], typer.Option(
+                     "--models", envvar="DDOPS_FIT_MODELS",
+                     help="Local model copies (DIR/<basename>) for the memory-fit warnings.")] = None,
                  as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
-    """Check profiles and the inventory; exit 2 if anything is wrong."""
+    """Check profiles and the inventory; exit 2 if anything is wrong. Warns (exit 0) when a
+    profile is predicted not to fit the GPUs the inventory's hosts declare."""
     with guarded(debug, as_json):
         names = profiles or list_profiles(profiles_dir_)
         # Rendering too: a profile is only valid if its unit can be written.
@@ -116,14 +122,33 @@ def cmd_validate(profiles: Annotated[Optional[list[str]], typer.Argument(
         inv = {"path": str(inv_path) if inv_path else None,
                "problems": _problems(lambda: load_inventory(inv_path)) if inv_path else []}
         ok = not any(results.values()) and not inv["problems"]
+        warnings, notes = _fit_warnings(names, results, profiles_dir_, inv_path, inv, models)
         if as_json:
-            print(json.dumps({"ok": ok, "profiles": {n: {"ok": not p, "problems": p}
+            print(json.dumps({"ok": ok, "profiles": {n: {"ok": not p, "problems": p,
+                                                         "warnings": warnings.get(n, [])}
                                                      for n, p in results.items()},
-                              "inventory": {**inv, "ok": not inv["problems"]}}, indent=2))
+                              "inventory": {**inv, "ok": not inv["problems"]}, "notes": notes}, indent=2))
         else:
             _print_validation(results, inv)
+            for line in [w for ws in warnings.values() for w in ws]:
+                err.print(f"warning: {line}", markup=False, style="yellow")
+            for line in notes:
+                err.print(f"note: {line}", markup=False, style="dim")
         if not ok:
             raise typer.Exit(2)
+
+
+def _fit_warnings(names, results, folder, inv_path, inv, models) -> tuple[dict[str, list[str]], list[str]]:
+    """Per valid profile, one warning per inventory GPU declaration it is predicted not to fit."""
+    if not inv_path or inv["problems"]:
+        return {}, []
+    hosts = list(load_inventory(inv_path).hosts.values())
+    warnings, notes = {}, []
+    for name in (n for n in names if not results[n]):
+        checks, skipped = check_hosts(load_profile(name, folder), hosts, local_reader(models))
+        warnings[name] = [c.line(name) for c in checks if not c.fits]
+        notes += skipped
+    return warnings, notes
 
 
 def _problems(load) -> list[str]:

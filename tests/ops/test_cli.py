@@ -67,7 +67,7 @@ def test_validate_reports_bad_profiles_and_inventory(tmp_path):
     assert result.exit_code == 2
     doc = json.loads(result.stdout)
     assert doc["ok"] is False
-    assert doc["profiles"]["good"] == {"ok": True, "problems": []}
+    assert doc["profiles"]["good"] == {"ok": True, "problems": [], "warnings": []}
     assert "unknown parent profile 'missing'" in doc["profiles"]["bad"]["problems"][0]
     assert "hosts.h.adress (line 3): unknown key" in " ".join(doc["inventory"]["problems"])
 

@@ -1,0 +1,61 @@
+"""The fit check where it matters: `ddops validate` warns, `ddops deploy` refuses (unless --force).
+
+A profile is checked against each GPU its inventory hosts declare (hosts with enough GPUs for
+its tp_size; the same declaration is checked once). Models are read through a Reader: local
+copies for validate, the host itself over SSH for deploy. A model that cannot be read is a
+note, never a failure here: `ddops preflight` owns missing files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddops.fit.model import ModelFactsError
+from ddops.fit.profile_fit import Reader, fit_profile, host_gpu, needs_gpu, read_models
+from ddops.inventory import Host
+from ddops.preflight import PreflightError
+from ddops.profile import RUNTIMES, Profile
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    host: str
+    gpu: str  # "2 x RTX A6000"
+    fits: bool
+    reasons: tuple[str, ...]
+
+    def line(self, profile: str) -> str:
+        why = f": {self.reasons[0]}" if self.reasons else ""
+        return (f"{profile}: predicted not to fit {self.host} ({self.gpu}){why} "
+                f"(`ddops fit {profile} --host {self.host}` shows the numbers)")
+
+
+def applies(profile: Profile, host: Host) -> bool:
+    """SGLang-style pools on a host that declares enough GPUs for the profile."""
+    return (needs_gpu(profile) and RUNTIMES[profile.runtime].memory_model == "pools"
+            and host.gpu is not None and host.gpu.count >= profile.model.tp_size)
+
+
+def check_host(profile: Profile, host: Host, read: Reader) -> FitCheck | None:
+    """None when the check does not apply; raises PreflightError/ModelFactsError when unreadable."""
+    if not applies(profile, host):
+        return None
+    gpu = host_gpu(host)
+    verdict = fit_profile(profile, gpu, read_models(profile, read)).verdict
+    return FitCheck(host.name, f"{profile.model.tp_size} x {gpu.name}", verdict.fits, verdict.reasons)
+
+
+def check_hosts(profile: Profile, hosts: list[Host], read: Reader) -> tuple[list[FitCheck], list[str]]:
+    """(one check per distinct GPU declaration, notes for what could not be checked)."""
+    checks, notes, seen = [], [], set()
+    for host in hosts:
+        key = (host.gpu.kind, host.gpu.memory_gb) if host.gpu else None
+        if key in seen or not applies(profile, host):
+            continue
+        seen.add(key)
+        try:
+            checks.append(check_host(profile, host, read))
+        except (PreflightError, ModelFactsError) as exc:
+            notes.append(f"{profile.name}: fit not checked ({exc}); pass --models DIR with local copies")
+            break
+    return checks, notes

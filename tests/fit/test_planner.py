@@ -1,0 +1,132 @@
+"""The per-GPU arithmetic and its verdicts, on published model configs (tests/fit/configs)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from ddops.fit import Setup, assess, find_gpu, plan
+
+A6000 = find_gpu("RTX A6000")
+MIB = 1 << 20
+
+
+def dense(gpu=A6000, **kw) -> Setup:
+    base = dict(gpu=gpu, tp=1, fraction=0.85, context_length=32768, weights_dtype="bfloat16",
+                kv_dtype="bfloat16", chunked_prefill_size=4096)
+    return Setup(**{**base, **kw})
+
+
+def balanced(**kw) -> Setup:
+    """a6000-balanced's settings: DDTree budget 16 (17 verify tokens), 48 bf16 state slots."""
+    base = dict(gpu=A6000, tp=2, fraction=0.85, context_length=8192, weights_dtype="bfloat16",
+                kv_dtype="bfloat16", max_running_requests=8, chunked_prefill_size=4096, cuda_graphs=False,
+                verify_tokens=17, mamba_slots=48, ssm_dtype="bfloat16", mamba_ratio=0.9,
+                mamba_strategy="extra_buffer")
+    return Setup(**{**base, **kw})
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.7, 0.85, 0.9, 0.95, 0.99, 1.0])
+def test_27b_bf16_does_not_fit_one_48gb_card_at_any_fraction(qwen27b, qwen27b_draft, fraction):
+    result = assess(balanced(tp=1, fraction=fraction), qwen27b, qwen27b_draft)
+    assert not result.verdict.fits
+    assert len(result.verdict.reasons) == 1 and "weights alone need" in result.verdict.reasons[0]
+    assert "no mem-fraction-static fits" in result.verdict.reasons[0]
+    low, high = result.pools.window
+    assert low > high  # no window at all
+    assert any("model.tp_size 2 fits" in s for s in result.verdict.suggestions)
+
+
+def test_27b_over_two_a6000_fits_with_the_hand_calculated_kv_pool(qwen27b, qwen27b_draft):
+    result = assess(balanced(), qwen27b, qwen27b_draft)
+    assert result.verdict.fits, result.verdict.reasons
+    # research/deploy.md 1.2-1.3, by hand, per GPU:
+    pre = 49140 * MIB - 512 * MIB                       # card minus CUDA context
+    weights = (26_895_998_464 + 1_730_213_120) * 2 // 2  # bf16 target + draft params, split over 2
+    rest = int(pre * 0.85) - weights
+    table = (8 + 1) * (8192 + 8) * 4                     # req_to_token, int32
+    slot = 48 * (48 // 2) * 128 * 128 * 2 + 48 * (10240 // 2) * 3 * 2  # bf16 SSM + conv, 48 GDN layers
+    mamba = (48 + 1) * slot + slot * (8 + 1) * 17        # slots + per-verify-token states
+    cell = 16 * (4 // 2) * (256 + 256) * 2 + 5 * (8 // 2) * (128 + 128) * 2  # target + draft KV
+    assert cell == 43_008
+    assert result.pools.kv_tokens == (rest - table - mamba) // cell
+    assert result.pools.kv_tokens > 150_000
+    assert result.pools.full_length_requests == 8
+
+
+@pytest.mark.parametrize("model", ["llama8b", "qwen8b"])
+def test_8b_dense_fits_one_a6000_at_085(request, model):
+    facts = request.getfixturevalue(model)
+    result = assess(dense(), facts)
+    assert result.verdict.fits, result.verdict.reasons
+    low, high = result.pools.window
+    assert low < 0.85 <= high
+    assert result.pools.kv_tokens > 32768
+
+
+def test_8b_with_its_dflash_draft_counts_draft_weights_and_kv(qwen8b, qwen8b_draft):
+    plain = plan(dense(), qwen8b)
+    spec = plan(dense(verify_tokens=16, max_running_requests=8), qwen8b, qwen8b_draft)
+    assert spec.draft_weights == qwen8b_draft.params * 2
+    assert spec.draft_cell == 5 * 8 * 256 * 2  # 5 layers x 8 KV heads x (K + V) x bf16
+    assert spec.cell == plain.cell + spec.draft_cell
+    assert spec.kv_tokens < plain.kv_tokens
+
+
+def test_fraction_above_the_window_names_the_headroom(llama8b):
+    result = assess(dense(fraction=0.95), llama8b)
+    assert not result.verdict.fits
+    assert any("below the" in r and "CUDA out of memory" in r for r in result.verdict.reasons)
+
+
+def test_fraction_below_the_weights_names_sglangs_startup_error(llama8b):
+    result = assess(dense(fraction=0.3), llama8b)
+    assert any("Loaded weights leave no GPU memory" in r for r in result.verdict.reasons)
+    assert abs(result.pools.min_viable - 2 * 8_030_261_248 / (48628 * MIB)) < 1e-9
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.95])
+def test_the_suggested_fraction_fits(llama8b, fraction):
+    verdict = assess(dense(fraction=fraction), llama8b).verdict
+    picked = float(re.search(r"mem_fraction_static to ([0-9.]+)", verdict.suggestions[0]).group(1))
+    assert assess(dense(fraction=picked), llama8b).verdict.fits
+
+
+def test_a_context_too_long_for_the_pool_suggests_one_that_fits(llama8b):
+    long = dense(context_length=262144)
+    verdict = assess(long, llama8b).verdict
+    assert any("fewer than one request" in r for r in verdict.reasons)
+    advice = next(s for s in verdict.suggestions if "context_length" in s)
+    context = int(re.search(r"context_length to ([0-9,]+)", advice).group(1).replace(",", ""))
+    window_high = plan(long, llama8b).window[1]
+    assert assess(replace(long, context_length=context, fraction=window_high), llama8b).verdict.fits
+
+
+def test_fp8_kv_halves_the_cell_and_tp_splits_kv_heads_down_to_one(qwen27b):
+    bf16 = plan(balanced(), qwen27b)
+    fp8 = plan(balanced(kv_dtype="fp8_e4m3"), qwen27b)
+    assert fp8.cell * 2 == bf16.cell
+    tp8 = plan(balanced(tp=8), qwen27b)  # 4 KV heads over 8 GPUs: one (replicated) head each
+    assert tp8.cell == 16 * 1 * 512 * 2
+
+
+def test_unset_fraction_uses_sglangs_default_of_about_085_on_a_48gb_card(llama8b):
+    pools = plan(dense(fraction=None), llama8b)
+    assert pools.fraction_is_default and pools.fraction == pytest.approx(0.853, abs=0.001)
+    assert pools.reserve / (1 << 30) == pytest.approx(7.08, abs=0.01)  # ~7.1 GiB (research 1.2)
+
+
+def test_fp32_hybrid_state_with_many_requests_fails_on_the_hybrid_state(qwen27b, qwen27b_draft):
+    """The first failed start: 16 requests x 33 verify tokens of float32 GDN state."""
+    result = assess(balanced(fraction=0.84, cuda_graphs=True, graph_max_bs=16, context_length=32768,
+                             max_running_requests=16, verify_tokens=33, mamba_slots=None, ssm_dtype=None,
+                             mamba_strategy=None), qwen27b, qwen27b_draft)
+    assert any("Not enough GPU memory for hybrid" in r for r in result.verdict.reasons)
+    assert any("max_running_requests" in s for s in result.verdict.suggestions)
+
+
+def test_a_card_given_by_memory_behaves_like_the_table_row(llama8b):
+    from ddops.fit import gpu_from_gib
+    assert plan(dense(gpu=gpu_from_gib(49140 / 1024)), llama8b).kv_tokens == plan(dense(), llama8b).kv_tokens
