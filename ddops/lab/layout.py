@@ -22,7 +22,7 @@ MAX_HOSTS = 80
 @dataclass(frozen=True)
 class LabLayout:
     state_dir: Path   # inventory.yaml, known_hosts, client key, one dir per host (host key, pid, log)
-    cache_dir: Path   # root filesystem tarballs; survives `lab down`
+    cache_dir: Path   # root filesystem tarballs and their unpacked trees; survives `lab down`
     prefix: str       # bridge, netns, veth and cgroup names start with it
     subnet: str       # first three octets of the lab's private /24, e.g. "10.231.0"
 
@@ -77,8 +77,6 @@ class LabLayout:
     def host_dir(self, name: str) -> Path:
         return self.state_dir / "hosts" / name
 
-    def rootfs_dir(self, layer: str) -> Path:
-        return self.state_dir / "rootfs" / layer
 
 
 @dataclass(frozen=True)

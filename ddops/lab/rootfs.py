@@ -132,9 +132,10 @@ def unpack_into(tarball: Path, dest: Path) -> None:
 
 
 def unpacked(layout: LabLayout, tarball: Path) -> Path:
-    """The tree of tarball under the lab's state dir, unpacked once; named by the tarball so running
+    """The tree of tarball, unpacked once into the cache beside it and shared by every lab: hosts
+    boot it with --volatile=overlay, so it is never written. Named by the tarball, so running
     hosts keep their tree when a newer layer appears."""
-    root = layout.state_dir / "rootfs" / tarball.name.removesuffix(".tar.zst")
+    root = layout.cache_dir / "trees" / tarball.name.removesuffix(".tar.zst")
     if (root / ".ddops-complete").exists():
         return root
     work = fresh_dir(root.with_name(f".{root.name}.tmp{os.getpid()}"))
