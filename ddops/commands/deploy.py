@@ -12,6 +12,7 @@ import typer
 from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, LockHeld,
                           RecoveryFailed, execute, load_target, make_plan, read_facts)
 from ddops.deploy import show
+from ddops.fit.checks import check_on_host
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
 
@@ -38,6 +39,7 @@ def deploy(
     yes: bool = typer.Option(False, "--yes", "-y", help="apply without asking"),
     dry_run: bool = typer.Option(False, "--dry-run", help="stop after showing the plan"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+    force: bool = typer.Option(False, "--force", help="deploy even if the profile is predicted not to fit"),
     unit: Optional[str] = typer.Option(None, "--unit", help="systemd unit name (default: the profile's)"),
     port: Optional[int] = typer.Option(None, "--port", help="port (default: the profile's)"),
     profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir", help="where profiles live"),
@@ -62,15 +64,23 @@ def deploy(
     except RemoteError as err:
         _fail(as_json, EXIT_BAD_INPUT, str(err))
     with remote:
-        code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile)
+        code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
+                            force=force)
     if as_json:
         print(json.dumps(doc, indent=1))
     raise typer.Exit(code)
 
 
-def _deploy(remote, target, *, yes, dry_run, as_json, profile) -> tuple[int, dict]:
+def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> tuple[int, dict]:
     desired = target.desired
     say = (lambda *a: None) if as_json else show.stage
+    fit = check_on_host(target.profile, target.host, remote)  # ddops.fit: memory on the host's GPUs
+    if fit is not None and not fit.fits and not force:
+        message = fit.line(target.profile.name)
+        if not as_json:
+            show.error(message, "--force deploys anyway")
+        return EXIT_BAD_INPUT, {"host": target.host.name, "profile": desired.profile, "exit_code": EXIT_BAD_INPUT,
+                                "result": "does-not-fit", "message": message, "reasons": list(fit.reasons)}
     say("facts", f"{desired.unit_name} on {target.host.name}")
     facts = read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
     plan = make_plan(desired, facts)

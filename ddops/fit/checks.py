@@ -59,3 +59,13 @@ def check_hosts(profile: Profile, hosts: list[Host], read: Reader) -> tuple[list
             notes.append(f"{profile.name}: fit not checked ({exc}); pass --models DIR with local copies")
             break
     return checks, notes
+
+
+def check_on_host(profile: Profile, host: Host, remote) -> FitCheck | None:
+    """Deploy's check: the models as the host holds them, read over its SSH connection.
+    None when it does not apply or the configs cannot be read there (preflight's concern)."""
+    from ddops.fit.profile_fit import remote_reader
+    try:
+        return check_host(profile, host, remote_reader(remote))
+    except (PreflightError, ModelFactsError):
+        return None
