@@ -29,7 +29,7 @@ def test_entry_point_renders_a6000_balanced_with_its_values():
                           cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
     for fragment in ("-m sglang.launch_server", "--mem-fraction-static 0.85", "--context-length 8192",
-                     "--disable-cuda-graph", "--mamba-scheduler-strategy extra_buffer",
+                     "--cuda-graph-backend-decode disabled", "--mamba-radix-cache-strategy extra_buffer",
                      "--speculative-algorithm DDTREE", "--speculative-ddtree-budget 16",
                      "--tp-size 2", "# ddops-profile: a6000-balanced", "--api-key ${DDOPS_API_KEY}"):
         assert fragment in proc.stdout, fragment

@@ -70,9 +70,11 @@ def test_a6000_balanced_command_line_carries_the_profile():
     assert pairs["--speculative-draft-model-path"] == "/var/lib/ddops/models/Qwen3.6-27B-DFlash"
     assert pairs["--speculative-num-draft-tokens"] == "16"
     assert pairs["--speculative-ddtree-budget"] == "16"
-    assert pairs["--mamba-scheduler-strategy"] == "extra_buffer"
+    # sglang_version 0.5.23+ddtree: that release's spellings (ddops/profile/sglang_versions.py)
+    assert pairs["--mamba-radix-cache-strategy"] == "extra_buffer"
     assert pairs["--mamba-ssm-dtype"] == "bfloat16"
-    assert "--disable-cuda-graph" in argv and "--cuda-graph-max-bs" not in argv
+    assert pairs["--cuda-graph-backend-decode"] == pairs["--cuda-graph-backend-prefill"] == "disabled"
+    assert "--disable-cuda-graph" not in argv and not [a for a in argv if a.startswith("--cuda-graph-max-bs")]
 
 
 def test_plain_decoding_passes_no_speculative_flags():
