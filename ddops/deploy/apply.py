@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
@@ -21,7 +21,9 @@ from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.lock import Holder, HostLock, describe
 from ddops.deploy.plan import Desired, Plan, make_plan
 from ddops.deploy.revert import revert, take_backup
+from ddops.deploy.tunnel import reachable
 from ddops.diagnose import Finding, diagnose
+from ddops.remote import RemoteError
 
 q = shlex.quote
 
@@ -66,7 +68,13 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
             return Outcome(remote.host.name, EXIT_OK, "unchanged",
                            f"{desired.unit_name} already runs {desired.profile}; nothing restarted",
                            plan, notes=notes)
-        outcome = _apply(remote, plan, facts, spec, holder, progress)
+        try:
+            outcome = _apply(remote, plan, facts, spec, holder, progress)
+        except RemoteError as err:
+            # the host is somewhere between the old and the new files; pending.json says so
+            return Outcome(remote.host.name, EXIT_REVERT_FAILED, "host-error",
+                           f"{err}; the host may hold a half-applied deploy: the next `ddops deploy` "
+                           "to it restores the backup first", plan, notes=notes)
         outcome.notes[:0] = notes
         return outcome
 
@@ -115,9 +123,13 @@ def _apply(remote, plan: Plan, facts: Facts, spec: GateSpec, holder: Holder, pro
         remote.run(f"systemctl daemon-reload && systemctl enable {unit} 2>&1")
     since = int(remote.run("date +%s").stdout.strip())
     progress("restart", f"systemctl restart {desired.unit_name}")
-    remote.run(f"systemctl reset-failed {unit} 2>/dev/null; systemctl restart --no-block {unit}")
-    report = run_gate(spec, lambda: unit_state(remote, desired.unit_name),
-                      api_key=env_value(desired.env_text, API_KEY_ENV), progress=progress)
+    # blocking: returns once the job is done (Type=exec: the process runs), so the gate never
+    # sees the stopped gap between stop and start; a failed start is the gate's to report
+    remote.run(f"systemctl reset-failed {unit} 2>/dev/null; systemctl restart {unit}", check=False,
+               timeout=spec.timeout_s)
+    with reachable(remote, spec.base_url) as url:
+        report = run_gate(replace(spec, base_url=url), lambda: unit_state(remote, desired.unit_name),
+                          api_key=env_value(desired.env_text, API_KEY_ENV), progress=progress)
     meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,
             "unit_path": desired.unit_path, "env_path": desired.env_path,
             "started": pending["started"], "finished": time.time(), "holder": holder.as_dict(),

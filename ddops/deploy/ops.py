@@ -13,6 +13,7 @@ from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
 from ddops.deploy.gate import GateSpec, accept_length, endpoint
 from ddops.deploy.plan import Desired
+from ddops.deploy.tunnel import reachable
 from ddops.render import read_header
 
 
@@ -64,7 +65,10 @@ def unit_status(remote, unit: str) -> UnitStatus:
     url = endpoint(argv, remote.host.address) if argv else None
     env_path = _env_file(unit_text)
     key = env_value(remote.read_text(env_path), API_KEY_ENV) if env_path else None
-    health, info = _probe(url, key) if url else ("-", {})
+    health, info = ("-", {})
+    if url:
+        with reachable(remote, url) as where:
+            health, info = _probe(where, key)
     return UnitStatus(remote.host.name, unit, state.active, state.sub, state.restarts,
                       head.get("profile"), head.get("hash"), head.get("version"), url, health,
                       accept_length(info), info.get("model_path"), info.get("speculative_algorithm"))

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddops.deploy.facts import Facts, deploy_dir, unit_state
 from ddops.deploy.gate import GateSpec, run_health
+from ddops.deploy.tunnel import reachable
 
 q = shlex.quote
 
@@ -61,11 +62,13 @@ def revert(remote, unit_name: str, unit_path: str, env_path: str, health: GateSp
     if not meta["was_active"]:
         remote.run(f"systemctl stop {q(unit_name)}", check=False)
         return RevertResult(True, f"previous {unit_name} restored (it was not running, left stopped)")
-    remote.run(f"systemctl reset-failed {q(unit_name)} ; systemctl restart --no-block {q(unit_name)}",
-               check=False)
+    remote.run(f"systemctl reset-failed {q(unit_name)} 2>/dev/null; systemctl restart {q(unit_name)}",
+               check=False, timeout=health.timeout_s if health else 600)
     if health is None:
         return RevertResult(True, f"previous {unit_name} restored and restarted (no endpoint to check)")
-    report = run_health(health, lambda: unit_state(remote, unit_name), progress=progress)
+    with reachable(remote, health.base_url) as url:
+        report = run_health(replace(health, base_url=url), lambda: unit_state(remote, unit_name),
+                            progress=progress)
     if report.passed:
         return RevertResult(True, f"previous {unit_name} restored byte for byte, restarted and healthy "
                                   f"({health.base_url})")

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.lab
 HERE = Path(__file__).parent
 MISMATCH = str(HERE / "profiles" / "cpu-ddtree-mismatch.yaml")
 WITH_KEY = str(HERE / "profiles" / "cpu-ar-key.yaml")
+LOOPBACK = str(HERE / "profiles" / "cpu-ar-loopback.yaml")
 UNIT, PORT = "ddtest.service", "30100"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 ENV_PATH = "/etc/ddops/ddtest.env"
@@ -150,12 +151,13 @@ def test_preflight_catches_the_mismatch_without_starting_anything(site):
 
 
 def test_second_deploy_is_refused_while_the_lock_is_held(site):
+    before = site.unit_bytes()
     holder = Holder("alice", "ci-runner-7", 4242, "ddops deploy cpu-ar --host x", time.time())
     with connect(site.host) as remote, HostLock(remote, holder):
         code, out = site.deploy("cpu-dflash")
     assert code == 4, out
     assert "alice@ci-runner-7 pid 4242" in out["message"]
-    assert b"cpu-ddtree" in site.unit_bytes()
+    assert site.unit_bytes() == before
 
 
 def test_rollback_to_an_earlier_history_entry(site):
@@ -191,6 +193,17 @@ def test_a_deploy_killed_midway_is_recovered_by_the_next_run(site):
     assert site.unit_bytes() == good
     assert not site.remote.exists(f"/var/lib/ddops/deploy/{UNIT}/pending.json")
     assert site.chat().status_code == 200
+
+
+def test_a_loopback_only_service_is_gated_through_the_ssh_connection(site):
+    code, out = site.deploy(LOOPBACK)
+    assert code == 0, out
+    assert out["gate"]["passed"]
+    with pytest.raises(httpx.ConnectError):
+        site.chat()
+    status = json.loads(site.ddops("status", "--host", site.name, "--unit", UNIT, "--json").stdout)
+    [row] = status["units"]
+    assert (row["active"], row["health"], row["profile"]) == ("active", "200", "cpu-ar-loopback")
 
 
 def test_secrets_reach_only_the_0600_env_file(site):

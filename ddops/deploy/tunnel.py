@@ -1,0 +1,77 @@
+"""Reach a service that listens on the host's loopback only (SGLang's default bind) through
+the deploy's own SSH connection: a local listener on 127.0.0.1 whose connections are carried
+as direct-tcpip channels to the host's loopback port. Used by the gate and `ddops status`."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+from typing import Iterator
+from urllib.parse import urlsplit
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(base_url: str) -> bool:
+    return (urlsplit(base_url).hostname or "") in LOOPBACK or \
+        (urlsplit(base_url).hostname or "").startswith("127.")
+
+
+@contextlib.contextmanager
+def reachable(remote, base_url: str) -> Iterator[str]:
+    """base_url itself when the service listens on an address we can reach, else a tunnel URL."""
+    if not is_loopback(base_url):
+        yield base_url
+        return
+    parts = urlsplit(base_url)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+    transport = remote.connection.transport
+    thread = threading.Thread(target=_accept, args=(listener, transport, parts.hostname, parts.port or 80, stop),
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def _accept(listener, transport, host: str, port: int, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            client, peer = listener.accept()
+        except OSError:
+            return
+        try:
+            channel = transport.open_channel("direct-tcpip", (host, port), peer)
+        except Exception:  # noqa: BLE001 - refused on the host: the client sees a closed socket
+            client.close()
+            continue
+        threading.Thread(target=_pump, args=(client, channel), daemon=True).start()
+
+
+def _pump(client: socket.socket, channel) -> None:
+    """Copy bytes both ways until either side closes."""
+    try:
+        while True:
+            ready, _, _ = select.select([client, channel], [], [], 30)
+            if client in ready:
+                data = client.recv(65536)
+                if not data:
+                    break
+                channel.sendall(data)
+            if channel in ready:
+                data = channel.recv(65536)
+                if not data:
+                    break
+                client.sendall(data)
+    except OSError:
+        pass
+    finally:
+        channel.close()
+        client.close()
