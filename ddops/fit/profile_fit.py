@@ -19,6 +19,7 @@ from ddops.inventory import Host
 from ddops.profile import RUNTIMES, Profile
 
 DEFAULT_BLOCK = 16  # SGLang's fallback when the draft config has no block_size
+MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
 KV_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3",
              "fp4_e2m1": "fp4_e2m1"}
 
@@ -49,7 +50,8 @@ def setup_for(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = N
         context_length=memory.context_length or models.target.max_position_embeddings,
         weights_dtype=weights_dtype, kv_dtype=kv_dtype,
         max_running_requests=memory.max_running_requests,
-        chunked_prefill_size=memory.chunked_prefill_size if memory.chunked_prefill_size != -1 else None,
+        # -1 turns chunking off: a whole prompt prefills at once, up to --max-prefill-tokens
+        chunked_prefill_size=MAX_PREFILL_TOKENS if memory.chunked_prefill_size == -1 else memory.chunked_prefill_size,
         cuda_graphs=profile.cuda_graph.enabled, graph_max_bs=profile.cuda_graph.max_bs,
         verify_tokens=verify_tokens(profile, models.draft),
         mamba_slots=mamba.max_mamba_cache_size, ssm_dtype=mamba.ssm_dtype,

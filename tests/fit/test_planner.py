@@ -130,3 +130,15 @@ def test_fp32_hybrid_state_with_many_requests_fails_on_the_hybrid_state(qwen27b,
 def test_a_card_given_by_memory_behaves_like_the_table_row(llama8b):
     from ddops.fit import gpu_from_gib
     assert plan(dense(gpu=gpu_from_gib(49140 / 1024)), llama8b).kv_tokens == plan(dense(), llama8b).kv_tokens
+
+
+def test_chunking_off_reserves_for_a_whole_prefill(tmp_path, llama8b):
+    from ddops.fit import Models, setup_for
+    from ddops.fit.memory import reserve_bytes
+    from ddops.profile import load_profile
+    from tests.ops.helpers import write
+    write(tmp_path, "p", "runtime: sglang\nmodel: {path: /m/llama, served_name: l}\n"
+                         "memory: {chunked_prefill_size: -1}\n")
+    setup = setup_for(load_profile("p", tmp_path), A6000, Models(llama8b, None))
+    assert setup.chunked_prefill_size == 16384
+    assert reserve_bytes(setup) - reserve_bytes(replace(setup, chunked_prefill_size=4096)) == int(1.5 * 12288) * MIB
