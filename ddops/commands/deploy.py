@@ -12,6 +12,7 @@ import typer
 from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, LockHeld,
                           RecoveryFailed, execute, load_target, make_plan, read_facts)
 from ddops.deploy import show
+from ddops.deploy.apply import MEANING
 from ddops.fit.checks import check_on_host
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
@@ -67,7 +68,7 @@ def deploy(
         code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
                             force=force)
     if as_json:
-        print(json.dumps(doc, indent=1))
+        print(json.dumps({"ok": code == EXIT_OK, "meaning": MEANING[code], **doc}, indent=1))
     raise typer.Exit(code)
 
 
@@ -117,7 +118,8 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
 
 def _fail(as_json: bool, code: int, message: str, hint: str = "") -> None:
     if as_json:
-        print(json.dumps({"exit_code": code, "result": "error", "message": message}, indent=1))
+        print(json.dumps({"ok": False, "exit_code": code, "meaning": MEANING[code], "result": "error",
+                          "error": message, "message": message}, indent=1))
     else:
         show.error(message, hint)
     raise typer.Exit(code)

@@ -28,6 +28,8 @@ from ddops.remote import RemoteError
 q = shlex.quote
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_REVERT_FAILED, EXIT_LOCKED = 0, 1, 2, 3, 4
+MEANING = {EXIT_OK: "success", EXIT_GATE_FAILED: "gate failed and reverted", EXIT_BAD_INPUT: "bad input",
+           EXIT_REVERT_FAILED: "revert failed, host needs an operator", EXIT_LOCKED: "lock held"}
 
 
 @dataclass
@@ -43,7 +45,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)   # recovered stale lock / unfinished deploy
 
     def as_dict(self) -> dict:
-        return {"host": self.host, "exit_code": self.code, "result": self.result,
+        return {"host": self.host, "ok": self.code == EXIT_OK, "exit_code": self.code,
+                "meaning": MEANING[self.code], "result": self.result,
                 "message": self.message, "plan": self.plan.as_dict() if self.plan else None,
                 "gate": self.gate.as_dict() if self.gate else None,
                 "diagnosis": [f.as_dict() for f in self.findings], "history_entry": self.entry,
