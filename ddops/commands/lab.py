@@ -2,6 +2,7 @@
 ddops.lab and ddops.install (parse, call, print, exit code)."""
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
@@ -30,8 +31,10 @@ def lab_up(count: int = typer.Option(2, "-n", "--count", help="hosts lab-1..lab-
     """Boot N lab hosts (kept if already running) and write their inventory and known_hosts."""
     from ddops.lab import lifecycle
     from ddops.lab.layout import LabLayout
+    start = time.monotonic()
     slots = guarded(debug, lambda: lifecycle.up(LabLayout.from_env(), count, bare))
-    typer.echo(f"lab: {len(slots)} host(s) up: {', '.join(f'{s.name}={s.address}' for s in slots)}")
+    typer.echo(f"lab: {len(slots)} host(s) up in {time.monotonic() - start:.1f} s: "
+               f"{', '.join(f'{s.name}={s.address}' for s in slots)}")
 
 
 def lab_status(as_json: bool = typer.Option(False, "--json"),
@@ -75,11 +78,13 @@ def install_runtime(host: str = typer.Option(..., "--host", help=HOST_HELP),
         typer.echo(f"connecting to {target.name} ({target.address})")
         with connect(target) as remote:
             return install(remote, bundle)
+    start = time.monotonic()
     report = guarded(debug, work)
     deps = f"{len(report.dependencies_installed)} dependency wheel(s) installed" if report.dependencies_installed \
         else "dependencies already installed"
     project = "ddops installed" if report.project_installed else "ddops already current"
-    typer.echo(f"{report.host}: {deps}; {project}; `python -m serving --help` ok: {report.check}")
+    typer.echo(f"{report.host}: {deps}; {project}; pushed {report.bytes_pushed / 1e6:.1f} MB "
+               f"in {time.monotonic() - start:.1f} s; `python -m serving --help` ok: {report.check}")
 
 
 def push_model(directory: Path = typer.Argument(..., help="local model directory"),

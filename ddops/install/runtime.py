@@ -26,6 +26,7 @@ class InstallReport:
     venv_created: bool
     dependencies_installed: tuple[str, ...]   # wheel file names pushed and installed
     project_installed: bool                   # False: the same sources were already installed
+    bytes_pushed: int
     check: str                                # first line of `python -m serving --help`
 
 
@@ -56,7 +57,7 @@ def install_runtime(remote: Remote, bundle: Bundle, log=print) -> InstallReport:
     if missing:
         files["requirements.txt"] = bundle.wheelhouse.requirements
     log(f"  {remote.host.name}: pushing {len(files)} wheel(s) to {WHEEL_DIR}")
-    sync_files(remote, files, WHEEL_DIR, log=lambda _: None)
+    pushed = sync_files(remote, files, WHEEL_DIR, log=lambda _: None)
     pip = f"{PYTHON} -m pip install -q --disable-pip-version-check --no-index"
     if missing:
         log(f"  {remote.host.name}: installing {len(missing)} dependency wheel(s) (torch takes ~40 s)")
@@ -68,4 +69,4 @@ def install_runtime(remote: Remote, bundle: Bundle, log=print) -> InstallReport:
         remote.write(MARKER, bundle.project_sha256 + "\n")
     check = remote.run(f"{PYTHON} -m serving --help", timeout=120).stdout
     return InstallReport(remote.host.name, venv_created, tuple(w.name for w in missing), project_installed,
-                         next((line.strip() for line in check.splitlines() if line.strip()), ""))
+                         pushed.bytes_copied, next((line.strip() for line in check.splitlines() if line.strip()), ""))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddops.lab.errors import LabError
+from ddops.lab.locks import file_lock
 
 SOURCE_PACKAGES = ("ddops", "serving")
 SOURCE_FILES = ("pyproject.toml", "README.md")
@@ -130,9 +131,11 @@ def build_project_wheel(cache: Path, root: Path, log=print) -> tuple[Path, str]:
 
 
 def build_bundle(cache: Path, log=print) -> Bundle:
+    """Wheelhouse + project wheel, built under a lock: concurrent sessions share the cache."""
     root = source_root()
-    house = build_wheelhouse(cache, runtime_requirements(root / "pyproject.toml"), log)
-    wheel, sha = build_project_wheel(cache, root, log)
+    with file_lock(cache / "wheelhouse" / ".lock"):
+        house = build_wheelhouse(cache, runtime_requirements(root / "pyproject.toml"), log)
+        wheel, sha = build_project_wheel(cache, root, log)
     return Bundle(house, wheel, sha)
 
 

@@ -77,7 +77,7 @@ def supervisor_pid(layout: LabLayout, name: str) -> int | None:
     return pid if MARKER.encode() in cmdline else None
 
 
-def wait_for_ssh(address: str, timeout: float = 60.0) -> float:
+def wait_for_ssh(address: str, timeout: float = 60.0, log_path: Path | None = None) -> float:
     """Seconds until port 22 at address answers with an SSH banner."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -89,7 +89,7 @@ def wait_for_ssh(address: str, timeout: float = 60.0) -> float:
         except OSError:
             pass
         time.sleep(0.2)
-    raise LabError(f"{address}:22: no SSH banner after {timeout:.0f} s (see the host's console.log in the lab dir)")
+    raise LabError(f"{address}:22: no SSH banner after {timeout:.0f} s (boot log: {log_path or 'console.log in the lab dir'})")
 
 
 def halt(layout: LabLayout, slot: HostSlot, timeout: float = 20.0) -> None:

@@ -5,7 +5,6 @@ console.log, rootfs), rootfs/<tree>/. What runs is decided from that state and /
 memory, so a killed `lab up` is cleaned up by the next one.
 """
 
-import fcntl
 import ipaddress
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from ddops.lab import container, inventory_file, keys, network, rootfs, shell
 from ddops.lab.errors import LabError
+from ddops.lab.locks import file_lock
 from ddops.lab.layout import HOST_RE, HostSlot, LabLayout, host_names
 
 Log = Callable[[str], None]
@@ -49,8 +49,7 @@ def locked(layout: LabLayout) -> Iterator[None]:
     """One lab operation at a time per state dir (a test session and a user sharing a lab)."""
     layout.state_dir.mkdir(parents=True, exist_ok=True)
     layout.state_dir.chmod(0o700)
-    with open(layout.state_dir / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with file_lock(layout.state_dir / ".lock"):
         yield
 
 
@@ -82,11 +81,12 @@ def build_bundle(layout: LabLayout, log: Log):
 
 def tree_for(layout: LabLayout, bundle, log: Log) -> Path:
     """The unpacked root filesystem to boot: base for bare hosts, base + dependency venv otherwise."""
-    base = rootfs.base_tarball(layout, log)
-    if bundle is None:
-        return rootfs.unpacked(layout, base)
-    layer = rootfs.runtime_tarball(layout, base, bundle.wheelhouse.directory, bundle.wheelhouse.key, log)
-    return rootfs.unpacked(layout, layer)
+    with file_lock(layout.cache_dir / ".lock"):
+        base = rootfs.base_tarball(layout, log)
+        if bundle is None:
+            return rootfs.unpacked(layout, base)
+        layer = rootfs.runtime_tarball(layout, base, bundle.wheelhouse.directory, bundle.wheelhouse.key, log)
+        return rootfs.unpacked(layout, layer)
 
 
 def boot_hosts(layout: LabLayout, slots: list[HostSlot], tree: Path, log: Log) -> None:
@@ -99,7 +99,7 @@ def boot_hosts(layout: LabLayout, slots: list[HostSlot], tree: Path, log: Log) -
         (layout.host_dir(slot.name) / "rootfs").write_text(f"{tree}\n")
         log(f"lab: {slot.name} booting at {slot.address} from {tree.name}")
     for slot in slots:
-        seconds = container.wait_for_ssh(slot.address)
+        seconds = container.wait_for_ssh(slot.address, log_path=layout.host_dir(slot.name) / "console.log")
         log(f"lab: {slot.name} answers SSH after {seconds:.1f} s")
 
 

@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from ddops.lab import shell
@@ -111,7 +112,7 @@ def runtime_tarball(layout: LabLayout, base: Path, wheelhouse_dir: Path, wheelho
                   f"--find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt")
         shell.run(["systemd-nspawn", "-q", "-D", str(work), "--register=no", "--keep-unit", "--as-pid2",
                    "--private-network", f"--bind-ro={wheelhouse_dir}:/tmp/wheelhouse",
-                   "/bin/sh", "-c", script], timeout=1800, stdin=shell.subprocess.DEVNULL)
+                   "/bin/sh", "-c", script], timeout=1800, stdin=subprocess.DEVNULL)
         pack(work, tarball)
     finally:
         shutil.rmtree(work, ignore_errors=True)
