@@ -1,8 +1,9 @@
 """`ddops fit PROFILE [--gpu KIND | --gpu-mem-gib N] [--tp N] [--host NAME] [--json]`.
 
 Reads the target and draft config.json (+ safetensors headers) on this machine, from copies
-(--models DIR), or on the host over SSH (--host), and predicts per GPU whether the profile
-fits. Exit 0 fits, 1 does not fit, 2 bad input (unknown GPU, unreadable configs).
+(--models DIR), or on the host over SSH (--host, which also checks the rendered flags against
+the host's installed SGLang), and predicts per GPU whether the profile fits. Exit 0 fits,
+1 does not fit (or a flag the host's SGLang lacks), 2 bad input (unknown GPU, unreadable configs).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, guarded, out
@@ -21,6 +23,7 @@ from ddops.fit.bundled import bundled_memory
 from ddops.fit.gpus import known_names
 from ddops.fit.memory import CUDA_CONTEXT
 from ddops.fit.model import ModelFactsError
+from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
 from ddops.fit.verdict import Assessment, gib
 from ddops.inventory import load_inventory
 from ddops.preflight import PreflightError
@@ -51,7 +54,7 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
         resolved = load_profile(profile, profiles_dir_)
         target_host = load_inventory(inventory).host(host) if host else None
         card = _gpu(gpu, gpu_mem_gib, target_host)
-        loaded = _models(resolved, target_host, models)
+        loaded, flags = _models(resolved, target_host, models)
         if RUNTIMES[resolved.runtime].memory_model == "exact":
             _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, as_json)
         if card is None:
@@ -59,10 +62,12 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
                                "with a gpu in the inventory"])
         assessment = fit_profile(resolved, card, loaded, tp)
         if as_json:
-            print(json.dumps(as_dict(resolved.name, assessment, loaded), indent=2))
+            print(json.dumps({**as_dict(resolved.name, assessment, loaded), "sglang": _flags_dict(flags)}, indent=2))
         else:
             _print(resolved.name, assessment, loaded)
-        raise typer.Exit(EXIT_FITS if assessment.verdict.fits else EXIT_DOES_NOT_FIT)
+            _print_flags(flags)
+        ok = assessment.verdict.fits and not (flags and flags.problems)
+        raise typer.Exit(EXIT_FITS if ok else EXIT_DOES_NOT_FIT)
 
 
 def _gpu(kind: str | None, memory_gib: float | None, host) -> GpuKind | None:
@@ -79,12 +84,16 @@ def _gpu(kind: str | None, memory_gib: float | None, host) -> GpuKind | None:
     return host_gpu(host) if host is not None else None
 
 
-def _models(profile, host, models_dir: Path | None) -> Models:
+def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck | None]:
+    """The checkpoints' facts; on a host also its SGLang version against the rendered flags."""
     try:
         if host is not None and models_dir is None:
             with connect(host) as remote:
-                return read_models(profile, remote_reader(remote))
-        return read_models(profile, local_reader(models_dir))
+                models = read_models(profile, remote_reader(remote))
+                if not RUNTIMES[profile.runtime].versioned_flags:
+                    return models, None
+                return models, check_flags(profile, installed_version(remote, profile.service.python))
+        return read_models(profile, local_reader(models_dir)), None
     except (PreflightError, ModelFactsError, RemoteError) as exc:
         where = f"on {host.name}" if host is not None and models_dir is None else "locally"
         raise ConfigError([f"fit: cannot read the model configs {where}: {exc}"]) from None
@@ -111,6 +120,24 @@ def as_dict(name: str, a: Assessment, models: Models) -> dict:
         "mamba_slots": p.mamba_slots,
         "models": {role: _model_dict(m) for role, m in (("target", models.target), ("draft", models.draft)) if m},
     }
+
+
+def _flags_dict(flags: FlagCheck | None) -> dict | None:
+    if flags is None:
+        return None
+    return {"host_version": flags.host_version, "declared": flags.declared, "problems": list(flags.problems),
+            "notes": list(flags.notes)}
+
+
+def _print_flags(flags: FlagCheck | None) -> None:
+    if flags is None:
+        return
+    out.print(f"SGLang on the host: {flags.host_version or 'not installed'}"
+              + (f" (profile declares {flags.declared})" if flags.declared else ""), markup=False)
+    for line in flags.problems:
+        out.print(f"  [red]flag problem:[/] {escape(line)}")
+    for line in flags.notes:
+        out.print(f"  note: {line}", markup=False, style="yellow")
 
 
 def _model_dict(m) -> dict:

@@ -78,3 +78,16 @@ def test_force_goes_on_to_the_plan(site):
 def test_a_profile_that_fits_is_not_held_back(site):
     code, doc = deploy(site, "a6000-balanced", "--dry-run")
     assert code == 0 and doc["result"] == "dry-run", doc
+
+
+def test_fit_on_the_host_reads_its_models_and_its_sglang(site):
+    name, tmp = site
+    proc = subprocess.run([sys.executable, "-m", "ddops", "fit", "a6000-balanced", "--host", name, "--inventory",
+                           str(tmp / "inventory.yaml"), "--profiles-dir", str(tmp / "profiles"), "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    doc = json.loads(proc.stdout)
+    assert doc["fits"] is True and doc["gpu"]["kind"] == "RTX A6000"
+    assert doc["models"]["target"]["path"] == f"{MODELS}/Qwen3.6-27B"  # read on the host
+    # the lab host runs the bundled runtime only: SGLang is missing, so the launch would fail
+    assert doc["sglang"]["host_version"] is None and doc["sglang"]["problems"]
+    assert proc.returncode == 1
