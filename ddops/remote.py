@@ -133,6 +133,11 @@ class Remote:
 def connect(host: Host, connect_timeout: float = 15) -> Remote:
     """Open a host-key-verified connection to host; RemoteError (one line) when that is not possible."""
     key = str(host.ssh_key) if host.ssh_key else None
+    label = f"{host.name} ({host.address})"
+    if key and not os.path.isfile(key):
+        raise RemoteError(f"{label}: ssh_key {key}: no such file")
+    if host.known_hosts and not os.path.isfile(host.known_hosts):
+        raise RemoteError(f"{label}: known_hosts {host.known_hosts}: no such file (lab hosts: run `ddops lab up`)")
     connection = fabric.Connection(
         host.address, user=host.ssh_user, port=host.ssh_port, connect_timeout=connect_timeout,
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),   # no ~/.ssh/config surprises

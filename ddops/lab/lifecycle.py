@@ -181,6 +181,7 @@ def remove_tree(path: Path) -> None:
 
 
 def status(layout: LabLayout) -> list[HostState]:
+    shell.require_root("ddops lab status")
     return [HostState(slot=s, pid=container.supervisor_pid(layout, s.name), netns=network.netns_exists(s.netns),
                       ssh=answers_ssh(s.address)) for s in known_slots(layout)]
 
