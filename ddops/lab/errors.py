@@ -11,3 +11,9 @@ class NotRootError(LabError):
     """The lab creates namespaces, bridges and containers: only root may do that."""
 
     exit_code = 2
+
+
+class LabUsageError(LabError):
+    """Bad input (a host name, a count, a lab setting): nothing was touched."""
+
+    exit_code = 2

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.lab.errors import LabError
+from ddops.lab.errors import LabUsageError
 
 PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{1,7}$")
 HOST_RE = re.compile(r"^(lab|bare)-([1-9][0-9]?)$")
@@ -38,13 +38,13 @@ class LabLayout:
 
     def validate(self) -> None:
         if not PREFIX_RE.match(self.prefix):
-            raise LabError(f"DDOPS_LAB_PREFIX={self.prefix!r}: must be 2-8 lower-case letters/digits, starting with a letter")
+            raise LabUsageError(f"DDOPS_LAB_PREFIX={self.prefix!r}: must be 2-8 lower-case letters/digits, starting with a letter")
         try:
             net = ipaddress.ip_network(f"{self.subnet}.0/24")
         except ValueError:
-            raise LabError(f"DDOPS_LAB_SUBNET={self.subnet!r}: must be three octets, e.g. 10.231.0") from None
+            raise LabUsageError(f"DDOPS_LAB_SUBNET={self.subnet!r}: must be three octets, e.g. 10.231.0") from None
         if not net.is_private:
-            raise LabError(f"DDOPS_LAB_SUBNET={self.subnet!r}: must be a private range (the lab never routes out)")
+            raise LabUsageError(f"DDOPS_LAB_SUBNET={self.subnet!r}: must be a private range (the lab never routes out)")
 
     @property
     def bridge(self) -> str:
@@ -94,7 +94,7 @@ class HostSlot:
     def of(cls, layout: LabLayout, name: str) -> "HostSlot":
         match = HOST_RE.match(name)
         if not match or int(match.group(2)) > MAX_HOSTS:
-            raise LabError(f"host {name!r}: lab hosts are named lab-N or bare-N with 1 <= N <= {MAX_HOSTS}")
+            raise LabUsageError(f"host {name!r}: lab hosts are named lab-N or bare-N with 1 <= N <= {MAX_HOSTS}")
         kind, index = match.group(1), int(match.group(2))
         octet = FIRST_OCTET[kind] + index
         return cls(name=name, bare=kind == "bare", address=f"{layout.subnet}.{octet}",
@@ -104,6 +104,6 @@ class HostSlot:
 
 def host_names(count: int, bare: bool) -> list[str]:
     if not 1 <= count <= MAX_HOSTS:
-        raise LabError(f"-n {count}: the lab holds 1 to {MAX_HOSTS} hosts of each kind")
+        raise LabUsageError(f"-n {count}: the lab holds 1 to {MAX_HOSTS} hosts of each kind")
     kind = "bare" if bare else "lab"
     return [f"{kind}-{i}" for i in range(1, count + 1)]

@@ -55,8 +55,8 @@ def locked(layout: LabLayout) -> Iterator[None]:
 
 def up(layout: LabLayout, count: int, bare: bool = False, log: Log = print) -> list[HostSlot]:
     """Ensure hosts lab-1..lab-N (or bare-1..bare-N) run; others already running are kept."""
-    shell.require_root("ddops lab up")
     names = host_names(count, bare)
+    shell.require_root("ddops lab up")
     with locked(layout):
         keys.ensure_keypair(layout.client_key, "ddops-lab")
         clean_stale(layout, log)

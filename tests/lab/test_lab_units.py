@@ -1,5 +1,8 @@
 """Pure parts of the lab and install code: names, addresses, sync plans, wheel identities, inventory shape."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,17 @@ def test_lab_down_never_removes_a_hand_written_inventory(tmp_path, monkeypatch):
     (tmp_path / "inv.yaml").write_text("hosts: {}\n")
     inventory_file.remove(layout(tmp_path))
     assert (tmp_path / "inv.yaml").read_text() == "hosts: {}\n"
+
+
+@pytest.mark.parametrize("env,args,message", [
+    ({}, ["lab", "up", "-n", "0"], "-n 0"),
+    ({"DDOPS_LAB_SUBNET": "8.8.8"}, ["lab", "status"], "DDOPS_LAB_SUBNET"),
+    ({"DDOPS_LAB_PREFIX": "Bad-Prefix"}, ["lab", "down"], "DDOPS_LAB_PREFIX"),
+])
+def test_bad_lab_input_exits_2_with_one_line_before_touching_anything(tmp_path, env, args, message):
+    state = tmp_path / "state"
+    run_env = {**os.environ, "DDOPS_LAB_DIR": str(state), "DDOPS_LAB_PREFIX": "ddun", **env}
+    proc = subprocess.run([sys.executable, "-m", "ddops", *args], cwd=REPO, env=run_env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.strip().count("\n") == 0
+    assert not state.exists()
