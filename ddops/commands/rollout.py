@@ -93,7 +93,12 @@ def _connector(inventory: Path | None):
 
 
 def _progress(out: Output):
-    return lambda stage, text: out.event("stage", f"{stage}: {text}", stage=stage)
+    """Deploy-engine progress as events; people see transitions, not every health poll."""
+    def report(stage: str, text: str) -> None:
+        if out.human and text.startswith(("waiting", "running")):
+            return
+        out.event("stage", f"{stage}: {text}", stage=stage)
+    return report
 
 
 @shadow_app.command("start")

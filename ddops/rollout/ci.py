@@ -46,7 +46,7 @@ class Output:
         if self.mode == "events":
             self._write(record)
         elif self.human and message:
-            self.console.print(f"[dim]{kind}[/dim] {message}")
+            self.console.print(f"[dim]{kind:>7}[/dim]  {message}")
 
     def show(self, renderable: Any) -> None:
         if self.human:

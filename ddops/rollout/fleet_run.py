@@ -43,6 +43,7 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
         rollout = Rollout(state, store, fleet.limits, deployer(fleet, command),
                           reverter(fleet, command), on_change=on_change)
         final = rollout.run()
+    out.show("")
     wall = time.monotonic() - started
     out.event("stage", f"rollout {final.status} in {wall:.1f} s; state in {store.path}")
     return out.finish(exit_code(final), {**final.to_dict(), "resumed": resumed,
