@@ -100,9 +100,10 @@ def push_model(directory: Path = typer.Argument(..., help="local model directory
         target = find_host(host, inventory)
         with connect(target) as remote:
             return push(remote, directory, dest)
+    start = time.monotonic()
     report = guarded(debug, work)
     typer.echo(f"{host}:{report.dest}: copied {len(report.copied)} file(s) ({report.bytes_copied / 1e6:.1f} MB), "
-               f"skipped {len(report.skipped)} unchanged")
+               f"skipped {len(report.skipped)} unchanged, {time.monotonic() - start:.1f} s")
 
 
 def find_host(name: str, inventory: Optional[Path]):
