@@ -143,12 +143,14 @@ def _fit_warnings(names, results, folder, inv_path, inv, models) -> tuple[dict[s
     if not inv_path or inv["problems"]:
         return {}, []
     hosts = list(load_inventory(inv_path).hosts.values())
-    warnings, notes = {}, []
+    warnings, skipped = {}, []
     for name in (n for n in names if not results[n]):
-        checks, skipped = check_hosts(load_profile(name, folder), hosts, local_reader(models))
+        checks, notes = check_hosts(load_profile(name, folder), hosts, local_reader(models))
         warnings[name] = [c.line(name) for c in checks if not c.fits]
-        notes += skipped
-    return warnings, notes
+        skipped += notes
+    if len(skipped) > 1:  # the same missing model folder, once
+        skipped = [f"fit not checked for {len(skipped)} profiles; first: {skipped[0]}"]
+    return warnings, skipped
 
 
 def _problems(load) -> list[str]:
