@@ -87,6 +87,7 @@ def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=n
     pending = facts.pending or {}
     who = describe(pending.get("holder"))
     if pending.get("stage") == "pushing":
+        _record_killed(remote, desired, facts, pending)
         backup_unit = remote.read_text(f"{deploy_dir(desired.unit_name)}/backup/unit")
         progress("recover", f"restoring the backup left by {who}")
         result = revert(remote, desired.unit_name, desired.unit_path, desired.env_path,
@@ -103,6 +104,16 @@ def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=n
 
 class RecoveryFailed(Exception):
     pass
+
+
+def _record_killed(remote, desired: Desired, facts: Facts, pending: dict) -> None:
+    """Audit: the files the killed deploy had pushed, as a history entry of their own."""
+    if facts.unit_text is None:
+        return
+    meta = {"profile": pending.get("profile"), "hash": pending.get("hash"), "unit": desired.unit_name,
+            "unit_path": desired.unit_path, "env_path": desired.env_path, "started": pending.get("started"),
+            "finished": time.time(), "holder": pending.get("holder"), "result": "killed-recovered"}
+    history.record(remote, desired.unit_name, facts.history_ids, facts.unit_text, facts.env_text or "", meta)
 
 
 def _facts(remote, desired: Desired) -> Facts:

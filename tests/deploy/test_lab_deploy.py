@@ -192,6 +192,8 @@ def test_a_deploy_killed_midway_is_recovered_by_the_next_run(site):
     assert "stale lock" in notes
     assert site.unit_bytes() == good
     assert not site.remote.exists(f"/var/lib/ddops/deploy/{UNIT}/pending.json")
+    listing = json.loads(site.ddops("history", "--host", site.name, "--unit", UNIT, "--json").stdout)
+    assert ("cpu-ddtree", "killed-recovered") in [(e["profile"], e["result"]) for e in listing["entries"]]
     assert site.chat().status_code == 200
 
 
