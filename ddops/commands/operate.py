@@ -76,15 +76,16 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
         print(json.dumps({"units": rows}, indent=1))
         return
     table = Table(box=None, padding=(0, 2), header_style="bold")
-    for col in ("host", "unit", "state", "profile", "version", "health", "accept", "url"):
+    for col in ("host", "unit", "state", "profile", "runtime", "health", "accept", "url", "lock"):
         table.add_column(col)
     for r in rows:
         if r.get("error"):
-            table.add_row(r["host"], "-", "[red]unreachable[/red]", escape(r["error"]), "", "", "", "")
+            table.add_row(r["host"], "-", "[red]unreachable[/red]", escape(r["error"]), "", "", "", "", "")
             continue
         accept = f"{r['accept_length']:.2f}" if r["accept_length"] else "-"
+        lock = f"held by {r['lock'].get('user')}@{r['lock'].get('machine')}" if r["lock"] is not None else "-"
         table.add_row(r["host"], r["unit"], f"{r['active']} ({r['sub']})", r["profile"] or "-",
-                      r["version"] or "-", r["health"], accept, r["url"] or "-")
+                      r["runtime_version"] or "-", r["health"], accept, r["url"] or "-", lock)
     show.console.print(table)
 
 

@@ -12,6 +12,7 @@ from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
 from ddops.deploy.gate import GateSpec, accept_length, endpoint
+from ddops.deploy.lock import current_holder
 from ddops.deploy.plan import Desired
 from ddops.deploy.tunnel import reachable
 from ddops.render import read_header
@@ -46,12 +47,14 @@ class UnitStatus:
     restarts: int
     profile: str | None
     hash: str | None
-    version: str | None
+    version: str | None          # ddops version that rendered the unit
+    runtime_version: str | None  # what the running server reports
     url: str | None
     health: str                  # "200", "503", "unreachable", "-"
     accept_length: float | None
     model: str | None
     algorithm: str | None
+    lock: dict | None            # the deploy lock's holder while a deploy runs
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -70,8 +73,9 @@ def unit_status(remote, unit: str) -> UnitStatus:
         with reachable(remote, url) as where:
             health, info = _probe(where, key)
     return UnitStatus(remote.host.name, unit, state.active, state.sub, state.restarts,
-                      head.get("profile"), head.get("hash"), head.get("version"), url, health,
-                      accept_length(info), info.get("model_path"), info.get("speculative_algorithm"))
+                      head.get("profile"), head.get("hash"), head.get("version"), info.get("version"),
+                      url, health, accept_length(info), info.get("model_path"),
+                      info.get("speculative_algorithm"), current_holder(remote))
 
 
 def _env_file(unit_text: str | None) -> str | None:
