@@ -82,7 +82,7 @@ CATALOG: tuple[Rule, ...] = (
          "CUDA ran out of memory while serving (activations beyond the headroom)",
          "lower mem_fraction_static, chunked_prefill_size or max_running_requests"),
     Rule("model-path-missing",
-         r"(model[ _-]?path[^\n]*(does not exist|not found|no such)"
+         r"(model[ _-]?(path|directory)[^\n]*(does not exist|not found|no such)"
          r"|No such file or directory: '(?P<path>[^']*config\.json)'"
          r"|does not appear to have a file named config\.json"
          r"|is not a local folder and is not a valid model identifier)",

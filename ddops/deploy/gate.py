@@ -82,7 +82,7 @@ def check_unit(state: UnitState, restarts_before: int) -> str | None:
     if state.active == "failed":
         return f"unit failed ({state.sub})"
     if state.sub == "auto-restart" or state.restarts > restarts_before:
-        return f"unit crashed and is being restarted (NRestarts={state.restarts})"
+        return f"unit's process exited and systemd is restarting it (restart {state.restarts + 1})"
     if state.active == "inactive":
         return "unit stopped"
     return None

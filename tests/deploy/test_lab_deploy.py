@@ -29,6 +29,7 @@ HERE = Path(__file__).parent
 MISMATCH = str(HERE / "profiles" / "cpu-ddtree-mismatch.yaml")
 WITH_KEY = str(HERE / "profiles" / "cpu-ar-key.yaml")
 LOOPBACK = str(HERE / "profiles" / "cpu-ar-loopback.yaml")
+MISSING_MODEL = str(HERE / "profiles" / "cpu-ar-missing-model.yaml")
 UNIT, PORT = "ddtest.service", "30100"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 ENV_PATH = "/etc/ddops/ddtest.env"
@@ -138,6 +139,18 @@ def test_mismatched_draft_fails_the_gate_is_diagnosed_and_reverted(site):
     assert site.state().active == "active"
     assert site.chat().status_code == 200
     assert site.info()["speculative_algorithm"] == "DDTREE"
+
+
+def test_a_crash_at_start_fails_fast_and_names_the_missing_model(site):
+    before = site.unit_bytes()
+    code, out = site.deploy(MISSING_MODEL)
+    assert code == 1, out
+    [health] = out["gate"]["checks"]
+    assert not health["ok"] and health["seconds"] < 60      # the unit was watched: no 180 s wait
+    assert out["diagnosis"][0]["cause"] == "model-path-missing"
+    assert "not-pushed" in out["diagnosis"][0]["evidence"]
+    assert site.unit_bytes() == before and site.state().active == "active"
+    assert site.chat().status_code == 200
 
 
 def test_preflight_catches_the_mismatch_without_starting_anything(site):

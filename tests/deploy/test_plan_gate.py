@@ -68,8 +68,8 @@ def test_unit_watch_fails_fast_on_crash_or_restart_loop():
     assert check_unit(UnitState(active="activating", sub="start"), 0) is None
     assert check_unit(UnitState(active="active", sub="running"), 0) is None
     assert "failed" in check_unit(UnitState(active="failed", sub="failed"), 0)
-    assert "restarted" in check_unit(UnitState(active="activating", sub="auto-restart"), 0)
-    assert "restarted" in check_unit(UnitState(active="active", restarts=1), 0)
+    assert "restarting" in check_unit(UnitState(active="activating", sub="auto-restart"), 0)
+    assert "restarting" in check_unit(UnitState(active="active", restarts=1), 0)
 
 
 def test_smoke_needs_several_tokens_of_non_empty_text():
