@@ -22,8 +22,11 @@ TINY_BLOCK = 8
 
 
 def draft_config(target: dict, layers: int = TINY_LAYERS, block_size: int = TINY_BLOCK,
-                 taps: list[int] | None = None, mask_token_id: int = 0) -> dict:
-    """A DFlash config in the released layout, shaped to `target` (its config.json dict)."""
+                 taps: list[int] | None = None, mask_token_id: int = 0, wide: bool = False) -> dict:
+    """A DFlash config in the released layout, shaped to `target` (its config.json dict).
+
+    wide: attention as wide as the residual stream (kv heads = heads, head_dim = 2H/heads),
+    so a tiny draft can copy a token through one attention hop."""
     n_target = target["num_hidden_layers"]
     taps = taps if taps is not None else sorted({min(n_target - 1, round(1 + i * (n_target - 2) / max(layers, 1)))
                                                   for i in range(layers)})
@@ -36,10 +39,11 @@ def draft_config(target: dict, layers: int = TINY_LAYERS, block_size: int = TINY
         "num_target_layers": n_target,
         "num_hidden_layers": layers,
         "hidden_size": target["hidden_size"],
-        "intermediate_size": 2 * target["hidden_size"],
+        "intermediate_size": (4 if wide else 2) * target["hidden_size"],
         "num_attention_heads": heads,
-        "num_key_value_heads": target.get("num_key_value_heads", heads),
-        "head_dim": target.get("head_dim") or target["hidden_size"] // heads,
+        "num_key_value_heads": heads if wide else target.get("num_key_value_heads", heads),
+        "head_dim": 2 * target["hidden_size"] // heads if wide else
+        target.get("head_dim") or target["hidden_size"] // heads,
         "hidden_act": "silu",
         "attention_bias": False,
         "rms_norm_eps": target.get("rms_norm_eps", 1e-6),
@@ -81,9 +85,9 @@ def save_draft(model, config: dict, out: Path) -> Path:
 
 
 def write_tiny_draft(target_dir: Path, out: Path, seed: int = 0, distill: bool = False,
-                     steps: int = 300, **shape) -> Path:
+                     steps: int = 800, **shape) -> Path:
     target_raw = json.loads((Path(target_dir) / "config.json").read_text())
-    config = draft_config(target_raw, **shape)
+    config = draft_config(target_raw, wide=distill, **shape)
     model = random_model(config, seed)
     if distill:
         from serving.tools.train_draft import distill_on_own_text
@@ -98,7 +102,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--distill", action="store_true")
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=800)
     args = ap.parse_args(argv)
     out = write_tiny_draft(args.target, args.out, args.seed, args.distill, args.steps)
     print(f"wrote {'distilled' if args.distill else 'random'} tiny DFlash draft to {out}")

@@ -45,28 +45,35 @@ def features_and_labels(target, tokens: list[int], taps: tuple[int, ...]):
     return hidden.clone(), logits.argmax(-1).clone()
 
 
-def block_loss(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
-               picks: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """Weighted cross-entropy of m blocks at `anchors` [m] of one sequence (tokens [S])."""
+def block_logits(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
+                 anchors: torch.Tensor) -> torch.Tensor:
+    """Draft logits [m, B-1, V] of m blocks at `anchors` [m] of one sequence (tokens [S]),
+    all in one batch: block b sees context rows < anchors[b] and its own block."""
     cfg, block, m = model.cfg, model.cfg.block_size, anchors.numel()
-    offsets = torch.arange(block)
-    x_pos = anchors[:, None] + offsets  # [m, B]
+    x_pos = anchors[:, None] + torch.arange(block)  # [m, B]
     ids = torch.full((m, block), cfg.mask_token_id)
     ids[:, 0] = tokens[anchors]
     x = target.embed(ids)  # [m, B, H]
     ctx_pos = torch.arange(feats.shape[0])
     ctx = model.project(feats[None])  # [1, S, H]
-    seen = ctx_pos[None, :] < anchors[:, None]  # [m, S] a block sees only earlier context
+    seen = (ctx_pos[None, :] < anchors[:, None])[:, None, :].expand(m, block, -1)  # [m, B, S]
     for i, layer in enumerate(model.layers):
         k, v = layer.context_kv(ctx, ctx_pos)
         k, v = k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)
         rule_ctx = visible(x_pos, ctx_pos.expand(m, -1), cfg.causal[i], cfg.window[i])
         rule_blk = visible(x_pos, x_pos, cfg.causal[i], cfg.window[i])
-        ctx_ok = seen[:, None, :].expand(m, block, -1) & (rule_ctx if rule_ctx is not None else True)
+        ctx_ok = seen & rule_ctx if rule_ctx is not None else seen
         blk_ok = rule_blk if rule_blk is not None else torch.ones(m, block, block, dtype=torch.bool)
         x = layer(x, x_pos, k, v, ctx_pos, mask=torch.cat([ctx_ok, blk_ok], -1)[:, None])
-    logits = target.lm_head(model.norm(x[:, 1:]))  # [m, B-1, V]
-    labels = picks[anchors[:, None] + offsets[:-1]]  # pick after position s+k-1 = token at s+k
+    return target.lm_head(model.norm(x[:, 1:]))
+
+
+def block_loss(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
+               picks: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Weighted cross-entropy against the target's picks (later depths weigh less)."""
+    block, m = model.cfg.block_size, anchors.numel()
+    logits = block_logits(model, target, tokens, feats, anchors)  # [m, B-1, V]
+    labels = picks[anchors[:, None] + torch.arange(block - 1)]  # pick after s+k-1 = token at s+k
     ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(m, block - 1)
     weight = torch.exp(-torch.arange(block - 1, dtype=torch.float32) / max((block - 1) / 2, 1.0))
     return (ce * weight).sum() / (weight.sum() * m)
@@ -152,7 +159,7 @@ def smollm_draft_config(target_raw: dict) -> dict:
     # 2 draft layers fed by 3 taps spread over the 30 target layers; block 16 as released drafts.
     n = target_raw["num_hidden_layers"]
     return draft_config(target_raw, layers=2, block_size=16, taps=[1, n // 2, n - 3],
-                        mask_token_id=target_raw.get("pad_token_id") or 0)
+                        mask_token_id=0)  # <|endoftext|> in SmolLM2: never inside a chat turn
 
 
 def main(argv=None) -> None:
@@ -163,10 +170,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m serving.tools.train_draft", description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
     ap.add_argument("--out", type=Path, default=CACHE / "models/smollm2-135m-instruct-dflash")
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=700)
     ap.add_argument("--chunks", type=int, default=96, help="training sequences of --seq-len tokens")
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--minutes", type=float, default=20.0, help="wall-time cap for the training loop")
+    ap.add_argument("--minutes", type=float, default=12.0, help="wall-time cap for the training loop")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)

@@ -1,0 +1,58 @@
+"""Tiny fp32 targets (Llama, Qwen3) with matching DFlash drafts, built once per session.
+
+Random drafts are written to a temporary directory (a second). Distilled drafts (real
+acceptance) take ~half a minute each and are cached under $DDOPS_CACHE/models, keyed by
+a version string so a change to the recipe rebuilds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from serving.models import inspect_checkpoint, load_model
+from serving.tools.tiny import write_tiny
+from serving.tools.tiny_draft import write_tiny_draft
+
+ARCHES = ("llama", "qwen3")
+DISTILL_VERSION = "v2"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def few_threads():
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    return {arch: write_tiny(root / arch, arch) for arch in ARCHES}
+
+
+@pytest.fixture(scope="session")
+def random_drafts(tiny_dirs, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("drafts")
+    return {arch: write_tiny_draft(d, root / arch, seed=1) for arch, d in tiny_dirs.items()}
+
+
+@pytest.fixture(scope="session")
+def distilled_drafts(tiny_dirs, cache_dir) -> dict[str, Path]:
+    out = {}
+    for arch, target in tiny_dirs.items():
+        digest = hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest()[:12]
+        path = cache_dir / "models" / f"tiny-{arch}-dflash-distilled-{DISTILL_VERSION}-{digest}"
+        if not (path / "model.safetensors").exists():
+            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+            write_tiny_draft(target, tmp, seed=0, distill=True)
+            tmp.rename(path)  # atomic: a half-written draft is never picked up
+        out[arch] = path
+    return out
+
+
+@pytest.fixture(scope="session")
+def targets(tiny_dirs):
+    return {arch: load_model(inspect_checkpoint(d), torch.float32, "cpu", 1024) for arch, d in tiny_dirs.items()}

@@ -1,0 +1,96 @@
+"""Greedy speculative output equals plain greedy output, token for token, through the real engine.
+
+Llama and Qwen3 tiny fp32 targets with distilled DFlash drafts (so rounds really accept
+several tokens), many prompts and lengths, stop strings, stop ids (EOS) and max_tokens
+boundaries that fall inside a round.
+"""
+
+import pytest
+import torch
+
+from serving.engine import Engine
+from serving.engine.stops import StopRule
+from serving.models.tokenizer import Tokenizer
+from serving.sampling import SamplingParams
+from serving.spec import METHODS, SpecOptions, decoder_factory
+
+TEXTS = ["The capital of France is", "def fibonacci(n):", "Servers listen on a port,", "A"]
+GREEDY = SamplingParams(temperature=0)
+# (method, block size, budget): defaults, a short block, a tiny tree, a wide tree
+SETTINGS = [("dflash", None, None), ("dflash", 4, None), ("ddtree", None, None),
+            ("ddtree", None, 3), ("ddtree", None, 48)]
+
+
+def prompts(tokenizer) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(7)
+    encoded = [tokenizer.encode(t, prompt=False) for t in TEXTS]
+    random_ids = [torch.randint(3, tokenizer.vocab_size, (n,), generator=gen).tolist() for n in (1, 2, 9, 40)]
+    return encoded + random_ids
+
+
+def engine_for(spec_name, target, tokenizer, draft, block=None, budget=None) -> Engine:
+    options = SpecOptions(draft_path=str(draft), block_size=block, budget=budget)
+    return Engine(decoder_factory(METHODS[spec_name], target, options, capacity=512), tokenizer).start()
+
+
+def cases(plain: Engine, tokenizer):
+    """(prompt, rule) pairs; stop strings and stop ids are taken from the plain output itself."""
+    out = []
+    for prompt in prompts(tokenizer):
+        for n in (1, 2, 7, 8, 9, 21):
+            out.append((prompt, StopRule(max_new_tokens=n)))
+        full = plain.generate(prompt, GREEDY, StopRule(max_new_tokens=40))
+        middle = len(full.text) // 2
+        if full.text[middle:middle + 3].strip():
+            out.append((prompt, StopRule(max_new_tokens=40, stop_strings=(full.text[middle:middle + 3],))))
+        out.append((prompt, StopRule(max_new_tokens=40, stop_ids=frozenset({full.token_ids[11]}))))
+    return out
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def plain_runs(request, tiny_dirs, targets):
+    arch = request.param
+    tokenizer = Tokenizer.from_dir(tiny_dirs[arch])
+    plain = engine_for("none", targets[arch], tokenizer, None)
+    runs = [(prompt, rule, plain.generate(prompt, GREEDY, rule)) for prompt, rule in cases(plain, tokenizer)]
+    plain.stop()
+    return arch, tokenizer, runs
+
+
+def same_output(got, expected, rule) -> bool:
+    """Equal text, finish reason and token ids. With a stop string, the engine keeps the
+    ids of a whole round (a known engine issue, see the xfail below): compare the prefix."""
+    ids = got.token_ids[:len(expected.token_ids)] if rule.stop_strings else got.token_ids
+    return (ids, got.text, got.finish_reason) == (expected.token_ids, expected.text, expected.finish_reason)
+
+
+@pytest.mark.parametrize("name, block, budget", SETTINGS)
+def test_greedy_speculative_equals_plain(plain_runs, targets, distilled_drafts, name, block, budget):
+    arch, tokenizer, runs = plain_runs
+    engine = engine_for(name, targets[arch], tokenizer, distilled_drafts[arch], block, budget)
+    reasons = set()
+    try:
+        for prompt, rule, expected in runs:
+            got = engine.generate(prompt, GREEDY, rule)
+            assert same_output(got, expected, rule), (prompt, rule, got.token_ids, expected.token_ids)
+            reasons.add(got.finish_reason)
+        # some rounds really committed several tokens, so boundaries fell inside rounds
+        assert engine.stats.avg_spec_accept_length > 1.0
+    finally:
+        engine.stop()
+    assert reasons == {"stop", "length"}
+
+
+@pytest.mark.xfail(strict=True, reason="serving/engine/stops.py TextAssembler keeps every id of the round "
+                                       "in which a stop string completes (text is cut correctly)")
+def test_stop_string_cuts_token_ids_inside_a_round(plain_runs, targets, distilled_drafts):
+    arch, tokenizer, runs = plain_runs
+    if arch != "llama":
+        pytest.skip("only the llama cases end a stop string inside a multi-token round")
+    engine = engine_for("ddtree", targets[arch], tokenizer, distilled_drafts[arch], None, 48)
+    try:
+        for prompt, rule, expected in runs:
+            if rule.stop_strings:
+                assert engine.generate(prompt, GREEDY, rule).token_ids == expected.token_ids
+    finally:
+        engine.stop()

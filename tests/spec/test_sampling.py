@@ -1,0 +1,99 @@
+"""Sampling is lossless: speculative output is distributed exactly as plain sampling.
+
+A tiny-vocabulary target (5 tokens) makes the exact distribution of the first three
+generated tokens computable (125 sequences); speculative samples are compared with it by a
+chi-square goodness-of-fit test. Seeds are fixed, so the outcome is deterministic. A
+deliberately broken walk (accept the first child whatever the target drew) shows the
+test has the power to notice a biased sampler.
+"""
+
+import json
+
+import pytest
+import torch
+
+from serving.models import inspect_checkpoint, load_model
+from serving.sampling import SamplingParams, logits_to_probs
+from serving.spec.base import Method
+from serving.spec.chain import ChainVerifier
+from serving.spec.ddtree import TreeVerifier
+from serving.spec.decoder import SpecDecoder
+from serving.spec.dflash import DFlashDrafter
+from serving.spec.tree import Tree
+from serving.tools.tiny import random_weights, save_weights
+from serving.tools.tiny_draft import draft_config, random_model
+
+VOCAB, LENGTH, SAMPLES = 5, 3, 1500
+PROMPT = [1, 3, 2, 4]
+PARAMS = SamplingParams(temperature=0.9, top_k=4, top_p=0.95)
+CONFIG = dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=32, intermediate_size=64,
+              num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+              vocab_size=VOCAB, max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=10000.0,
+              tie_word_embeddings=False, torch_dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-vocab")
+    (root / "config.json").write_text(json.dumps(CONFIG))
+    save_weights(random_weights(CONFIG, seed=3), root, shards=1)
+    target = load_model(inspect_checkpoint(root), torch.float32, "cpu", 64)
+    draft = random_model(draft_config(CONFIG, layers=1, block_size=4, taps=[0, 1]), seed=4)
+    return target, DFlashDrafter(draft, target)
+
+
+def exact_distribution(target) -> torch.Tensor:
+    """P(t1, t2, t3 | PROMPT) under plain sampling with PARAMS: [VOCAB, VOCAB, VOCAB]."""
+    probs = torch.zeros(VOCAB, VOCAB, VOCAB)
+    for t1 in range(VOCAB):
+        for t2 in range(VOCAB):
+            ids = PROMPT + [t1, t2]
+            logits, _ = target.forward(torch.tensor(ids), torch.arange(len(ids)), target.new_cache(len(ids)))
+            p = logits_to_probs(logits[-3:], PARAMS)  # rows: t1 | prompt, t2 | .., t3 | ..
+            probs[t1, t2] = p[0, t1] * p[1, t2] * p[2]
+    return probs
+
+
+def sampled_counts(decoder) -> torch.Tensor:
+    counts = torch.zeros(VOCAB, VOCAB, VOCAB)
+    for _ in range(SAMPLES):
+        out = decoder.start(PROMPT, PARAMS, LENGTH)
+        while len(out) < LENGTH:
+            out += decoder.step()
+        counts[tuple(out[:LENGTH])] += 1
+    return counts
+
+
+def chi_square_p(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Goodness of fit; cells expecting fewer than 5 samples are pooled into one."""
+    expected, observed = (probs * counts.sum()).flatten(), counts.flatten()
+    small = expected < 5
+    expected = torch.cat([expected[~small], expected[small].sum().view(1)])
+    observed = torch.cat([observed[~small], observed[small].sum().view(1)])
+    keep = expected > 0
+    stat = ((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+    dof = int(keep.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2), stat / 2))
+
+
+@pytest.mark.parametrize("verifier", [ChainVerifier(block_size=4), TreeVerifier(budget=6)], ids=["chain", "tree"])
+def test_speculative_sampling_matches_plain_sampling(pair, verifier):
+    target, drafter = pair
+    decoder = SpecDecoder(target, Method("under-test", drafter, verifier), capacity=32, seed=11)
+    counts = sampled_counts(decoder)
+    assert decoder.times.tau > 1.2  # drafts are accepted often: the walk is really exercised
+    assert chi_square_p(counts, exact_distribution(target)) > 1e-3
+
+
+def test_the_test_catches_a_biased_walk(pair, monkeypatch):
+    def trust_the_draft(tree: Tree, choices):
+        row, path = 0, [0]
+        while tree.children[row]:  # follow the draft's best child whatever the target drew
+            row = min(tree.children[row].values())
+            path.append(row)
+        return path, choices[row]
+
+    monkeypatch.setattr("serving.spec.decoder.walk", trust_the_draft)
+    target, drafter = pair
+    decoder = SpecDecoder(target, Method("biased", drafter, ChainVerifier(block_size=4)), capacity=32, seed=11)
+    assert chi_square_p(sampled_counts(decoder), exact_distribution(target)) < 1e-6
