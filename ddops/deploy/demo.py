@@ -77,7 +77,8 @@ def push_models(remote, service: Service) -> None:
     from ddops.install.sync import push_model
     for name in service.models:
         report = push_model(remote, cache() / "models" / name, log=lambda line: None)
-        show.console.print(f"    {name}: {report}")
+        show.console.print(f"    {name}: copied {len(report.copied)} file(s) "
+                           f"({report.bytes_copied / 1e6:.1f} MB), {len(report.skipped)} already there")
 
 
 def deploy(service: Service, host: str, inventory: Path) -> Outcome:
