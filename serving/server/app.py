@@ -135,7 +135,8 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
     async def server_info():
         stats = state.engine.stats.snapshot() if state.ready else {
             "avg_spec_accept_length": 1.0, "last_gen_throughput": 0.0, "num_requests_total": 0}
-        info = {**args.public(), "version": __version__, "status": "ok" if state.ready else "loading",
+        resolved = getattr(state.engine.decoder, "server_args", {}) if state.ready else {}
+        info = {**args.public(), **resolved, "version": __version__, "status": "ok" if state.ready else "loading",
                 "internal_states": [stats]}
         if state.ready:  # measured tensors beside the prediction from config.json (serving.memory)
             info["memory"] = memory.report(state.engine.decoder, args)

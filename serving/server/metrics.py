@@ -27,6 +27,8 @@ class Metrics:
         self.avg_accept = Gauge("serving_avg_spec_accept_length",
                                 "Mean tokens committed per decode round since start", registry=r)
         self.queue_depth = Gauge("serving_queue_depth", "Requests waiting for the engine", registry=r)
+        self.spec_info = Gauge("serving_speculative_info", "Decoding method in use (value 1)",
+                               ["algorithm", "num_draft_tokens", "ddtree_budget"], registry=r)
         self.engine_stats = engine_stats
 
     def observe(self, usage) -> None:
@@ -43,4 +45,9 @@ class Metrics:
         if engine is not None:
             self.avg_accept.set(engine.stats.avg_spec_accept_length)
             self.queue_depth.set(engine.queue.qsize())
+            spec = getattr(engine.decoder, "server_args", {})  # serving.spec.decoder.SpecDecoder
+            self.spec_info.clear()
+            self.spec_info.labels(algorithm=spec.get("speculative_algorithm") or "NONE",
+                                  num_draft_tokens=str(spec.get("speculative_num_draft_tokens") or 0),
+                                  ddtree_budget=str(spec.get("speculative_ddtree_budget") or 0)).set(1)
         return generate_latest(self.registry)

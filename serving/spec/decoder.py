@@ -50,6 +50,13 @@ class SpecDecoder:
         self.last_accept_length = 1
         self.times = RoundTimes()
 
+    @property
+    def server_args(self) -> dict:
+        """Resolved speculative arguments for /server_info and /metrics."""
+        return {"speculative_algorithm": self.method.name.upper(),
+                "speculative_num_draft_tokens": self.method.drafter.needs.draft_tokens,
+                "speculative_ddtree_budget": getattr(self.method.verifier, "budget", None)}
+
     def start(self, prompt_ids: list[int], sampling: SamplingParams, max_new_tokens: int) -> list[int]:
         """Prefill the prompt (capturing the drafter's target layers); return the first token."""
         target, drafter, n = self.target, self.method.drafter, len(prompt_ids)

@@ -1,0 +1,45 @@
+"""The speculative method through a real server process: info, metrics, health, refusal."""
+
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from serving.tools.tiny import write_tiny
+from tests.serving.conftest import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def ddtree_server(tiny_dirs, distilled_drafts, tmp_path_factory):
+    log = tmp_path_factory.mktemp("spec-server") / "server.log"
+    server = ServerProcess(tiny_dirs["llama"], log, "--speculative-algorithm", "DDTREE",
+                           "--speculative-draft-model-path", str(distilled_drafts["llama"]),
+                           "--speculative-ddtree-budget", "24").wait_ready()
+    yield server
+    server.stop()
+
+
+def test_server_reports_method_budget_and_acceptance(ddtree_server):
+    url = ddtree_server.url
+    assert httpx.get(url + "/health_generate", timeout=30).status_code == 200
+    body = {"model": "llama", "prompt": "def fibonacci(n):", "max_tokens": 40, "temperature": 0}
+    assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
+    info = httpx.get(url + "/server_info", timeout=10).json()
+    assert info["speculative_algorithm"] == "DDTREE"
+    assert info["speculative_ddtree_budget"] == 24
+    assert info["speculative_num_draft_tokens"] == 8  # resolved from the draft's block_size
+    assert info["internal_states"][0]["avg_spec_accept_length"] > 1.0
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    assert 'serving_speculative_info{algorithm="DDTREE",ddtree_budget="24",num_draft_tokens="8"} 1.0' in metrics
+    accept = [line for line in metrics.splitlines() if line.startswith("serving_avg_spec_accept_length ")]
+    assert float(accept[0].split()[1]) > 1.0
+
+
+def test_startup_refuses_a_mismatched_draft(random_drafts, tmp_path):
+    shallow = write_tiny(tmp_path / "two-layer", "llama", layers=2)  # the draft taps layer 2
+    cmd = [sys.executable, "-m", "serving", "--model-path", str(shallow), "--device", "cpu", "--port", "0",
+           "--speculative-algorithm", "dflash", "--speculative-draft-model-path", str(random_drafts["llama"])]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "draft was built for a 4-layer target but the target has 2 layers" in done.stderr
