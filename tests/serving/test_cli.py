@@ -73,3 +73,16 @@ def test_process_reports_a_broken_checkpoint_before_listening(tiny_llama, tmp_pa
     assert run.returncode == 1
     assert run.stderr.strip() == f"error: {broken}: missing file model.safetensors " \
                                  f"(or model.safetensors.index.json for a sharded checkpoint)"
+
+
+def test_eos_ids_come_from_config_generation_config_and_tokenizer(tiny_llama, tmp_path):
+    import shutil
+
+    from serving.models.tokenizer import Tokenizer
+    from serving.server.runtime import eos_ids
+
+    model = shutil.copytree(tiny_llama, tmp_path / "m")
+    config, tokenizer = read_model_config(model), Tokenizer.from_dir(model)
+    assert eos_ids(model, config, tokenizer) == {2}                  # config.json and "<|im_end|>"
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    assert eos_ids(model, config, tokenizer) == {0, 2}
