@@ -160,38 +160,47 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
     """Make the shadow's profile production (gated, reverted on failure), then remove the shadow.
 
     On the production host itself the shadow goes first (one GPU cannot hold three servers
-    while production restarts) and production switches sequentially; elsewhere production is
-    deployed first and the shadow removed after it passed its gate."""
+    while production restarts) and production switches sequentially; if that switch fails,
+    production is back on its previous profile and the shadow is gone. Elsewhere production
+    is deployed first and the shadow removed only after production passed its gate."""
     from ddops.rollout import hostops
-    from ddops.rollout.switch import switch
     record = _recorded()
     port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
     target = hostops.load_target(record.profile, record.production_host, inventory=inventory,
                                  unit_name=record.production_unit, port=port)
     command = f"ddops shadow promote ({record.profile})"
-    touched = []
     if record.host == record.production_host:
-        with connect(record.host) as remote:
-            touched.append(hostops.remove_unit(remote, record.unit, command))
-            if touched[-1].code != 0:
-                return Lifecycle(touched[-1].code, "promote failed", touched[-1].message, record, tuple(touched))
-            clear_shadow()
-            report = switch(remote, target, unit=record.production_unit, command=command, progress=progress)
-        return _promoted(report.code, report.detail, record, tuple(touched) + (report.deploy,) if report.deploy else tuple(touched))
-    with connect(record.production_host) as remote:
-        touched.append(hostops.deploy(remote, target, command, progress))
-    if touched[-1].code != 0:
-        return Lifecycle(touched[-1].code, "promote failed", f"{touched[-1].message}; the shadow "
-                         f"keeps running on {record.host}", record, tuple(touched))
+        return _promote_in_place(record, target, command, connect, progress)
+    return _promote_elsewhere(record, target, command, connect, progress)
+
+
+def _promote_in_place(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:
+    from ddops.rollout import hostops
+    from ddops.rollout.switch import switch
     with connect(record.host) as remote:
-        touched.append(hostops.remove_unit(remote, record.unit, command))
+        removed = hostops.remove_unit(remote, record.unit, command)
+        if removed.code != 0:
+            return Lifecycle(removed.code, "promote failed", removed.message, record, (removed,))
+        clear_shadow()
+        report = switch(remote, target, unit=record.production_unit, command=command, progress=progress)
+    touched = (removed, report.deploy) if report.deploy else (removed,)
+    return Lifecycle(report.code, "promoted" if report.code == 0 else "promote failed",
+                     report.detail, record, touched)
+
+
+def _promote_elsewhere(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:
+    from ddops.rollout import hostops
+    with connect(record.production_host) as remote:
+        deployed = hostops.deploy(remote, target, command, progress)
+    if deployed.code != 0:
+        return Lifecycle(deployed.code, "promote failed", f"{deployed.message}; the shadow "
+                         f"keeps running on {record.host}", record, (deployed,))
+    with connect(record.host) as remote:
+        removed = hostops.remove_unit(remote, record.unit, command)
     clear_shadow()
-    return _promoted(touched[-1].code, touched[0].message, record, tuple(touched))
-
-
-def _promoted(code: int, detail: str, record: ShadowRecord, touched: tuple) -> Lifecycle:
-    status = "promoted" if code == 0 else "promote failed"
-    return Lifecycle(code, status, detail, record, tuple(t for t in touched if t is not None))
+    status = "promoted" if removed.code == 0 else "promoted, shadow not removed"
+    return Lifecycle(removed.code, status, f"{deployed.message}; {removed.message}", record,
+                     (deployed, removed))
 
 
 def _recorded() -> ShadowRecord:
