@@ -1,0 +1,97 @@
+"""python -m serving.bench --model M --draft D [--methods none,dflash,ddtree:16,ddtree:64]
+[--prompts FILE] [--max-tokens N] [--json OUT]
+
+Runs every method on the same prompts in one process and prints a Rich table; --json writes
+the figures. --prompts: a text file, one user prompt per line (default: a built-in set of
+code and prose prompts). Prompts go through the model's chat template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m serving.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, type=Path)
+    ap.add_argument("--draft", type=Path, help="DFlash draft checkpoint (needed by speculative methods)")
+    ap.add_argument("--methods", default="none,dflash,ddtree:16,ddtree:64")
+    ap.add_argument("--prompts", type=Path, help="one prompt per line (default: built-in set)")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    return ap.parse_args(argv)
+
+
+def load_prompts(path: Path | None, limit: int) -> list[str]:
+    from serving.bench.prompts import DEFAULT_PROMPTS
+
+    prompts = DEFAULT_PROMPTS if path is None else [l for l in path.read_text().splitlines() if l.strip()]
+    return prompts[:limit] if limit else prompts
+
+
+def table(results, header: str):
+    from rich.table import Table
+
+    t = Table(title=header)
+    for col in ("method", "tok/s", "speedup", "tau", "draft ms", "tree ms", "verify ms", "accept ms",
+                "tree+accept", "= none"):
+        t.add_column(col, justify="right")
+    for r in results:
+        ms = r.per_round_ms()
+        t.add_row(r.label, f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x", f"{r.tau:.2f}",
+                  *(f"{ms[p]:.1f}" for p in ("draft", "tree", "verify", "accept")),
+                  f"{100 * r.overhead_share:.1f}%", "yes" if r.equal_to_none else "NO")
+    return t
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    import torch
+    from rich.console import Console
+
+    from serving.bench.spec import compare, parse_methods, run_method
+    from serving.models import inspect_checkpoint, load_model
+    from serving.models.tokenizer import Tokenizer
+
+    console = Console()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        methods = parse_methods(args.methods)
+        if any(m.spec.speculative for m in methods) and args.draft is None:
+            raise ValueError("--draft is required by the speculative methods")
+        checkpoint = inspect_checkpoint(args.model)
+        tokenizer = Tokenizer.from_dir(args.model)
+        texts = load_prompts(args.prompts, args.limit)
+    except (ValueError, OSError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+    prompts = [tokenizer.encode_chat([{"role": "user", "content": t}]) for t in texts]
+    capacity = max(map(len, prompts)) + args.max_tokens + 8
+    target = load_model(checkpoint, torch.float32, "cpu", capacity + 128)
+    stop_ids = frozenset(checkpoint.config.eos_token_ids) | frozenset(tokenizer.eos_ids)
+    console.print(f"loaded {args.model} ({len(prompts)} prompts, max {args.max_tokens} tokens, "
+                  f"{torch.get_num_threads()} threads)")
+    results = []
+    for method in methods:
+        console.print(f"running {method.label} ...")
+        results.append(run_method(method, target, str(args.draft) if args.draft else None, prompts,
+                                  args.max_tokens, stop_ids, capacity))
+    compare(results)
+    console.print(table(results, f"{args.model.name} + {args.draft.name if args.draft else '-'}"))
+    if args.json:
+        report = {"model": str(args.model), "draft": str(args.draft) if args.draft else None,
+                  "max_tokens": args.max_tokens, "prompts": len(prompts), "threads": torch.get_num_threads(),
+                  "methods": [r.summary() for r in results]}
+        args.json.write_text(json.dumps(report, indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Speculative decoding benchmark: every method on the same prompts, in one process.
+
+Pure where it can be: method specs parse to `BenchMethod`, runs reduce to `MethodResult`;
+the torch work is in `run_method`. Figures: tokens/s, speedup over `none` measured in
+the same run, tau (tokens committed per verify round, bonus included), time per round
+split into draft / tree build (+ mask) / verify / accept (+ KV compaction), and whether
+every output equals the `none` output token for token.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from serving.sampling import SamplingParams
+from serving.spec import MethodSpec, SpecOptions, decoder_factory, resolve
+
+PHASES = ("draft", "tree", "verify", "accept")
+
+
+@dataclass(frozen=True)
+class BenchMethod:
+    label: str  # as given, e.g. "ddtree:64"
+    spec: MethodSpec
+    budget: int | None = None
+
+
+def parse_methods(text: str) -> list[BenchMethod]:
+    """'none,dflash,ddtree:16' -> methods; a budget only where the method takes one."""
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, _, budget = item.partition(":")
+        spec = resolve(name)
+        if budget and not spec.takes_budget:
+            raise ValueError(f"--methods {item}: {name} takes no tree budget")
+        out.append(BenchMethod(item, spec, int(budget) if budget else None))
+    if not out:
+        raise ValueError("--methods: no method given")
+    return out
+
+
+@dataclass
+class MethodResult:
+    label: str
+    speculative: bool = False
+    tokens: int = 0
+    seconds: float = 0.0
+    rounds: int = 0
+    accepted: int = 0
+    phase_seconds: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    outputs: list = field(default_factory=list)
+    speedup: float = 1.0
+    equal_to_none: bool | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def tau(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 1.0
+
+    def per_round_ms(self) -> dict:
+        return {p: 1000 * s / self.rounds if self.rounds else 0.0 for p, s in self.phase_seconds.items()}
+
+    @property
+    def overhead_share(self) -> float:
+        """Tree build + mask + accept/compaction as a share of the measured round time."""
+        total = sum(self.phase_seconds.values())
+        return (self.phase_seconds["tree"] + self.phase_seconds["accept"]) / total if total else 0.0
+
+    def summary(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k != "outputs"}
+        out.update(tokens_per_s=self.tokens_per_s, tau=self.tau, ms_per_round=self.per_round_ms(),
+                   overhead_share=self.overhead_share)
+        return out
+
+
+def compare(results: list[MethodResult]) -> None:
+    """Speedup and output equality against the first `none` run (in place)."""
+    base = next((r for r in results if not r.speculative), results[0])
+    for r in results:
+        r.speedup = r.tokens_per_s / base.tokens_per_s if base.tokens_per_s else 0.0
+        r.equal_to_none = r.outputs == base.outputs
+
+
+def generate(decoder, prompt: list[int], max_tokens: int, stop_ids: frozenset) -> list[int]:
+    """Greedy tokens up to max_tokens or the first stop id (kept), as the engine truncates."""
+    out = decoder.start(prompt, SamplingParams(temperature=0), max_tokens)
+    while len(out) < max_tokens and not stop_ids.intersection(out):
+        out += decoder.step()
+    out = out[:max_tokens]
+    for i, t in enumerate(out):
+        if t in stop_ids:
+            return out[: i + 1]
+    return out
+
+
+def run_method(method: BenchMethod, target, draft: str | None, prompts: list[list[int]], max_tokens: int,
+               stop_ids: frozenset, capacity: int) -> MethodResult:
+    options = SpecOptions(draft_path=draft if method.spec.speculative else None, budget=method.budget)
+    decoder = decoder_factory(method.spec, target, options, capacity=capacity)()
+    generate(decoder, prompts[0][:16], 8, stop_ids)  # warm-up: allocator, kernels
+    result = MethodResult(method.label, speculative=method.spec.speculative)
+    times = getattr(decoder, "times", None)
+    before = dict(vars(times)) if times else None
+    for prompt in prompts:
+        began = time.perf_counter()
+        out = generate(decoder, prompt, max_tokens, stop_ids)
+        result.seconds += time.perf_counter() - began
+        result.tokens += len(out)
+        result.outputs.append(out)
+    if times is not None:
+        result.rounds = times.rounds - before["rounds"]
+        result.accepted = times.accepted - before["accepted"]
+        result.phase_seconds = {p: getattr(times, p) - before[p] for p in PHASES}
+    else:  # plain decoding: one token per round after each prompt's first
+        result.rounds = result.accepted = result.tokens - len(prompts)
+        result.phase_seconds["verify"] = result.seconds
+    return result
