@@ -106,10 +106,18 @@ def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
         known = ", ".join(e.id for e in entries) or "none"
         raise OpsError(f"{remote.host.name}: no history entry {to} for {unit} (known: {known})")
     current = read_header(remote.read_text(f"/etc/systemd/system/{unit}") or "").get("hash")
+    entry = previous_good(entries, current)
+    if entry is None:
+        raise OpsError(f"{remote.host.name}: no earlier passed deploy of {unit} to roll back to")
+    return entry
+
+
+def previous_good(entries: list[history.Entry], current_hash: str | None) -> history.Entry | None:
+    """Pure: the newest entry that passed its gate and is not what runs now."""
     for entry in reversed(entries):
-        if entry.meta.get("result") == "passed" and entry.meta.get("hash") != current:
+        if entry.meta.get("result") == "passed" and entry.meta.get("hash") != current_hash:
             return entry
-    raise OpsError(f"{remote.host.name}: no earlier passed deploy of {unit} to roll back to")
+    return None
 
 
 def desired_of(remote, entry: history.Entry) -> tuple[Desired, GateSpec]:

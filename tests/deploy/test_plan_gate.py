@@ -112,3 +112,13 @@ def test_endpoint_from_the_command_line():
 def test_history_ids_grow():
     assert next_dirname((), 0).startswith("0001-19700101T")
     assert next_dirname(("0001-x", "0009-y"), 0).startswith("0010-")
+
+
+def test_rollback_default_is_the_newest_passed_entry_unlike_the_current_one():
+    from ddops.deploy.history import Entry
+    from ddops.deploy.ops import previous_good
+    e = lambda n, h, r: Entry("llm.service", f"{n:04d}-x", {"hash": h, "result": r})  # noqa: E731
+    entries = [e(1, "a", "passed"), e(2, "b", "passed"), e(3, "c", "failed-reverted"), e(4, "b", "passed")]
+    assert previous_good(entries, "b").id == "0001"
+    assert previous_good(entries, "a").id == "0004"
+    assert previous_good(entries[:1], "a") is None
