@@ -6,6 +6,7 @@ SIGTERM to the supervisor halts the container cleanly.
 """
 
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -45,7 +46,7 @@ def nspawn_args(layout: LabLayout, slot: HostSlot, rootfs: Path) -> list[str]:
              (host_dir / "ssh_host_ed25519_key.pub", "/etc/ssh/ssh_host_ed25519_key.pub"),
              (layout.client_key.with_suffix(".pub"), "/root/.ssh/authorized_keys")]
     return ["-q", "-D", str(rootfs), "--volatile=overlay", "--register=no", "--keep-unit", "-b",
-            "-M", slot.name, f"--network-namespace-path=/run/netns/{slot.netns}", "--console=read-only",
+            "-M", slot.netns, f"--hostname={slot.name}", f"--network-namespace-path=/run/netns/{slot.netns}", "--console=read-only",
             *(f"--bind-ro={src}:{dst}" for src, dst in binds)]
 
 
@@ -55,16 +56,12 @@ def boot(layout: LabLayout, slot: HostSlot, rootfs: Path) -> int:
     cgroups = cgroup_dirs(layout, slot.name)
     for cg in cgroups:
         cg.mkdir(parents=True, exist_ok=True)
-    argv = ["bash", "-c", f"NSPAWN=({' '.join(map(shell_quote, nspawn_args(layout, slot, rootfs)))})\n{SUPERVISOR}",
+    argv = ["bash", "-c", f"NSPAWN=({' '.join(map(shlex.quote, nspawn_args(layout, slot, rootfs)))})\n{SUPERVISOR}",
             MARKER, *map(str, cgroups)]
     with open(host_dir / "console.log", "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     (host_dir / "pid").write_text(f"{proc.pid}\n")
     return proc.pid
-
-
-def shell_quote(arg: str) -> str:
-    return "'" + arg.replace("'", "'\\''") + "'"
 
 
 def supervisor_pid(layout: LabLayout, name: str) -> int | None:
@@ -102,7 +99,7 @@ def halt(layout: LabLayout, slot: HostSlot, timeout: float = 20.0) -> None:
             wait_gone(pid, 5)
     kill_cgroup_members(layout, slot.name)
     remove_cgroups(layout, slot.name)
-    shutil_rmtree(Path("/run/systemd/nspawn/propagate") / slot.name)
+    remove_dir(Path("/run/systemd/nspawn/propagate") / slot.netns)   # nspawn's, per machine name
     (layout.host_dir(slot.name) / "pid").unlink(missing_ok=True)
 
 
@@ -157,6 +154,6 @@ def remove_cgroups(layout: LabLayout, name: str) -> None:
             raise LabError(f"{cg}: cgroup still busy after the halt")
 
 
-def shutil_rmtree(path: Path) -> None:
+def remove_dir(path: Path) -> None:
     if path.is_dir():
         shell.run(["rm", "-rf", "--one-file-system", str(path)], check=False)

@@ -87,7 +87,7 @@ class HostSlot:
     bare: bool     # no runtime venv in its root filesystem
     address: str
     mac: str       # fixed per address: a re-created host must not wait on a stale ARP entry
-    netns: str
+    netns: str     # also the container's machine name (unique across labs); its hostname is `name`
     veth: str      # host side of the pair (<= 15 chars); the container side is eth0
 
     @classmethod

@@ -69,6 +69,7 @@ def test_lab_down_leaves_no_namespace_bridge_link_cgroup_mount_or_process(bare_l
     assert not [p for p in Path("/sys/class/net").iterdir() if p.name.startswith("ddlc")]
     assert not list(Path("/sys/fs/cgroup").glob("*/ddlc")) and not Path("/sys/fs/cgroup/ddlc").exists()
     assert str(STATE) not in Path("/proc/self/mountinfo").read_text()
+    assert not list(Path("/run/systemd/nspawn/propagate").glob("ddlc-*"))
     assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if readable(p) and str(STATE).encode() in readable(p)]
     assert [p.name for p in STATE.iterdir()] in ([], [".lock"])
     assert not Path(ENV["DDOPS_INVENTORY"]).exists()
