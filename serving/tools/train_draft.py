@@ -45,9 +45,9 @@ def features_and_labels(target, tokens: list[int], taps: tuple[int, ...]):
     return hidden.clone(), logits.argmax(-1).clone()
 
 
-def block_logits(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
+def block_hidden(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
                  anchors: torch.Tensor) -> torch.Tensor:
-    """Draft logits [m, B-1, V] of m blocks at `anchors` [m] of one sequence (tokens [S]),
+    """Final draft hidden [m, B-1, H] of m blocks at `anchors` [m] of one sequence (tokens [S]),
     all in one batch: block b sees context rows < anchors[b] and its own block."""
     cfg, block, m = model.cfg, model.cfg.block_size, anchors.numel()
     x_pos = anchors[:, None] + torch.arange(block)  # [m, B]
@@ -65,22 +65,42 @@ def block_logits(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: t
         ctx_ok = seen & rule_ctx if rule_ctx is not None else seen
         blk_ok = rule_blk if rule_blk is not None else torch.ones(m, block, block, dtype=torch.bool)
         x = layer(x, x_pos, k, v, ctx_pos, mask=torch.cat([ctx_ok, blk_ok], -1)[:, None])
-    return target.lm_head(model.norm(x[:, 1:]))
+    return model.norm(x[:, 1:])
+
+
+def block_logits(model: DFlashDraftModel, target, tokens, feats, anchors) -> torch.Tensor:
+    """Draft logits [m, B-1, V]; equal to what DFlashDrafter.propose gives round by round."""
+    return target.lm_head(block_hidden(model, target, tokens, feats, anchors))
 
 
 def block_loss(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
-               picks: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """Weighted cross-entropy against the target's picks (later depths weigh less)."""
+               picks: torch.Tensor, anchors: torch.Tensor, negatives: int = 0,
+               gen: torch.Generator | None = None) -> torch.Tensor:
+    """Weighted cross-entropy against the target's picks (later depths weigh less).
+
+    negatives > 0: sampled softmax over the labels plus that many uniformly drawn tokens
+    (the lm_head is most of a step's cost on a large vocabulary; fresh negatives each step
+    still push every token down over a run).
+    """
     block, m = model.cfg.block_size, anchors.numel()
-    logits = block_logits(model, target, tokens, feats, anchors)  # [m, B-1, V]
-    labels = picks[anchors[:, None] + torch.arange(block - 1)]  # pick after s+k-1 = token at s+k
+    labels = picks[anchors[:, None] + torch.arange(block - 1)]  # [m, B-1] pick after s+k-1 = token at s+k
+    if negatives:
+        weight = target.lm_head_weight
+        drawn = torch.randint(weight.shape[0], (negatives,), generator=gen)
+        vocab, labels = torch.unique(torch.cat([labels.flatten(), drawn]), return_inverse=True)
+        labels = labels[: m * (block - 1)].view(m, block - 1)
+        hidden = block_hidden(model, target, tokens, feats, anchors)
+        logits = F.linear(hidden, weight[vocab]).float()  # [m, B-1, |candidates|]
+    else:
+        logits = target.lm_head(block_hidden(model, target, tokens, feats, anchors))  # [m, B-1, V]
     ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(m, block - 1)
-    weight = torch.exp(-torch.arange(block - 1, dtype=torch.float32) / max((block - 1) / 2, 1.0))
-    return (ce * weight).sum() / (weight.sum() * m)
+    decay = torch.exp(-torch.arange(block - 1, dtype=torch.float32) / max((block - 1) / 2, 1.0))
+    return (ce * decay).sum() / (decay.sum() * m)
 
 
 def train(model: DFlashDraftModel, target, examples: list, steps: int, seed: int, lr: float = 3e-3,
-          anchors_per_step: int = 16, deadline: float | None = None, log=None) -> DFlashDraftModel:
+          anchors_per_step: int = 16, negatives: int = 0, deadline: float | None = None,
+          log=None) -> DFlashDraftModel:
     """examples: (tokens [S], feats [S, F], picks [S]) per sequence; S > block_size."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
@@ -93,7 +113,7 @@ def train(model: DFlashDraftModel, target, examples: list, steps: int, seed: int
         tokens, feats, picks = examples[int(torch.randint(len(examples), (1,), generator=gen))]
         hi = tokens.numel() - block
         anchors = torch.randint(1, hi + 1, (anchors_per_step,), generator=gen)
-        loss = block_loss(model, target, tokens, feats, picks, anchors)
+        loss = block_loss(model, target, tokens, feats, picks, anchors, negatives, gen)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -176,6 +196,7 @@ def main(argv=None) -> None:
     ap.add_argument("--minutes", type=float, default=12.0, help="wall-time cap for the training loop")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--negatives", type=int, default=4096, help="sampled-softmax negatives (0: full vocabulary)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     began = time.monotonic()
@@ -199,7 +220,7 @@ def main(argv=None) -> None:
         if c % 16 == 0:
             log(f"features {c + 1}/{args.chunks}")
     deadline = time.monotonic() + args.minutes * 60
-    train(model, target, examples, args.steps, args.seed, deadline=deadline, log=log)
+    train(model, target, examples, args.steps, args.seed, negatives=args.negatives, deadline=deadline, log=log)
     save_draft(model, config, args.out)
     log(f"wrote {args.out}")
 

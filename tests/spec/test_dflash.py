@@ -1,0 +1,87 @@
+"""The DFlash drafter: released layout, context cache across rounds, masks, width guard."""
+
+import json
+
+import pytest
+import torch
+
+from serving.spec import PreflightError
+from serving.spec.dflash import DFlashDrafter, DraftConfig, load_model, visible
+from serving.tools import train_draft
+from serving.tools.tiny_draft import draft_config, random_model, save_draft
+
+
+def test_weights_use_the_released_names(random_drafts):
+    from safetensors import safe_open
+
+    with safe_open(str(random_drafts["llama"] / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert {"fc.weight", "hidden_norm.weight", "norm.weight", "layers.0.self_attn.q_norm.weight",
+            "layers.1.mlp.down_proj.weight", "layers.0.input_layernorm.weight"} <= names
+    assert not any("embed" in n or "lm_head" in n for n in names)  # shared with the target
+
+
+def test_round_by_round_drafting_equals_one_batched_pass(targets, random_drafts):
+    """The context cache keeps exactly the committed rows: drafting at anchors 5 then 9 round by
+    round gives the logits the training pass computes for both blocks at once."""
+    target = targets["qwen3"]
+    model = load_model(random_drafts["qwen3"], torch.float32, "cpu")
+    tokens = torch.randint(3, 500, (24,), generator=torch.Generator().manual_seed(0))
+    feats, _ = train_draft.features_and_labels(target, tokens.tolist(), model.cfg.target_layer_ids)
+    with torch.no_grad():
+        batched = train_draft.block_logits(model, target, tokens, feats, torch.tensor([5, 9]))
+    drafter = DFlashDrafter(model, target)
+    drafter.extend(feats[:5], torch.arange(5))
+    first = drafter.propose(int(tokens[5]), 5, model.cfg.block_size - 1)
+    assert drafter.cache.positions.tolist() == list(range(5))  # the block's K/V were not kept
+    drafter.extend(feats[5:9], torch.arange(5, 9))
+    second = drafter.propose(int(tokens[9]), 9, model.cfg.block_size - 1)
+    assert drafter.cache.positions.tolist() == list(range(9))
+    torch.testing.assert_close(first, batched[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(second, batched[1], atol=1e-4, rtol=1e-4)
+
+
+def test_sliding_and_causal_layers_follow_the_config():
+    raw = draft_config({"num_hidden_layers": 8, "hidden_size": 16, "num_attention_heads": 2, "vocab_size": 32},
+                       layers=3)
+    raw.update(layer_types=["sliding_attention", "sliding_attention", "full_attention"], sliding_window=4)
+    cfg = DraftConfig.from_dict(raw)
+    assert cfg.causal == (True, True, False) and cfg.window == (4, 4, None)
+    assert DraftConfig.from_dict(dict(raw, is_causal=False)).causal == (False, False, False)
+    q, k = torch.tensor([10, 11]), torch.tensor([5, 6, 7, 10, 11])
+    assert visible(q, k, causal=True, window=4).tolist() == [[False, False, True, True, False],
+                                                             [False, False, False, True, True]]
+    assert visible(q, k, causal=False, window=None) is None
+
+
+def test_captured_width_is_checked_at_the_first_forward(targets, random_drafts):
+    model = load_model(random_drafts["llama"], torch.float32, "cpu")
+    drafter = DFlashDrafter(model, targets["llama"])
+    with pytest.raises(PreflightError, match=r"draft expects 128 = 2 layers x 64 but the target captured 64"):
+        drafter.extend(torch.zeros(3, 64), torch.arange(3))
+
+
+def test_weight_names_and_shapes_are_checked(tmp_path, random_drafts):
+    raw = json.loads((random_drafts["llama"] / "config.json").read_text())
+    model = random_model(raw, 0)
+    save_draft(model, dict(raw, intermediate_size=96), tmp_path / "shape")
+    with pytest.raises(PreflightError, match=r"layers.0.mlp.down_proj.weight has shape \(64, 128\), config implies \(64, 96\)"):
+        load_model(tmp_path / "shape", torch.float32, "cpu")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty/config.json").write_text(json.dumps(raw))
+    with pytest.raises(PreflightError, match="no draft weights"):
+        load_model(tmp_path / "empty", torch.float32, "cpu")
+
+
+def test_sampled_softmax_training_runs_and_learns(tiny_dirs):
+    raw = draft_config(json.loads((tiny_dirs["llama"] / "config.json").read_text()))
+    model = random_model(raw, 0)
+    target = train_draft.load_target(tiny_dirs["llama"], positions=64)
+    text = torch.arange(3, 35).tolist()
+    feats, picks = train_draft.features_and_labels(target, text, model.cfg.target_layer_ids)
+    example = [(torch.tensor(text), feats, picks)]
+    anchors = torch.arange(1, 20)
+    before = train_draft.block_loss(model, target, example[0][0], feats, picks, anchors).item()
+    train_draft.train(model, target, example, steps=30, seed=0, negatives=64)
+    after = train_draft.block_loss(model, target, example[0][0], feats, picks, anchors).item()
+    assert after < before - 1.0  # full-vocabulary loss falls although steps saw 64 negatives
