@@ -14,6 +14,8 @@ from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAIL
 from ddops.deploy import show
 from ddops.deploy.apply import MEANING
 from ddops.fit.checks import check_on_host
+from ddops.commands.preflight import check_profile
+from ddops.preflight import PreflightError, RemoteFiles
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
 
@@ -85,10 +87,14 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
     say("facts", f"{desired.unit_name} on {target.host.name}")
     facts = read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
     plan = make_plan(desired, facts)
+    warnings = _preflight_warnings(remote, target.profile)
     say("plan", f"{desired.profile} ({desired.profile_hash[:12]}) -> {desired.unit_name}")
     if not as_json:
         show.plan(plan)
-    base = {"host": target.host.name, "profile": desired.profile, "plan": plan.as_dict()}
+        for line in warnings:
+            show.console.print(f"    [yellow]preflight warning[/yellow] {line} (the gate will decide)")
+    base = {"host": target.host.name, "profile": desired.profile, "plan": plan.as_dict(),
+            "preflight_warnings": warnings}
     if dry_run:
         return EXIT_OK, {**base, "exit_code": EXIT_OK, "result": "dry-run"}
     if plan.noop:
@@ -114,6 +120,14 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
         show.stage("results")
         show.outcome(outcome)
     return outcome.code, {**base, **outcome.as_dict()}
+
+
+def _preflight_warnings(remote, profile) -> list[str]:
+    """The ops-side draft/target check on the host's files, shown with the plan."""
+    try:
+        return [str(p) for p in check_profile(profile, RemoteFiles(remote))]
+    except PreflightError as err:
+        return [str(err)]
 
 
 def _fail(as_json: bool, code: int, message: str, hint: str = "") -> None:

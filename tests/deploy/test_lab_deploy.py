@@ -135,6 +135,7 @@ def test_mismatched_draft_fails_the_gate_is_diagnosed_and_reverted(site):
     assert code == 1, out
     assert out["result"] == "reverted"
     assert out["diagnosis"][0]["cause"] == "draft-target-width-mismatch", out["diagnosis"]
+    assert "draft fc input width 192" in out["preflight_warnings"][0]
     assert site.unit_bytes() == before
     assert site.state().active == "active"
     assert site.chat().status_code == 200
