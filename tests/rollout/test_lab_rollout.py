@@ -33,8 +33,9 @@ def lab(lab_hosts, tmp_path_factory, cache_dir):
     assert grown.returncode == 0, grown.stdout + grown.stderr
     models = lab_models.build(cache_dir)
     for host in ("lab-1", "lab-2", "lab-3"):
-        for path in models.values():
-            pushed = lab_hosts.ddops("push-model", str(path), "--host", host)
+        for name, path in models.items():
+            pushed = lab_hosts.ddops("push-model", str(path), "--host", host,
+                                     "--dest", f"/var/lib/ddops/models/{name}")
             assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     root = tmp_path_factory.mktemp("rollout-lab")
     profiles = root / "profiles"
