@@ -74,6 +74,19 @@ def supervisor_pid(layout: LabLayout, name: str) -> int | None:
     return pid if MARKER.encode() in cmdline else None
 
 
+def trees_in_use() -> set[Path]:
+    """Root filesystem trees any systemd-nspawn on this machine (any lab, any version) is running from."""
+    used = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if args[0].endswith("systemd-nspawn") and "-D" in args[:-1]:
+            used.add(Path(args[args.index("-D") + 1]))
+    return used
+
+
 def wait_for_ssh(address: str, timeout: float = 60.0, log_path: Path | None = None) -> float:
     """Seconds until port 22 at address answers with an SSH banner."""
     start = time.monotonic()

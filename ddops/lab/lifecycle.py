@@ -86,7 +86,9 @@ def tree_for(layout: LabLayout, bundle, log: Log) -> Path:
         if bundle is None:
             return rootfs.unpacked(layout, base)
         layer = rootfs.runtime_tarball(layout, base, bundle.wheelhouse.directory, bundle.wheelhouse.key, log)
-        return rootfs.unpacked(layout, layer)
+        tree = rootfs.unpacked(layout, layer)
+        rootfs.prune(layout, [base, layer], container.trees_in_use(), log)
+        return tree
 
 
 def boot_hosts(layout: LabLayout, slots: list[HostSlot], tree: Path, log: Log) -> None:

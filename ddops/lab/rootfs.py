@@ -147,6 +147,27 @@ def unpacked(layout: LabLayout, tarball: Path) -> Path:
     return root
 
 
+def stale_entries(cache_entries: list[Path], keep: set[str], in_use: set[Path]) -> list[Path]:
+    """Pure: cached tarballs/trees of other keys (names not in keep, stem-wise) that nothing boots from."""
+    stale = []
+    for entry in cache_entries:
+        stem = entry.name.removesuffix(".tar.zst")
+        if stem not in keep and entry not in in_use and not stem.startswith("."):
+            stale.append(entry)
+    return stale
+
+
+def prune(layout: LabLayout, keep: list[Path], in_use: set[Path], log=print) -> None:
+    """Drop cached layers of older keys (each runtime tree is ~1.3 GB); everything is re-creatable."""
+    entries = [*layout.cache_dir.glob("*.tar.zst"), *(layout.cache_dir / "trees").glob("*")]
+    for entry in stale_entries(entries, {k.name.removesuffix(".tar.zst") for k in keep}, in_use):
+        log(f"rootfs: pruning {entry.name} (older key, not booted by any lab)")
+        if entry.is_dir():
+            shell.run(["rm", "-rf", "--one-file-system", str(entry)])
+        else:
+            entry.unlink(missing_ok=True)
+
+
 def fresh_dir(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)

@@ -14,7 +14,7 @@ from ddops.install.wheelhouse import Bundle, Wheelhouse, runtime_requirements, w
 from ddops.lab import inventory_file
 from ddops.lab.errors import LabError
 from ddops.lab.layout import HostSlot, LabLayout, host_names
-from ddops.lab.rootfs import mirror_from_sources
+from ddops.lab.rootfs import mirror_from_sources, stale_entries
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,3 +123,13 @@ def test_bad_lab_input_exits_2_with_one_line_before_touching_anything(tmp_path, 
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr and proc.stderr.strip().count("\n") == 0
     assert not state.exists()
+
+
+def test_cache_pruning_keeps_current_layers_and_trees_any_lab_boots_from():
+    cache = Path("/cache/lab")
+    entries = [cache / "base-b-1.tar.zst", cache / "runtime-base-b-1-old.tar.zst", cache / "runtime-base-b-1-new.tar.zst",
+               cache / "trees/base-b-1", cache / "trees/runtime-base-b-1-old", cache / "trees/runtime-base-b-1-older",
+               cache / "trees/.runtime-base-b-1-new.tmp42"]
+    keep = {"base-b-1", "runtime-base-b-1-new"}
+    stale = stale_entries(entries, keep, in_use={cache / "trees/runtime-base-b-1-old"})
+    assert stale == [cache / "runtime-base-b-1-old.tar.zst", cache / "trees/runtime-base-b-1-older"]
