@@ -42,11 +42,39 @@ def plan(p: Plan) -> None:
             console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
 
 
+class _Spinner:
+    """On a terminal, a live status line for the check that is running (health can take minutes)."""
+
+    def __init__(self):
+        self.status = None
+
+    def update(self, text: str) -> None:
+        if not console.is_terminal:
+            return
+        if self.status is None:
+            self.status = console.status(text)
+            self.status.start()
+        else:
+            self.status.update(text)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+_spinner = _Spinner()
+
+
 def progress(stage_name: str, text: str) -> None:
-    marks = {"ok": "[green]ok[/green]", "failed": "[red]FAILED[/red]", "running": "..."}
-    if text in ("ok", "failed"):
+    marks = {"ok": "[green]ok[/green]", "failed": "[red]FAILED[/red]"}
+    if text in marks:
+        _spinner.stop()
         console.print(f"    {stage_name:<12} {marks[text]}")
-    elif text != "running" and not text.startswith("waiting"):
+    elif text == "running" or text.startswith("waiting"):
+        _spinner.update(f"{stage_name}: {text}")
+    else:
+        _spinner.stop()
         console.print(f"    {stage_name:<12} {escape(text)}")
 
 
