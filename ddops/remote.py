@@ -145,7 +145,7 @@ def connect(host: Host, connect_timeout: float = 15) -> Remote:
     trust(connection.client, host)
     remote = Remote(host, connection)
     try:
-        connection.open()
+        open_or_close(connection)
     except paramiko.BadHostKeyException:
         raise RemoteError(f"{remote.label}: host key does not match {known_hosts_of(host)}; refusing to connect "
                           "(if the host was re-created, run `ddops lab up` again or update known_hosts)") from None
@@ -156,6 +156,14 @@ def connect(host: Host, connect_timeout: float = 15) -> Remote:
     except (OSError, socket.timeout, EOFError) as exc:
         raise RemoteError(f"{remote.label}: cannot connect to port {host.ssh_port}: {exc}") from None
     return remote
+
+
+def open_or_close(connection: fabric.Connection) -> None:
+    try:
+        connection.open()
+    except BaseException:
+        connection.close()
+        raise
 
 
 def known_hosts_of(host: Host) -> str:
