@@ -71,3 +71,20 @@ def wait_free(remote, timeout_s: float = 60.0, poll_s: float = 2.0) -> GpuCheck:
         if check.status != "busy" or time.monotonic() >= deadline:
             return check
         time.sleep(poll_s)
+
+
+FREE_QUERY = ("command -v nvidia-smi >/dev/null 2>&1 || { echo NO-NVIDIA-SMI; exit 0; }; "
+              "nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits")
+
+
+def parse_free_mib(text: str) -> int | None:
+    """Smallest free memory over the host's cards (MiB); None without nvidia-smi or numbers.
+
+    The smallest, because a tensor-parallel server needs its share on every card."""
+    values = [int(line.strip()) for line in text.splitlines() if line.strip().isdigit()]
+    return min(values) if values else None
+
+
+def free_mib(remote) -> int | None:
+    result = remote.run(FREE_QUERY, check=False, timeout=30)
+    return parse_free_mib(result.stdout) if result.exit_code == 0 else None

@@ -111,6 +111,23 @@ def production_of(remote, unit: str):
     return status
 
 
+def refuse_unless_fits(remote, profile) -> None:
+    """A shadow beside production gets only the GPU memory production leaves free (SGLang
+    sizes its pools from the free memory at start): plan the shadow on exactly that."""
+    from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
+    from ddops.rollout.gpu import free_mib
+    if not needs_gpu(profile):
+        return
+    free = free_mib(remote)
+    if free is None:
+        return  # no nvidia-smi: nothing to measure; the gate still catches a failed start
+    card = gpu_from_gib(free / 1024, f"{free} MiB left free by production on {remote.host.name}")
+    verdict = fit_profile(profile, card, read_models(profile, remote_reader(remote))).verdict
+    if not verdict.fits:
+        raise BadInput(f"{profile.name} does not fit beside production on {remote.host.name}: "
+                       f"{'; '.join(verdict.reasons)}; run the shadow on another host (--host)")
+
+
 def start(profile_name: str, host: str, *, port: int | None, production_host: str | None,
           production_unit: str | None, inventory: Path | None, connect, progress) -> Lifecycle:
     """Deploy the candidate as <unit>-shadow beside production; record it on success."""
@@ -127,6 +144,8 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
                                  unit_name=shadow_unit(prod_unit), port=port)
     with connect(prod_host) as prod_remote:
         prod = production_of(prod_remote, prod_unit)
+        if prod_host == host:
+            refuse_unless_fits(prod_remote, profile)
     progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")
     with connect(host) as remote:
         result = hostops.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",

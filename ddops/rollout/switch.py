@@ -70,7 +70,8 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
     report.gpu = gpu.wait_free(remote, gpu_timeout_s)
     report.steps.append(f"gpu: {report.gpu.detail}")
     if not report.gpu.may_start:
-        return _restore(remote, report, old_unit, command, f"not starting {new_unit}: {report.gpu.detail}")
+        return _restore(remote, report, old_unit, command, f"not starting {new_unit}: {report.gpu.detail}",
+                        status="refused")
     progress("deploy", f"{target.desired.profile} as {new_unit}")
     report.deploy = hostops.deploy(remote, target, command, progress)
     return _after_deploy(remote, report, old_unit, command)
@@ -86,21 +87,22 @@ def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: s
         return _end(report, EXIT_OK, status, result.message)
     if result.code == EXIT_REVERT_FAILED:
         return _end(report, EXIT_REVERT_FAILED, "revert_failed", result.message)
-    if old_unit:  # stopped by us before the deploy, so the engine's revert leaves it stopped
-        return _restore(remote, report, old_unit, command, result.message, code=result.code)
     status = "locked" if result.code == EXIT_LOCKED else "reverted"
+    if old_unit:  # stopped by us before the deploy, so the engine's revert leaves it stopped
+        return _restore(remote, report, old_unit, command, result.message, result.code, status)
     return _end(report, result.code, status, result.message)
 
 
 def _restore(remote, report: SwitchReport, old_unit: str | None, command: str, why: str,
-             code: int = EXIT_GATE_FAILED) -> SwitchReport:
+             code: int = EXIT_GATE_FAILED, status: str = "reverted") -> SwitchReport:
+    """Start the unit we stopped; `status` says why it had to come back."""
     if not old_unit:
         return _end(report, code, "refused", why)
     started = hostops.start_unit(remote, old_unit, command)
     report.steps.append(started.message)
     if started.code != EXIT_OK:
         return _end(report, EXIT_REVERT_FAILED, "revert_failed", f"{why}; {started.message}")
-    return _end(report, code, "reverted", f"{why}; {old_unit} restarted and healthy")
+    return _end(report, code, status, f"{why}; {old_unit} restarted and healthy")
 
 
 def _end(report: SwitchReport, code: int, status: str, detail: str) -> SwitchReport:

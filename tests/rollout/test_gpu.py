@@ -26,3 +26,10 @@ def test_free_and_absent_allow_the_start():
 def test_nvidia_smi_failure_is_not_taken_as_free():
     check = judge_output(9, "", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
     assert check.status == "error" and not check.may_start and "couldn't communicate" in check.detail
+
+
+def test_free_memory_is_the_smallest_over_cards():
+    from ddops.rollout.gpu import parse_free_mib
+    assert parse_free_mib("48012\n1203\n") == 1203
+    assert parse_free_mib("NO-NVIDIA-SMI\n") is None
+    assert parse_free_mib("") is None

@@ -180,3 +180,30 @@ def test_three_host_rollout_with_one_failing_host_halts_and_reverts(lab, tmp_pat
     for host in hosts:  # every host back on what it ran before the rollout, and serving
         assert read_header(lab.unit(host))["profile"] == "cpu-ar"
         assert lab.info(host)["speculative_algorithm"] in (None, "NONE", "")
+
+
+STUB_SMI = """#!/bin/sh
+# Stands in for the NVIDIA driver's tool on a GPU-less lab host: one stray process holds the card.
+case "$*" in
+  *query-compute-apps*) echo "4242, python3 -m sglang.launch_server, 40112";;
+  *query-gpu*) echo "8000";;
+esac
+"""
+
+
+def test_switch_refuses_while_the_gpu_is_held_and_restarts_the_running_unit(lab):
+    lab.deploy("cpu-ar", "lab-3")
+    unit_before = lab.unit("lab-3")
+    with lab.remote("lab-3") as remote:
+        remote.write("/usr/local/bin/nvidia-smi", STUB_SMI, mode=0o755)
+    try:
+        refused = lab.json("switch", lab.profile("ro-other"), "--host", "lab-3", "--gpu-timeout", "1",
+                           "--yes", expect=1)
+    finally:
+        with lab.remote("lab-3") as remote:
+            remote.run("rm -f /usr/local/bin/nvidia-smi")
+    assert refused["status"] == "refused" and refused["gpu"]["status"] == "busy"
+    assert refused["gpu"]["processes"] == [{"pid": 4242, "name": "python3 -m sglang.launch_server",
+                                            "used_mib": 40112}]
+    assert lab.unit("lab-3") == unit_before  # never replaced
+    assert lab.info("lab-3")["model_path"] == "/var/lib/ddops/models/tiny-llama"  # serving again
