@@ -222,6 +222,24 @@ def test_a_loopback_only_service_is_gated_through_the_ssh_connection(site):
     assert (row["active"], row["health"], row["profile"]) == ("active", "200", "cpu-ar-loopback")
 
 
+def test_a_failed_revert_exits_3_and_says_what_the_host_holds(site):
+    code, _ = site.deploy("cpu-ar")
+    assert code == 0
+    models = "/var/lib/ddops/models"
+    site.remote.run(f"mv {models}/tiny-llama {models}/tiny-llama.away")
+    try:
+        code, out = site.deploy("cpu-dflash")      # cannot start, and neither can cpu-ar any more
+    finally:
+        site.remote.run(f"mv {models}/tiny-llama.away {models}/tiny-llama")
+    assert code == 3, out
+    assert out["result"] == "revert-failed"
+    assert "restored byte for byte but NOT healthy" in out["message"] and "service is down" in out["message"]
+    assert b"# ddops-profile: cpu-ar" in site.unit_bytes()
+    code, out = site.deploy("cpu-ar")             # the model is back: the next deploy brings it up
+    assert code == 0, out
+    assert site.chat().status_code == 200
+
+
 def test_secrets_reach_only_the_0600_env_file(site):
     key = "sk-ddtest-4f1d9c"
     code, out = site.deploy(WITH_KEY, env={"DDTEST_API_KEY": key})
