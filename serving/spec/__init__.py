@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import Drafter, Method, MethodSpec, Needs, SpecOptions, Verifier
-from .preflight import PreflightError
+from .base import Drafter, Method, MethodSpec, Needs, PreflightError, SpecOptions, Verifier
 
 
 def _dflash_drafter(target, options: SpecOptions) -> Drafter:

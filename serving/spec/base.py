@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 
+class PreflightError(ValueError):
+    """A draft/target mismatch; str() is one line naming both sides."""
+
+
 @dataclass(frozen=True)
 class Needs:
     """What a part asks of the target runner.

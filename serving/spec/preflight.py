@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-
-class PreflightError(ValueError):
-    """A draft/target mismatch; str() is one line per problem."""
+from .base import PreflightError
 
 
 def derived_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
