@@ -19,6 +19,8 @@ from serving.tools.tiny import write_tiny
 
 torch.set_num_threads(1)
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+KEY = "test-key"
+BODY_LIMIT = 65536
 SMOLLM = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops")) / "models" / "smollm2-135m-instruct"
 
 
@@ -57,6 +59,16 @@ def smollm_dir() -> Path:
     if not (SMOLLM / "ddops-conversion.json").is_file():
         subprocess.run([sys.executable, "-m", "serving.tools.smollm2", "--out", str(SMOLLM)], check=True)
     return SMOLLM
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_llama, tmp_path_factory):
+    """The runtime serving the tiny Llama as `tiny`, with an API key, context 256."""
+    log = tmp_path_factory.mktemp("http") / "server.log"
+    proc = ServerProcess(tiny_llama, log, "--api-key", KEY, "--served-model-name", "tiny",
+                         "--max-request-bytes", str(BODY_LIMIT), "--context-length", "256")
+    yield proc.wait_ready()
+    proc.stop()
 
 
 def free_port() -> int:

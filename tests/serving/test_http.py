@@ -8,23 +8,17 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.serving.conftest import ServerProcess
+from tests.serving.conftest import BODY_LIMIT, KEY
 from tests.serving.test_engine import reference_greedy
 
-KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 PROMPT_IDS = [5, 17, 42, 99, 3]
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
-BODY_LIMIT = 65536
 
 
 @pytest.fixture(scope="module")
-def server(tiny_llama, tmp_path_factory):
-    log = tmp_path_factory.mktemp("http") / "server.log"
-    proc = ServerProcess(tiny_llama, log, "--api-key", KEY, "--served-model-name", "tiny",
-                         "--max-request-bytes", str(BODY_LIMIT), "--context-length", "256")
-    yield proc.wait_ready()
-    proc.stop()
+def server(tiny_server):
+    return tiny_server
 
 
 @pytest.fixture(scope="module")
