@@ -86,8 +86,10 @@ def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=n
     """Undo a deploy that was killed after it began changing the host."""
     pending = facts.pending or {}
     who = describe(pending.get("holder"))
-    if pending.get("stage") == "pushing":
-        _record_killed(remote, desired, facts, pending)
+    stage = pending.get("stage")
+    if stage in ("pushing", "revert-failed"):
+        if stage == "pushing":
+            _record_killed(remote, desired, facts, pending)
         backup_unit = remote.read_text(f"{deploy_dir(desired.unit_name)}/backup/unit")
         progress("recover", f"restoring the backup left by {who}")
         result = revert(remote, desired.unit_name, desired.unit_path, desired.env_path,
@@ -95,7 +97,8 @@ def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=n
         if not result.ok:
             raise RecoveryFailed(f"{remote.host.name}: unfinished deploy of {pending.get('profile')} "
                                  f"by {who} could not be recovered: {result.state}")
-        text = f"recovered an unfinished deploy of {pending.get('profile')} by {who}: {result.state}"
+        what = "an unfinished deploy" if stage == "pushing" else "the failed revert of a deploy"
+        text = f"recovered {what} of {pending.get('profile')} by {who}: {result.state}"
     else:
         text = f"cleared an unfinished deploy of {pending.get('profile')} by {who} (host untouched)"
     remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
@@ -178,6 +181,9 @@ def _fail(remote, plan: Plan, facts: Facts, spec: GateSpec, report: GateReport, 
     history.update_result(remote, entry, result="failed-reverted" if result.ok else "revert-failed",
                           revert=result.state)
     if not result.ok:
+        pending_path = f"{deploy_dir(desired.unit_name)}/pending.json"
+        pending = json.loads(remote.read_text(pending_path) or "{}")
+        remote.write(pending_path, json.dumps({**pending, "stage": "revert-failed"}))
         return Outcome(name, EXIT_REVERT_FAILED, "revert-failed",
                        f"gate failed: {why}{cause}; REVERT FAILED: {result.state}",
                        plan, report, findings, entry.id)

@@ -237,6 +237,7 @@ def test_a_failed_revert_exits_3_and_says_what_the_host_holds(site):
     assert b"# ddops-profile: cpu-ar" in site.unit_bytes()
     code, out = site.deploy("cpu-ar")             # the model is back: the next deploy brings it up
     assert code == 0, out
+    assert "recovered the failed revert of a deploy of cpu-dflash" in " ".join(out["notes"])
     assert site.chat().status_code == 200
 
 
