@@ -51,9 +51,10 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         keys, values = cache.write(layer, k.transpose(0, 1), v.transpose(0, 1))  # [KV, L, D]
-        # query head h = kv * G + g  ->  rows [KV, G * T, D], row g * T + t
-        q = q.view(T, KV, G, D).permute(1, 2, 0, 3).reshape(KV, G * T, D)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        # query head h = kv * G + g  ->  rows [1, KV, G * T, D], row g * T + t
+        # (4-D inputs: the CPU flash kernel takes them; 3-D falls back to the slow math path)
+        q = q.view(T, KV, G, D).permute(1, 2, 0, 3).reshape(1, KV, G * T, D)
+        out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask)
         out = out.view(KV, G, T, D).permute(2, 0, 1, 3).reshape(T, self.heads * D)
         return self.o_proj(out)
 
@@ -120,7 +121,7 @@ class CausalLM(nn.Module):
     def forward(self, tokens, positions, cache: KVCache, tree_mask=None, capture=(), last_only=False):
         """tokens, positions [T]; returns logits [T or 1, vocab] fp32 and hidden [T, len(capture) * H] or None."""
         x = self.embed(tokens)
-        cos, sin = self.cos[positions], self.sin[positions]
+        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
         mask = attention_mask(tokens.shape[0], cache.length, tree_mask, self.config.kv_groups, x.device)
         captured = {}
         for i, layer in enumerate(self.layers):
