@@ -40,8 +40,13 @@ def lab(lab_hosts, tmp_path_factory, cache_dir):
     root = tmp_path_factory.mktemp("rollout-lab")
     profiles = root / "profiles"
     profiles.mkdir()
+    # The smoke prompt is one the tiny distilled draft predicts (the shipped cpu-ddtree smoke,
+    # "What is the capital of France?", makes the tiny target repeat " 202", which that draft
+    # never guesses: accepted length 1.00, and the gate rightly refuses).
     write(profiles, "ro-ddtree", """\
         extends: cpu-ddtree
+        smoke:
+          messages: [{role: user, content: Write a Python function that prints FizzBuzz for the numbers 1 to 20.}]
         rollout: {min_token_equality: 1.0, max_p95_latency_regression: 20.0, min_tokens_per_s_ratio: 0.01}
         """)
     write(profiles, "ro-other", """\
