@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 import torch
@@ -66,8 +68,14 @@ def test_greedy_generation_matches_transformers_generate(ours, reference, tokeni
 def test_http_chat_answers_paris(smollm_dir, tmp_path):
     server = ServerProcess(smollm_dir, tmp_path / "smollm.log", "--served-model-name", "smollm2",
                            "--context-length", "2048")
+    deadline = time.monotonic() + 180
     try:
-        server.wait_ready(timeout_s=180)
+        while (health := _health(server)) != (200, {"status": "ok"}):
+            assert time.monotonic() < deadline, "not ready after 180 s"
+            # before the port opens: no answer; while the weights load: 503 loading
+            assert health in (None, (503, {"status": "loading"})), health
+            assert server.process.poll() is None, (tmp_path / "smollm.log").read_text()
+            time.sleep(0.05)
         response = httpx.post(server.url + "/v1/chat/completions", timeout=120, json={
             "model": "smollm2", "messages": QUESTION, "max_tokens": 32, "temperature": 0})
         body = response.json()
@@ -76,3 +84,11 @@ def test_http_chat_answers_paris(smollm_dir, tmp_path):
         assert body["choices"][0]["finish_reason"] == "stop"          # ended on <|im_end|>
     finally:
         server.stop()
+
+
+def _health(server):
+    try:
+        response = httpx.get(server.url + "/health", timeout=5)
+    except httpx.HTTPError:
+        return None
+    return response.status_code, response.json()
