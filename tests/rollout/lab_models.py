@@ -45,4 +45,7 @@ def build(cache: Path) -> dict[str, Path]:
         _tool("serving.tools.tiny", "--out", str(tmp / "tiny-llama-other"), "--seed", "1")
         shutil.rmtree(root, ignore_errors=True)
         tmp.rename(root)  # atomic: a half-built set is never picked up
+        for stale in root.parent.glob("rollout-*"):  # sets built by older tools
+            if stale != root and ".tmp" not in stale.name:
+                shutil.rmtree(stale, ignore_errors=True)
     return {name: root / name for name in NAMES}
