@@ -89,10 +89,10 @@ class Engine:
             if request.cancelled.is_set():
                 continue
             try:
-                request.emit(self._run(request))
+                _deliver(request, self._run(request))
             except Exception as e:  # one bad request must not take the worker down
                 log.exception("generation failed")
-                request.emit(Failed(f"generation failed: {e}"))
+                _deliver(request, Failed(f"generation failed: {e}"))
 
     def _run(self, request: GenerationRequest) -> Finished:
         began = time.perf_counter()
@@ -115,4 +115,12 @@ class Engine:
         before = len(text.ids)
         delta = text.feed(tokens)
         if delta:
-            request.emit(Delta(delta, tuple(text.ids[before:])))
+            _deliver(request, Delta(delta, tuple(text.ids[before:])))
+
+
+def _deliver(request: GenerationRequest, event) -> None:
+    try:
+        request.emit(event)
+    except Exception:  # the listener is gone (closed event loop): stop generating for it
+        log.debug("dropping event for a request nobody listens to", exc_info=True)
+        request.cancelled.set()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
+
 from fastapi.testclient import TestClient
 
 from serving.config import parse_args, resolve
+from serving.engine import Engine
 from serving.models import read_model_config
 from serving.server.app import AppState, create_app
 
@@ -20,3 +24,33 @@ def test_loading_state(tiny_llama, llama_tokenizer):
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "loading"
     info = client.get("/server_info").json()
     assert info["status"] == "loading" and info["internal_states"][0]["num_requests_total"] == 0
+
+
+class StuckDecoder:
+    """A decoder whose prefill never finishes in time (a hung device, say)."""
+
+    last_accept_length = 1
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def start(self, prompt_ids, sampling, max_new_tokens):
+        self.release.wait(timeout=30)
+        return [1]
+
+    def step(self):
+        return [1]
+
+
+def test_health_generate_times_out_to_503(tiny_llama, llama_tokenizer):
+    args = resolve(parse_args(["--model-path", str(tiny_llama)], environ={}),
+                   read_model_config(tiny_llama), cuda_available=False)
+    decoder = StuckDecoder()
+    engine = Engine(lambda: decoder, llama_tokenizer).start()
+    state = AppState(replace(args, health_generate_timeout=0.3), llama_tokenizer, engine=engine)
+    try:
+        probe = TestClient(create_app(state)).get("/health_generate")
+        assert probe.status_code == 503 and probe.json()["status"] == "unhealthy"
+    finally:
+        decoder.release.set()
+        engine.stop()
