@@ -20,5 +20,7 @@ class TreeVerifier:
         if budget <= 0 or draft_logits.shape[0] == 0:
             return heap_tree(bonus, [], [], 0)
         width = min(budget, draft_logits.shape[-1])
-        top = torch.log_softmax(draft_logits.float(), -1).topk(width, -1)  # [depth, width] each
-        return heap_tree(bonus, top.values.tolist(), top.indices.tolist(), budget)
+        logits = draft_logits[:budget].float()  # a tree of `budget` nodes is at most that deep
+        top = logits.topk(width, -1)  # [depth, width]; log-probs are logits minus logsumexp
+        logp = top.values - torch.logsumexp(logits, -1, keepdim=True)
+        return heap_tree(bonus, logp.tolist(), top.indices.tolist(), budget)
