@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -86,3 +87,14 @@ def test_eos_ids_come_from_config_generation_config_and_tokenizer(tiny_llama, tm
     assert eos_ids(model, config, tokenizer) == {2}                  # config.json and "<|im_end|>"
     (model / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
     assert eos_ids(model, config, tokenizer) == {0, 2}
+
+
+def test_sigterm_stops_the_server_cleanly(tiny_llama, tmp_path):
+    from tests.serving.conftest import ServerProcess
+
+    server = ServerProcess(tiny_llama, tmp_path / "log", "--served-model-name", "tiny").wait_ready()
+    server.process.terminate()
+    # uvicorn shuts down gracefully, then re-raises SIGTERM: systemd counts that as a clean stop
+    assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
+    log = (tmp_path / "log").read_text()
+    assert "Application shutdown complete" in log and "Traceback" not in log
