@@ -16,7 +16,8 @@ from rich.console import Console
 
 OK, GATE_FAILED, BAD_INPUT, NEEDS_OPERATOR, LOCK_HELD = 0, 1, 2, 3, 4
 MEANING = {OK: "success", GATE_FAILED: "gate failed and reverted", BAD_INPUT: "bad input",
-           NEEDS_OPERATOR: "revert failed, host needs an operator", LOCK_HELD: "lock held"}
+           NEEDS_OPERATOR: "revert failed, host needs an operator", LOCK_HELD: "lock held",
+           130: "interrupted; run again to resume"}
 
 
 class BadInput(ValueError):

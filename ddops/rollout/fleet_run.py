@@ -15,6 +15,7 @@ from ddops.rollout.fleet_hosts import deployer, resolve, reverter
 from ddops.rollout.records import state_dir
 from ddops.rollout.waves import RolloutState, exit_code, load_plan, plan_waves
 
+INTERRUPTED = 130  # like a shell's SIGINT status; the state file resumes the rollout
 QUESTION = "Roll {profile} out to {n} host(s) ({waves} wave(s), canary first)?"
 
 
@@ -42,7 +43,13 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
                 view.update(tables.hosts_table(current))
         rollout = Rollout(state, store, fleet.limits, deployer(fleet, command),
                           reverter(fleet, command), on_change=on_change)
-        final = rollout.run()
+        try:
+            final = rollout.run()
+        except KeyboardInterrupt:  # hosts in flight finished first; their outcome is recorded
+            out.show("")
+            return out.finish(INTERRUPTED, {**rollout.state.to_dict(), "resumed": resumed,
+                                            "state_file": str(store.path), "error":
+                                            "interrupted: run the same command again to resume"})
     out.show("")
     wall = time.monotonic() - started
     out.event("stage", f"rollout {final.status} in {wall:.1f} s; state in {store.path}")
