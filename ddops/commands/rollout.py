@@ -77,7 +77,9 @@ def shadow_compare(
         out.show(tables.totals_table(run.comparison))
         out.show(tables.verdict_table(run.verdict))
         out.event("stage", f"results saved to {run.results_file}")
-        return out.finish(OK if run.verdict.passed else GATE_FAILED, run.to_dict())
+        passed = run.verdict.passed
+        return out.finish(OK if passed else GATE_FAILED, run.to_dict(),
+                          meaning="verdict passed" if passed else "verdict failed")
 
     _run(_output(json_doc, json_events), body)
 

@@ -53,9 +53,10 @@ class Output:
         if self.human:
             self.console.print(renderable)
 
-    def finish(self, code: int, doc: dict) -> int:
+    def finish(self, code: int, doc: dict, meaning: str | None = None) -> int:
         """Writes the result document (JSON channels) and returns the exit code."""
-        body = {"ok": code == OK, "exit_code": code, "meaning": MEANING.get(code, "error"), **doc}
+        body = {"ok": code == OK, "exit_code": code, "meaning": meaning or MEANING.get(code, "error"),
+                **doc}
         if self.mode == "json":
             self._write(body)
         elif self.mode == "events":
