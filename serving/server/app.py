@@ -8,6 +8,7 @@ error; nothing a client sends can stop the server.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from dataclasses import dataclass, field
@@ -68,6 +69,12 @@ def _install_guards(app: FastAPI, state: AppState) -> None:
     async def api_error(_, e: APIError):
         return _error(e)
 
+    @app.exception_handler(Exception)
+    async def unexpected(_, e: Exception):      # still JSON; the traceback goes to the log
+        log.exception("unexpected error")
+        return _error(APIError(500, f"internal error: {type(e).__name__}", code="internal_error",
+                               kind="server_error"))
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_, e: StarletteHTTPException):
         return _error(APIError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None))
@@ -76,7 +83,8 @@ def _install_guards(app: FastAPI, state: AppState) -> None:
 def _authorize(request: Request, api_key: str | None, path: str) -> None:
     if not api_key or path in OPEN_PATHS:
         return
-    if request.headers.get("authorization", "") != f"Bearer {api_key}":
+    sent = request.headers.get("authorization", "").encode()
+    if not hmac.compare_digest(sent, f"Bearer {api_key}".encode()):   # constant time
         raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
                        code="invalid_api_key", kind="authentication_error")
 

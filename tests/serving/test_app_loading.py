@@ -54,3 +54,23 @@ def test_health_generate_times_out_to_503(tiny_llama, llama_tokenizer):
     finally:
         decoder.release.set()
         engine.stop()
+
+
+class BrokenTokenizer:
+    def encode(self, text, prompt=True):
+        raise RuntimeError("tokenizer exploded")
+
+
+def test_an_unexpected_error_is_still_a_json_500(tiny_llama, llama_tokenizer):
+    args = resolve(parse_args(["--model-path", str(tiny_llama)], environ={}),
+                   read_model_config(tiny_llama), cuda_available=False)
+    engine = Engine(StuckDecoder, llama_tokenizer).start()
+    try:
+        client = TestClient(create_app(AppState(args, BrokenTokenizer(), engine=engine)),
+                            raise_server_exceptions=False)
+        response = client.post("/v1/completions", json={"prompt": "hi"})
+        assert response.status_code == 500
+        assert response.json()["error"]["code"] == "internal_error"
+        assert client.get("/health").status_code == 200
+    finally:
+        engine.stop()
