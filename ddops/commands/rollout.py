@@ -11,7 +11,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from ddops.rollout.ci import BAD_INPUT, GATE_FAILED, OK, BadInput, Output
+from ddops.rollout.ci import BAD_INPUT, GATE_FAILED, NEEDS_OPERATOR, OK, BadInput, Output
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (required without a TTY).")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at the end.")]
@@ -23,18 +23,24 @@ shadow_app = typer.Typer(no_args_is_help=True, help="Run a candidate profile bes
 
 
 def _bad_input_types() -> tuple[type, ...]:
+    from ddops.deploy.ops import OpsError
     from ddops.profile import ConfigError
+    from ddops.rollout.compare import SettingsError
     from ddops.rollout.prompts import PromptFileError
     from ddops.rollout.waves import PlanError
-    return (BadInput, ConfigError, PromptFileError, PlanError, ValueError)
+    return (BadInput, ConfigError, OpsError, PromptFileError, PlanError, SettingsError)
 
 
 def _run(out: Output, body: Callable[[Output], int]) -> None:
-    """Runs a command body; bad input becomes exit 2 with one line, in every channel."""
+    """Runs a command body; bad input becomes exit 2 with one line, in every channel. An SSH
+    failure after the first contact may have left a host mid-change: exit 3, said so."""
+    from ddops.remote import RemoteError
     try:
         code = body(out)
     except _bad_input_types() as exc:
         code = out.fail(BAD_INPUT, _one_line(exc))
+    except RemoteError as exc:
+        code = out.fail(NEEDS_OPERATOR, _one_line(exc), "the host may be mid-change: `ddops status --host NAME`")
     raise typer.Exit(code)
 
 
@@ -87,11 +93,18 @@ def shadow_compare(
 
 
 def _connector(inventory: Path | None):
-    """host name -> open Remote (a context manager), through the inventory."""
+    """host name -> open Remote (a context manager). A host that cannot be reached is bad
+    input (exit 2), as for deploy: the first contact changes nothing."""
     from ddops.inventory import load_inventory
-    from ddops.remote import connect
+    from ddops.remote import RemoteError, connect
     hosts = load_inventory(inventory)
-    return lambda name: connect(hosts.host(name))
+
+    def open_host(name: str):
+        try:
+            return connect(hosts.host(name))
+        except RemoteError as exc:
+            raise BadInput(str(exc)) from None
+    return open_host
 
 
 def _progress(out: Output):

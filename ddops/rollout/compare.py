@@ -32,6 +32,10 @@ class Endpoint:
     api_key: str | None = None
 
 
+class SettingsError(ValueError):
+    """A replay bound out of range: one line naming the option."""
+
+
 @dataclass(frozen=True)
 class Settings:
     count: int = 12
@@ -41,11 +45,11 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not 1 <= self.count <= MAX_COUNT:
-            raise ValueError(f"--count: must be 1..{MAX_COUNT}, got {self.count}")
+            raise SettingsError(f"--count: must be 1..{MAX_COUNT}, got {self.count}")
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
-            raise ValueError(f"--concurrency: must be 1..{MAX_CONCURRENCY}, got {self.concurrency}")
+            raise SettingsError(f"--concurrency: must be 1..{MAX_CONCURRENCY}, got {self.concurrency}")
         if not 1 <= self.max_tokens <= 4096:
-            raise ValueError(f"--max-tokens: must be 1..4096, got {self.max_tokens}")
+            raise SettingsError(f"--max-tokens: must be 1..4096, got {self.max_tokens}")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ddops.deploy import EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, LockHeld
 from ddops.deploy import ops
 from ddops.rollout import gpu, hostops
+from ddops.rollout.ci import BadInput
 
 SHADOW_SUFFIX = "-shadow.service"
 
@@ -48,7 +49,7 @@ def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
                and remote.exists(hostops.unit_paths(u)[0])
                and ops.unit_status(remote, u).active in ("active", "activating")]
     if len(running) > 1:
-        raise ValueError(f"{remote.host.name}: several units run ({', '.join(running)}); pass --unit")
+        raise BadInput(f"{remote.host.name}: several units run ({', '.join(running)}); pass --unit")
     return running[0] if running else None
 
 

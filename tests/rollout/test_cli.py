@@ -15,10 +15,12 @@ runner = CliRunner()
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     inventory = tmp_path / "inventory.yaml"
+    (tmp_path / "key").write_text("unused: the connection is refused before authentication\n")
     # 192.0.2.0/24 is TEST-NET-1: never routed, so any connection attempt would fail loudly.
     inventory.write_text(yaml.safe_dump({"hosts": {
         "web-1": {"address": "192.0.2.10", "labels": {"role": "serve"}},
-        "web-2": {"address": "192.0.2.11", "labels": {"role": "serve"}}}}))
+        "web-2": {"address": "192.0.2.11", "labels": {"role": "serve"}},
+        "closed": {"address": "127.0.0.1", "ssh_port": 1, "ssh_key": str(tmp_path / "key")}}}))  # nothing listens: refused at once
     monkeypatch.setenv("DDOPS_INVENTORY", str(inventory))
     monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
     return tmp_path
@@ -47,7 +49,7 @@ def test_rollout_plan_naming_an_unknown_host_is_bad_input(env):
     plan.write_text(yaml.safe_dump({"profile": "cpu-ar", "hosts": ["web-1", "web-9"]}))
     result, doc = invoke("rollout", str(plan), "--yes", "--json")
     assert result.exit_code == 2
-    assert doc["error"] == f"{plan}: hosts: web-9: not in the inventory (known: web-1, web-2)"
+    assert doc["error"] == f"{plan}: hosts: web-9: not in the inventory (known: closed, web-1, web-2)"
 
 
 def test_rollout_with_unknown_profile_names_it(env):
@@ -77,3 +79,9 @@ def test_shadow_commands_without_a_shadow_are_bad_input(env):
 def test_shadow_start_with_unknown_host_is_bad_input(env):
     result, doc = invoke("shadow", "start", "cpu-ddtree", "--host", "web-7", "--yes", "--json")
     assert result.exit_code == 2 and "web-7" in doc["error"]
+
+
+def test_unreachable_host_is_bad_input_and_nothing_changed(env):
+    result, doc = invoke("switch", "cpu-ar", "--host", "closed", "--yes", "--json")
+    assert result.exit_code == 2 and "cannot connect to port 1" in doc["error"]
+    assert not (env / "state" / "results").exists()
