@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ddops.rollout.waves import (DONE, FAILED, REVERT_FAILED, REVERTED, RUNNING, RolloutPlan,
+from ddops.rollout.waves import (FAILED, REVERT_FAILED, REVERTED, RUNNING, RolloutPlan,
                                  RolloutState)
 
 MAX_WORKERS = 8
@@ -137,4 +137,4 @@ def resume_or_start(store: StateFile, fresh: RolloutState, restart: bool) -> tup
     return fresh, False
 
 
-__all__ = ["DONE", "Outcome", "Limits", "Rollout", "StateFile", "resume_or_start", "MAX_WORKERS"]
+__all__ = ["Limits", "MAX_WORKERS", "Outcome", "Rollout", "StateFile", "resume_or_start"]

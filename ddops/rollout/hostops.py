@@ -12,6 +12,8 @@ import shlex
 import time
 from dataclasses import dataclass
 
+import httpx
+
 from ddops.deploy import (EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, HostLock, LockHeld,
                           RecoveryFailed, execute, load_target)
 from ddops.deploy import history, ops
@@ -156,7 +158,6 @@ def snapshot(remote, unit: str) -> Snapshot:
 
 
 def _server_info(url: str) -> dict:
-    import httpx
     try:
         response = httpx.get(f"{url}/server_info", timeout=10, trust_env=False)
         return response.json() if response.status_code == 200 else {}

@@ -14,13 +14,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddops.deploy import ops
+from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
 from ddops.profile import load_profile
 from ddops.profile.schema import RolloutSpec
+from ddops.rollout import hostops
 from ddops.rollout.ci import BadInput
 from ddops.rollout.compare import Comparison, Endpoint, Settings, compare
+from ddops.rollout.gpu import free_mib
 from ddops.rollout.prompts import load_prompts
 from ddops.rollout.records import (ShadowRecord, clear_shadow, load_shadow, save_result,
                                   save_shadow)
+from ddops.rollout.switch import switch
 from ddops.rollout.verdict import Verdict, judge
 
 
@@ -103,7 +108,6 @@ class Lifecycle:
 
 def production_of(remote, unit: str):
     """Production's status on its host; BadInput when it is not running there."""
-    from ddops.deploy import ops
     status = ops.unit_status(remote, unit)
     if status.active != "active" or not status.url:
         raise BadInput(f"{remote.host.name}: production unit {unit} is {status.active}, not running; "
@@ -114,8 +118,6 @@ def production_of(remote, unit: str):
 def refuse_unless_fits(remote, profile) -> None:
     """A shadow beside production gets only the GPU memory production leaves free (SGLang
     sizes its pools from the free memory at start): plan the shadow on exactly that."""
-    from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
-    from ddops.rollout.gpu import free_mib
     if not needs_gpu(profile):
         return
     free = free_mib(remote)
@@ -131,7 +133,6 @@ def refuse_unless_fits(remote, profile) -> None:
 def start(profile_name: str, host: str, *, port: int | None, production_host: str | None,
           production_unit: str | None, inventory: Path | None, connect, progress) -> Lifecycle:
     """Deploy the candidate as <unit>-shadow beside production; record it on success."""
-    from ddops.rollout import hostops
     existing = load_shadow()
     if existing:
         raise BadInput(f"a shadow of {existing.profile} already runs on {existing.host} "
@@ -163,7 +164,6 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
 
 def abort(*, connect) -> Lifecycle:
     """Remove the shadow; production is not touched (its state is reported, not changed)."""
-    from ddops.rollout import hostops
     record = _recorded()
     with connect(record.host) as remote:
         result = hostops.remove_unit(remote, record.unit, "ddops shadow abort")
@@ -182,7 +182,6 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
     while production restarts) and production switches sequentially; if that switch fails,
     production is back on its previous profile and the shadow is gone. Elsewhere production
     is deployed first and the shadow removed only after production passed its gate."""
-    from ddops.rollout import hostops
     record = _recorded()
     port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
     target = hostops.load_target(record.profile, record.production_host, inventory=inventory,
@@ -194,8 +193,6 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
 
 
 def _promote_in_place(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:
-    from ddops.rollout import hostops
-    from ddops.rollout.switch import switch
     with connect(record.host) as remote:
         removed = hostops.remove_unit(remote, record.unit, command)
         if removed.code != 0:
@@ -208,7 +205,6 @@ def _promote_in_place(record: ShadowRecord, target, command: str, connect, progr
 
 
 def _promote_elsewhere(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:
-    from ddops.rollout import hostops
     with connect(record.production_host) as remote:
         deployed = hostops.deploy(remote, target, command, progress)
     if deployed.code != 0:
