@@ -4,7 +4,8 @@
 
 Prints per-prompt time-to-first-token and decode tokens/s for both, whether the greedy tokens
 agree, and the ratios (ours / transformers for tokens/s; transformers / ours for TTFT, so
-above 1 means we are faster on both).
+above 1 means we are faster on both). Each figure is given by wall clock and by this
+process's CPU time: on a shared machine the CPU-time figures are the steadier ones.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,36 +32,56 @@ PROMPTS = [
 GREEDY = SamplingParams(temperature=0)
 
 
-def run_ours(decoder: ARDecoder, ids: list[int], n: int) -> tuple[float, float, list[int]]:
-    began = time.perf_counter()
+@dataclass(frozen=True)
+class Clock:
+    wall: float
+    cpu: float
+
+    @classmethod
+    def now(cls) -> "Clock":
+        return cls(time.perf_counter(), time.process_time())
+
+    def since(self, start: "Clock") -> "Clock":
+        return Clock(self.wall - start.wall, self.cpu - start.cpu)
+
+
+@dataclass(frozen=True)
+class Run:
+    ttft: Clock               # prefill + first token
+    decode: Clock             # the remaining n - 1 tokens
+    tokens: list[int]
+
+    def tokens_per_s(self, kind: str) -> float:
+        return (len(self.tokens) - 1) / max(getattr(self.decode, kind), 1e-9)
+
+
+def run_ours(decoder: ARDecoder, ids: list[int], n: int) -> Run:
+    start = Clock.now()
     tokens = decoder.start(ids, GREEDY, n)
-    ttft = time.perf_counter() - began
-    began = time.perf_counter()
+    first = Clock.now()
     for _ in range(n - 1):
         tokens += decoder.step()
-    return ttft, (n - 1) / (time.perf_counter() - began), tokens
+    return Run(first.since(start), Clock.now().since(first), tokens)
 
 
-def run_transformers(model, ids: list[int], n: int) -> tuple[float, float, list[int]]:
+def run_transformers(model, ids: list[int], n: int) -> Run:
     prompt = torch.tensor([ids])
     # no EOS: both sides decode exactly n tokens (our decoder never stops by itself)
     kwargs = dict(do_sample=False, eos_token_id=None, pad_token_id=0, temperature=None, top_p=None, top_k=None)
     with torch.inference_mode():
-        began = time.perf_counter()
+        start = Clock.now()
         model.generate(prompt, max_new_tokens=1, **kwargs)
-        ttft = time.perf_counter() - began
-        began = time.perf_counter()
+        first = Clock.now()
         out = model.generate(prompt, max_new_tokens=n, **kwargs)
-        total = time.perf_counter() - began
-    return ttft, (n - 1) / max(total - ttft, 1e-9), out[0, len(ids):].tolist()
+        end = Clock.now()
+    ttft = first.since(start)
+    total = end.since(first)
+    return Run(ttft, Clock(total.wall - ttft.wall, total.cpu - ttft.cpu), out[0, len(ids):].tolist())
 
 
-def best_of(repeat: int, runs: list) -> list[tuple[float, float, list[int]]]:
-    """Alternate the sides `repeat` times (so both see the same machine load); keep each side's
-    lowest TTFT and highest tokens/s, since other load on the machine only ever slows a run."""
-    results = [[run() for run in runs] for _ in range(repeat)]
-    return [(min(r[i][0] for r in results), max(r[i][1] for r in results), results[0][i][2])
-            for i in range(len(runs))]
+def best(runs: list[Run], kind: str) -> tuple[float, float]:
+    """Lowest TTFT and highest tokens/s: other load on the machine only ever slows a run."""
+    return min(getattr(r.ttft, kind) for r in runs), max(r.tokens_per_s(kind) for r in runs)
 
 
 def main(argv=None) -> None:
@@ -74,29 +96,29 @@ def main(argv=None) -> None:
     from transformers import AutoModelForCausalLM  # benchmark-only dependency
 
     tokenizer = Tokenizer.from_dir(args.model)
-    ours = load_model(inspect_checkpoint(args.model), torch.float32, "cpu", 4096)
-    decoder = ARDecoder(ours, capacity=4096)
+    decoder = ARDecoder(load_model(inspect_checkpoint(args.model), torch.float32, "cpu", 4096), capacity=4096)
     reference = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     prompts = [tokenizer.encode_chat(p) for p in PROMPTS]
     run_ours(decoder, prompts[0], 8)                     # warm-up both
     run_transformers(reference, prompts[0], 8)
     print(f"model {args.model.name}, fp32 cpu, {args.threads} threads, {args.new_tokens} new tokens per prompt, "
-          f"best of {args.repeat}")
-    print(f"{'prompt':>6} {'tokens':>6} {'ours ttft ms':>12} {'hf ttft ms':>10} {'ours tok/s':>10} "
-          f"{'hf tok/s':>8} {'same tokens':>11}")
-    rows = []
+          f"best of {args.repeat} (alternating sides)")
+    ratios = {"wall": [], "cpu": []}
+    print(f"{'prompt':>6} {'tokens':>6} {'clock':>5} {'ours ttft ms':>12} {'hf ttft ms':>10} "
+          f"{'ours tok/s':>10} {'hf tok/s':>8} {'same tokens':>11}")
     for i, ids in enumerate(prompts):
-        (o_ttft, o_tps, o_tokens), (h_ttft, h_tps, h_tokens) = best_of(args.repeat, [
-            lambda: run_ours(decoder, ids, args.new_tokens),
-            lambda: run_transformers(reference, ids, args.new_tokens)])
-        same = sum(a == b for a, b in zip(o_tokens, h_tokens))
-        rows.append((o_ttft, h_ttft, o_tps, h_tps))
-        print(f"{i:>6} {len(ids):>6} {o_ttft * 1e3:>12.1f} {h_ttft * 1e3:>10.1f} {o_tps:>10.1f} {h_tps:>8.1f} "
-              f"{same:>5}/{len(h_tokens)}")
-    decode_ratio = statistics.mean(r[2] / r[3] for r in rows)
-    ttft_ratio = statistics.mean(r[1] / r[0] for r in rows)
-    print(f"decode tokens/s ratio (ours / transformers): {decode_ratio:.2f}x")
-    print(f"TTFT ratio (transformers / ours): {ttft_ratio:.2f}x")
+        pairs = [(run_ours(decoder, ids, args.new_tokens), run_transformers(reference, ids, args.new_tokens))
+                 for _ in range(args.repeat)]
+        ours, theirs = [p[0] for p in pairs], [p[1] for p in pairs]
+        same = sum(a == b for a, b in zip(ours[0].tokens, theirs[0].tokens))
+        for kind in ("wall", "cpu"):
+            (o_ttft, o_tps), (h_ttft, h_tps) = best(ours, kind), best(theirs, kind)
+            ratios[kind].append((o_tps / h_tps, h_ttft / o_ttft))
+            print(f"{i:>6} {len(ids):>6} {kind:>5} {o_ttft * 1e3:>12.1f} {h_ttft * 1e3:>10.1f} {o_tps:>10.1f} "
+                  f"{h_tps:>8.1f} {same:>5}/{len(theirs[0].tokens)}")
+    for kind, values in ratios.items():
+        print(f"[{kind}] decode tokens/s ratio (ours / transformers): {statistics.mean(v[0] for v in values):.2f}x;"
+              f" TTFT ratio (transformers / ours): {statistics.mean(v[1] for v in values):.2f}x")
 
 
 if __name__ == "__main__":
