@@ -107,8 +107,10 @@ class Remote:
         self.mkdir(parent or "/")
         sftp = self.sftp()
         try:
-            upload(sftp, tmp)
+            # Mode first, content second: a secret never sits in a file readable by others.
+            sftp.open(tmp, "wb").close()
             sftp.chmod(tmp, mode)
+            upload(sftp, tmp)
             sftp.posix_rename(tmp, path)
         except (OSError, paramiko.SSHException) as exc:
             try:
