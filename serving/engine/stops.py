@@ -27,20 +27,24 @@ class TextAssembler:
     text: str = ""
 
     def feed(self, tokens: list[int]) -> str:
-        """Consume one round's tokens; return newly showable text (may be empty)."""
+        """Consume one round's tokens; return newly showable text (may be empty).
+
+        Token by token, so a round that runs past a stop (id, string or max_tokens) keeps
+        exactly the ids plain decoding would have produced.
+        """
         for token in tokens:
             if self.finish_reason:
                 break
             self.ids.append(token)
-            if token in self.rule.stop_ids:
+            if token in self.rule.stop_ids:           # never shown; text stays as it was
                 self.finish_reason = "stop"
+                break
+            self.text = self.decode(self.ids)
+            cut = self._stop_string_at()
+            if cut is not None:
+                self.text, self.finish_reason = self.text[:cut], "stop"
             elif len(self.ids) >= self.rule.max_new_tokens:
                 self.finish_reason = "length"
-        visible = [t for t in self.ids if t not in self.rule.stop_ids]
-        self.text = self.decode(visible)
-        cut = self._stop_string_at()
-        if cut is not None:
-            self.text, self.finish_reason = self.text[:cut], "stop"
         end = len(self.text) if self.finish_reason else self._safe_end()
         delta, self.shown = self.text[self.shown:end], max(self.shown, end)
         return delta

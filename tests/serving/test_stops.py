@@ -59,3 +59,14 @@ def test_incomplete_utf8_is_held_until_complete():
     assert text.feed([1]) == "caf"
     assert text.feed([2]) == ""
     assert text.feed([3]) == "é"
+
+
+def test_a_round_running_past_a_stop_string_keeps_only_the_ids_up_to_it():
+    # a speculative round can commit several tokens; the ones after the stop are dropped
+    text, _ = run(StopRule(10, stop_strings=("world",)), [[1, 3, 4, 5, 6]])
+    assert text.ids == [1, 3, 4] and text.text == "Hello " and text.finish_reason == "stop"
+
+
+def test_a_round_running_past_a_stop_id_or_max_tokens():
+    assert run(StopRule(10, stop_ids=frozenset({9})), [[1, 2, 9, 3, 4]])[0].ids == [1, 2, 9]
+    assert run(StopRule(2), [[1, 2, 3, 4]])[0].ids == [1, 2]
