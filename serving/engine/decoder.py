@@ -20,8 +20,9 @@ class Decoder(Protocol):
 class ARDecoder:
     """One token per round. Owns one KV cache, reused by every sequence it decodes."""
 
-    def __init__(self, model, capacity: int, seed: int = 0):
+    def __init__(self, model, capacity: int, seed: int = 0, prefill_chunk: int = 512):
         self.model = model
+        self.prefill_chunk = prefill_chunk
         self.cache = model.new_cache(capacity)
         self.generator = torch.Generator(device=model.device)
         self.default_seed = seed
@@ -44,7 +45,14 @@ class ARDecoder:
                                    else self.default_seed * 1_000_003 + self.sequences)
         self.cache.truncate(0)
         tokens = torch.tensor(prompt_ids, dtype=torch.long, device=self.model.device)
-        return self._advance(tokens, torch.arange(len(prompt_ids), device=self.model.device))
+        positions = torch.arange(len(prompt_ids), device=self.model.device)
+        # long prompts go in chunks: the attention mask and MLP activations stay [chunk, ...]
+        for begin in range(0, len(prompt_ids) - self.prefill_chunk, self.prefill_chunk):
+            chunk = slice(begin, begin + self.prefill_chunk)
+            self.model.forward(tokens[chunk], positions[chunk], self.cache, last_only=True)
+            self.cache.commit(self.prefill_chunk)
+        rest = slice(self.cache.length, len(prompt_ids))
+        return self._advance(tokens[rest], positions[rest])
 
     def step(self) -> list[int]:
         position = torch.tensor([self.cache.length], device=self.model.device)

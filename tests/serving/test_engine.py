@@ -141,3 +141,16 @@ def test_full_queue_is_refused_and_cancelled_requests_are_skipped(llama_tokenize
         assert sum(isinstance(e, Finished) for e in events) == 1                         # not the cancelled one
     finally:
         engine.stop()
+
+
+def test_chunked_prefill_equals_one_pass(llama_model):
+    prompt = [(7 * i) % 500 + 3 for i in range(37)]
+    whole = ARDecoder(llama_model, capacity=128, prefill_chunk=512)
+    chunked = ARDecoder(llama_model, capacity=128, prefill_chunk=8)     # 4 chunks of 8, then 5
+    outputs = []
+    for decoder in (whole, chunked):
+        tokens = decoder.start(prompt, GREEDY, 10)
+        tokens += [t for _ in range(9) for t in decoder.step()]
+        outputs.append(tokens)
+        assert decoder.cache.length == len(prompt) + 9
+    assert outputs[0] == outputs[1] == reference_greedy(llama_model, prompt, 10)
