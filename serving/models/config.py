@@ -67,6 +67,7 @@ def read_model_config(model_dir: Path) -> ModelConfig:
 
 def parse_model_config(raw: dict, where: str = "config.json") -> ModelConfig:
     arch = _architecture(raw, where)
+    _refuse_unsupported(raw, where)
     get = _getter(raw, where)
     heads = get("num_attention_heads", int)
     hidden = get("hidden_size", int)
@@ -102,6 +103,16 @@ def _architecture(raw: dict, where: str) -> str:
             return arch
     raise ModelError(f"{where}: architectures={archs!r} unsupported; "
                      f"supported: {', '.join(ARCHITECTURES)}")
+
+
+def _refuse_unsupported(raw: dict, where: str) -> None:
+    # features the decoder does not implement: loading anyway would give wrong logits silently
+    if raw.get("hidden_act", "silu") != "silu":
+        raise ModelError(f"{where}: hidden_act={raw['hidden_act']!r} unsupported (only 'silu')")
+    if raw.get("mlp_bias"):
+        raise ModelError(f"{where}: mlp_bias=true unsupported")
+    if raw.get("use_sliding_window"):
+        raise ModelError(f"{where}: use_sliding_window=true unsupported (full attention only)")
 
 
 def _getter(raw: dict, where: str):

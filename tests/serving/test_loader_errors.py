@@ -103,3 +103,13 @@ def test_corrupt_safetensors(llama_copy):
 def test_invalid_config_value(llama_copy):
     edit_config(llama_copy, num_attention_heads=0)
     assert "num_attention_heads=0" in fails(llama_copy)
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ({"mlp_bias": True}, "mlp_bias"),
+    ({"use_sliding_window": True}, "use_sliding_window"),
+])
+def test_unimplemented_features_are_refused(llama_copy, changes, named):
+    edit_config(llama_copy, **changes)
+    assert named in fails(llama_copy)
