@@ -10,7 +10,12 @@ model, a missing model.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import httpx
 import pytest
@@ -77,6 +82,13 @@ class Ctx:
     def ddops(self, *args, timeout=600):
         from tests.fixtures_lab import ddops
         return ddops(self.env, *args, timeout=timeout)
+
+    def popen(self, *args):
+        """A `ddops` process that takes SIGINT like one started from a terminal."""
+        from tests.fixtures_lab import REPO
+        return subprocess.Popen([sys.executable, "-m", "ddops", *args], cwd=REPO, text=True,
+                                env={**os.environ, **self.env}, stdout=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def json(self, *args, expect):
         result = self.ddops(*args, "--json")
@@ -212,3 +224,38 @@ def test_switch_refuses_while_the_gpu_is_held_and_restarts_the_running_unit(lab)
                                             "used_mib": 40112}]
     assert lab.unit("lab-3") == unit_before  # never replaced
     assert lab.info("lab-3")["model_path"] == "/var/lib/ddops/models/tiny-llama"  # serving again
+
+
+def test_interrupted_rollout_resumes_without_redeploying_finished_hosts(lab, tmp_path):
+    hosts = ["lab-1", "lab-2", "lab-3"]
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({"profile": "cpu-ar", "hosts": hosts, "wave_size": 3}))
+    assert lab.ddops("rollout", str(base), "--yes", "--json").returncode == 0
+    plan = tmp_path / "other.yaml"
+    plan.write_text(yaml.safe_dump({"profile": lab.profile("ro-other"), "hosts": hosts, "canary": 1,
+                                    "wave_size": 2, "bake_s": 120}))
+    first = lab.popen("rollout", str(plan), "--yes", "--json")
+    state_dir = lab.root / "state" / "rollouts"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and not _canary_done(state_dir):
+        time.sleep(0.5)
+    first.send_signal(signal.SIGINT)  # during the bake after the canary
+    out, _ = first.communicate(timeout=60)
+    interrupted = json.loads(out)
+    assert first.returncode == 130 and interrupted["status"] == "running"
+    assert {h: s["status"] for h, s in interrupted["hosts"].items()} == \
+        {"lab-1": "done", "lab-2": "pending", "lab-3": "pending"}
+
+    resumed = lab.ddops("rollout", str(plan), "--yes", "--json-events")
+    lines = [json.loads(line) for line in resumed.stdout.splitlines()]
+    assert resumed.returncode == 0 and lines[-1]["resumed"] is True and lines[-1]["status"] == "succeeded"
+    touched = {e["host"] for e in lines if e["event"] == "host"}
+    assert touched == {"lab-2", "lab-3"}  # the canary was not deployed again
+    for host in hosts:
+        assert read_header(lab.unit(host))["profile"] == "ro-other"
+
+
+def _canary_done(state_dir) -> bool:
+    for path in state_dir.glob("other-*.json"):
+        return json.loads(path.read_text())["hosts"]["lab-1"]["status"] == "done"
+    return False
