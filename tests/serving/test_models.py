@@ -9,7 +9,7 @@ from serving.models import KVCache
 from serving.tools.tiny import write_tiny
 from tests.serving.conftest import load
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402  (dev dependency: a missing one must fail, not skip)
 PROMPT = torch.tensor([5, 17, 42, 99, 3, 250, 7, 311, 64, 12, 400, 8, 77, 200, 33, 21])
 
 

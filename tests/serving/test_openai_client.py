@@ -6,7 +6,7 @@ import pytest
 
 from tests.serving.conftest import KEY
 
-openai = pytest.importorskip("openai")
+import openai  # noqa: E402  (dev dependency: a missing one must fail, not skip)
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 

@@ -14,7 +14,7 @@ from serving.sampling import SamplingParams
 from tests.serving.conftest import ServerProcess, load
 
 pytestmark = pytest.mark.smollm
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402  (dev dependency: a missing one must fail, not skip)
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
