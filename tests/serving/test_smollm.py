@@ -47,7 +47,7 @@ def test_logits_match_transformers(ours, reference, tokenizer):
     logits, _ = ours.forward(ids, torch.arange(len(ids)), ours.new_cache(len(ids)))
     with torch.no_grad():
         expected = reference(ids[None]).logits[0]
-    torch.testing.assert_close(logits, expected, atol=2e-3, rtol=1e-4)
+    torch.testing.assert_close(logits, expected, atol=5e-4, rtol=1e-5)   # measured: 8e-5 on logits up to 38
     assert (logits.argmax(-1) == expected.argmax(-1)).all()
 
 
