@@ -143,7 +143,9 @@ def connect(host: Host, connect_timeout: float = 15) -> Remote:
     connection = fabric.Connection(
         host.address, user=host.ssh_user, port=host.ssh_port, connect_timeout=connect_timeout,
         config=fabric.Config(ssh_config=paramiko.SSHConfig()),   # no ~/.ssh/config surprises
-        connect_kwargs={"key_filename": key, "look_for_keys": key is None, "allow_agent": key is None})
+        # key_filename=None makes Fabric fail (it extends a list with it): pass it only when set
+        connect_kwargs={"look_for_keys": key is None, "allow_agent": key is None,
+                        **({"key_filename": key} if key else {})})
     trust(connection.client, host)
     remote = Remote(host, connection)
     try:
