@@ -15,12 +15,11 @@ runner = CliRunner()
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     inventory = tmp_path / "inventory.yaml"
-    (tmp_path / "key").write_text("unused: the connection is refused before authentication\n")
     # 192.0.2.0/24 is TEST-NET-1: never routed, so any connection attempt would fail loudly.
     inventory.write_text(yaml.safe_dump({"hosts": {
         "web-1": {"address": "192.0.2.10", "labels": {"role": "serve"}},
         "web-2": {"address": "192.0.2.11", "labels": {"role": "serve"}},
-        "closed": {"address": "127.0.0.1", "ssh_port": 1, "ssh_key": str(tmp_path / "key")}}}))  # nothing listens: refused at once
+        "closed": {"address": "127.0.0.1", "ssh_port": 1}}}))  # no ssh_key: the user's default keys  # nothing listens: refused at once
     monkeypatch.setenv("DDOPS_INVENTORY", str(inventory))
     monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
     return tmp_path
