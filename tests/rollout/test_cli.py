@@ -19,7 +19,8 @@ def env(tmp_path, monkeypatch):
     inventory.write_text(yaml.safe_dump({"hosts": {
         "web-1": {"address": "192.0.2.10", "labels": {"role": "serve"}},
         "web-2": {"address": "192.0.2.11", "labels": {"role": "serve"}},
-        "closed": {"address": "127.0.0.1", "ssh_port": 1}}}))  # no ssh_key: the user's default keys  # nothing listens: refused at once
+        # closed: nothing listens on port 1 (refused at once); no ssh_key, so the default keys
+        "closed": {"address": "127.0.0.1", "ssh_port": 1}}}))
     monkeypatch.setenv("DDOPS_INVENTORY", str(inventory))
     monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
     return tmp_path
