@@ -232,7 +232,9 @@ class DFlashDrafter:
         x = self.target.embed(block).to(model.fc.weight.dtype)[None]
         for i, layer in enumerate(model.layers):
             x = layer(x, block_pos, cache.k[i], cache.v[i], cache.positions)
-        return self.target.lm_head(model.norm(x)[0, 1:])
+        # lm_head over all block rows, row 0 dropped after: CPU BLAS is ~2.5x faster on the
+        # 49k-vocab projection with 16 rows than with 15 (measured; multiples of 16 are fast)
+        return self.target.lm_head(model.norm(x)[0])[1:]
 
 
 def load_config(path: str | Path) -> DraftConfig:
