@@ -80,6 +80,7 @@ def save_draft(model, config: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to(torch.float32).contiguous() for k, v in model.state_dict().items()}
     save_file(tensors, str(out / "model.safetensors"))
+    (out / "model.safetensors").chmod(0o644)  # save_file writes 0600; services may run as another user
     (out / "config.json").write_text(json.dumps(config, indent=2))
     return out
 
