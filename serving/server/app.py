@@ -109,6 +109,9 @@ def _error(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
 
 
+# The prefill commits the first token; a second needs one decoder round: with a speculative
+# method, one draft + verify, so the probe exercises the drafter and the verifier too.
+HEALTH_TOKENS = 2
 KNOWN_PATHS = ("/health", "/health_generate", "/server_info", "/metrics", "/v1/models",
                "/v1/completions", "/v1/chat/completions")
 
@@ -125,13 +128,13 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
         if not state.ready:
             return JSONResponse({"status": "loading"}, status_code=503)
         probe = state.tokenizer.encode("Hello", prompt=True) or [0]
-        rule = StopRule(max_new_tokens=1)
+        rule = StopRule(max_new_tokens=HEALTH_TOKENS)     # no stop ids: EOS cannot end it before a round
         try:
             finished = await _run(state, probe, SamplingParams(temperature=0), rule,
                                   timeout=args.health_generate_timeout)
         except (asyncio.TimeoutError, APIError, RuntimeError) as e:
             return JSONResponse({"status": "unhealthy", "reason": str(e) or "timeout"}, status_code=503)
-        return {"status": "ok", "tokens": list(finished.token_ids)}
+        return {"status": "ok", "tokens": list(finished.token_ids), "rounds": finished.usage.rounds}
 
     @app.get("/v1/models")
     async def models():

@@ -56,6 +56,31 @@ def test_health_generate_times_out_to_503(tiny_llama, llama_tokenizer):
         engine.stop()
 
 
+class StuckRoundDecoder(StuckDecoder):
+    """Prefill answers at once; the first decode round hangs (a broken drafter, say)."""
+
+    def start(self, prompt_ids, sampling, max_new_tokens):
+        return [1]
+
+    def step(self):
+        self.release.wait(timeout=30)
+        return [1]
+
+
+def test_health_generate_runs_a_decode_round_under_the_timeout(tiny_llama, llama_tokenizer):
+    args = resolve(parse_args(["--model-path", str(tiny_llama)], environ={}),
+                   read_model_config(tiny_llama), cuda_available=False)
+    decoder = StuckRoundDecoder()
+    engine = Engine(lambda: decoder, llama_tokenizer).start()
+    state = AppState(replace(args, health_generate_timeout=0.3), llama_tokenizer, engine=engine)
+    try:
+        probe = TestClient(create_app(state)).get("/health_generate")
+        assert probe.status_code == 503 and probe.json()["status"] == "unhealthy"
+    finally:
+        decoder.release.set()
+        engine.stop()
+
+
 class BrokenTokenizer:
     def encode(self, text, prompt=True):
         raise RuntimeError("tokenizer exploded")

@@ -39,7 +39,8 @@ def sse_events(response) -> list:
 def test_health_endpoints_need_no_key(server):
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
     probe = httpx.get(server.url + "/health_generate", timeout=60)
-    assert probe.status_code == 200 and len(probe.json()["tokens"]) == 1
+    # two tokens: the prefill gives the first, one decoder round the second
+    assert probe.status_code == 200 and len(probe.json()["tokens"]) == 2 and probe.json()["rounds"] == 1
     assert "serving_requests_total" in httpx.get(server.url + "/metrics").text
 
 

@@ -36,6 +36,22 @@ def test_server_reports_method_budget_and_acceptance(ddtree_server):
     assert float(accept[0].split()[1]) > 1.0
 
 
+def spec_rounds_observed(url: str) -> float:
+    """Requests that ran at least one speculative round (the accept-length histogram's count)."""
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    return float(next(line.split()[1] for line in metrics.splitlines()
+                      if line.startswith("serving_spec_accept_length_count ")))
+
+
+def test_health_generate_runs_a_draft_and_verify_round(ddtree_server):
+    url = ddtree_server.url
+    before = spec_rounds_observed(url)
+    probe = httpx.get(url + "/health_generate", timeout=30)
+    assert probe.status_code == 200
+    assert len(probe.json()["tokens"]) == 2 and probe.json()["rounds"] == 1
+    assert spec_rounds_observed(url) == before + 1
+
+
 def test_startup_refuses_a_mismatched_draft(random_drafts, tmp_path):
     shallow = write_tiny(tmp_path / "two-layer", "llama", layers=2)  # the draft taps layer 2
     cmd = [sys.executable, "-m", "serving", "--model-path", str(shallow), "--device", "cpu", "--port", "0",
