@@ -1,14 +1,18 @@
 """`ddops demo`: the main job end to end on this machine.
 
 lab up (one systemd-nspawn host with the runtime) -> tiny target + distilled DFlash draft
-(made once into $DDOPS_CACHE/models by the runtime's own tools, run as commands) -> push
+(made once into $DDOPS_CACHE/models/demo-<digest of the runtime's model tools> by those tools,
+run as commands, so a change to the tools rebuilds them instead of pushing a stale draft) -> push
 them -> deploy the DDTree CPU profile (facts, plan, lock, push, restart, gate) -> a chat
 request answered from outside the host. SmolLM2-135M is deployed as well when `make models`
 has converted it (and its draft when one is cached)."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -29,18 +33,36 @@ class Service:
     profile: str
     unit: str | None
     port: int | None
-    models: tuple[str, ...]          # directory names under $DDOPS_CACHE/models to push
+    models: tuple[str, ...]          # directories under $DDOPS_CACHE/models, pushed by their last name
 
 
-TINY = Service("cpu-ddtree", None, None, ("tiny-llama", "tiny-llama-dflash"))
+MODEL_TOOLS = ("tiny.py", "tiny_draft.py", "train_draft.py")   # under serving/tools
+TINY_MODELS = ("tiny-llama", "tiny-llama-dflash")
 
 
 def cache() -> Path:
     return Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
 
 
+def tools_key() -> str:
+    """Digest of the runtime's model tools (located, never imported: ddops does not import serving)."""
+    spec = importlib.util.find_spec("serving")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("demo: the bundled runtime (package serving) is not installed in this Python")
+    tools = Path(next(iter(spec.submodule_search_locations))) / "tools"
+    digest = hashlib.sha256()
+    for name in MODEL_TOOLS:
+        path = tools / name
+        digest.update(path.read_bytes() if path.is_file() else b"-")
+    return digest.hexdigest()[:12]
+
+
+def tiny_root() -> Path:
+    return cache() / "models" / f"demo-{tools_key()}"
+
+
 def services() -> list[Service]:
-    found = [TINY]
+    found = [Service("cpu-ddtree", None, None, tuple(f"{tiny_root().name}/{n}" for n in TINY_MODELS))]
     models = cache() / "models"
     if (models / "smollm2-135m-instruct" / "config.json").is_file():
         draft = (models / "smollm2-135m-instruct-dflash" / "config.json").is_file()
@@ -51,18 +73,24 @@ def services() -> list[Service]:
 
 
 def make_tiny_models() -> None:
-    """The runtime's tools write them (run as commands: ddops never imports serving)."""
-    models = cache() / "models"
-    target, draft = models / "tiny-llama", models / "tiny-llama-dflash"
-    steps = []
-    if not (target / "config.json").is_file():
-        steps.append(["serving.tools.tiny", "--out", str(target)])
-    if not (draft / "model.safetensors").is_file():
-        steps.append(["serving.tools.tiny_draft", "--target", str(target), "--out", str(draft), "--distill"])
-    for step in steps:
-        show.stage("models", f"{step[0]} -> {step[2] if step[0].endswith('tiny') else step[4]} "
-                             "(first time only; the draft is distilled for a few minutes)")
+    """The runtime's tools write them (run as commands: ddops never imports serving), into a
+    temporary directory renamed into place, so a half-built pair is never pushed."""
+    root = tiny_root()
+    if all((root / name / "model.safetensors").is_file() for name in TINY_MODELS):
+        return
+    tmp = root.with_name(root.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    target, draft = tmp / "tiny-llama", tmp / "tiny-llama-dflash"
+    show.stage("models", f"serving.tools.tiny, serving.tools.tiny_draft --distill -> {root} "
+                         "(once per version of the model tools; the draft distills for a minute or two)")
+    for step in (["serving.tools.tiny", "--out", str(target)],
+                 ["serving.tools.tiny_draft", "--target", str(target), "--out", str(draft), "--distill"]):
         subprocess.run([sys.executable, "-m", *step], check=True, capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    for stale in root.parent.glob("demo-*"):    # pairs built by older tools
+        if stale != root and ".tmp" not in stale.name:
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def lab_up(count: int = 1) -> tuple[Path, list[str]]:

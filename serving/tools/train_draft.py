@@ -45,6 +45,12 @@ def features_and_labels(target, tokens: list[int], taps: tuple[int, ...]):
     return hidden.clone(), logits.argmax(-1).clone()
 
 
+def example(target, text: list[int], taps: tuple[int, ...]) -> tuple:
+    """(tokens [S], feats [S, taps*H], picks [S]): one training sequence."""
+    feats, picks = features_and_labels(target, text, taps)
+    return torch.tensor(text), feats, picks
+
+
 def block_hidden(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
                  anchors: torch.Tensor) -> torch.Tensor:
     """Final draft hidden [m, B-1, H] of m blocks at `anchors` [m] of one sequence (tokens [S]),
@@ -127,37 +133,78 @@ def train(model: DFlashDraftModel, target, examples: list, steps: int, seed: int
     return model.eval()
 
 
+# Generic user turns for chat-shaped distillation contexts. Servers are smoke-tested with chat
+# requests; a draft never shown a chat template's framing predicts nothing there. The list
+# leaves out the deploy gate's smoke question, so a passing gate shows generalisation.
+CHAT_QUESTIONS = (
+    "Hello, who are you?", "What is the weather like today?", "Tell me a short story.",
+    "How do I sort a list in Python?", "What is two plus two?", "Explain speculative decoding.",
+    "Write a haiku about the sea.", "What time is it in Tokyo?", "Name three primary colours.",
+    "Why is the sky blue?", "What is the largest planet?", "How far away is the moon?",
+    "Give me a recipe for pancakes.", "Translate 'good morning' into Spanish.",
+    "What is the capital of Italy?", "Summarise the plot of Hamlet.", "How does a server work?",
+    "Can you count to ten?", "What is a prime number?", "Recommend a good book.",
+    "What does a compiler do?", "Who painted the Mona Lisa?", "How many days are in a year?",
+    "What is the speed of light?", "Describe a cat.", "Tell me a joke.", "What is 3.14159?",
+    "How do trees grow?", "What is the quick brown fox?", "Write a function that adds numbers.",
+    "Where is Madrid?", "What should I eat for dinner?",
+)
+
+
 def own_text(target, vocab: int, count: int, length: int, seed: int) -> list[list[int]]:
     """Continuations by the target itself: greedy after each token id in turn (3 in 4, so
     every id is seen), sampled after random prompts (1 in 4)."""
-    from serving.engine.decoder import ARDecoder
     from serving.sampling import SamplingParams
 
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(vocab, generator=gen).tolist()
-    decoder = ARDecoder(target, length + 8, seed=seed)
     texts = []
     for i in range(count):
         sampled = i % 4 == 3
         prompt = torch.randint(0, vocab, (4,), generator=gen).tolist() if sampled else [order[i % vocab]] * 2
-        out = decoder.start(prompt, SamplingParams(temperature=1.0 if sampled else 0.0, seed=seed + i), length)
-        while len(out) < length:
-            out += decoder.step()
-        texts.append(prompt + out)
+        sampling = SamplingParams(temperature=1.0 if sampled else 0.0, seed=seed + i)
+        texts.append(prompt + continuation(target, prompt, sampling, length, seed))
     return texts
 
 
-def distill_on_own_text(model: DFlashDraftModel, target_dir: Path, steps: int = 300, seed: int = 0,
-                        count: int = 256, length: int = 24) -> DFlashDraftModel:
-    """Tiny targets: train the draft on the target's own text and picks (seconds on a CPU)."""
-    target = load_target(target_dir, positions=length + 16)
+def chat_text(target, tokenizer, length: int, seed: int) -> list[list[int]]:
+    """Chat-shaped contexts: each of CHAT_QUESTIONS through the target's chat template,
+    then the target's greedy answer of `length` tokens (what a chat request verifies)."""
+    from serving.sampling import SamplingParams
+
+    texts = []
+    for question in CHAT_QUESTIONS:
+        prompt = tokenizer.encode_chat([{"role": "user", "content": question}])
+        texts.append(prompt + continuation(target, prompt, SamplingParams(temperature=0.0), length, seed))
+    return texts
+
+
+def continuation(target, prompt: list[int], sampling, length: int, seed: int) -> list[int]:
+    """The target's own `length` next tokens after `prompt` (plain decoding)."""
+    from serving.engine.decoder import ARDecoder
+
+    decoder = ARDecoder(target, len(prompt) + length + 8, seed=seed)
+    out = decoder.start(prompt, sampling, length)
+    while len(out) < length:
+        out += decoder.step()
+    return out[:length]
+
+
+def distill_on_own_text(model: DFlashDraftModel, target_dir: Path, steps: int = 1600, seed: int = 0,
+                        count: int = 256, length: int = 24, chat_length: int = 32) -> DFlashDraftModel:
+    """Tiny targets: train the draft on the target's own text and picks (under a minute on one core):
+    continuations of short token prompts, and answers to chat-templated questions when the
+    target has a tokenizer (chat_length covers a 16-token answer plus a block)."""
+    from serving.models.tokenizer import Tokenizer
+
+    target = load_target(Path(target_dir), positions=1024)
     taps, vocab = model.cfg.target_layer_ids, target.config.vocab_size
-    texts = own_text(target, vocab, count, length, seed)
-    examples = []
-    for text in texts:
-        feats, picks = features_and_labels(target, text, taps)
-        examples.append((torch.tensor(text), feats, picks))
-    return train(model, target, examples, steps, seed, lr=1e-3, anchors_per_step=32)
+    examples = [example(target, text, taps) for text in own_text(target, vocab, count, length, seed)]
+    if (Path(target_dir) / "tokenizer.json").is_file():
+        chats = [example(target, text, taps)
+                 for text in chat_text(target, Tokenizer.from_dir(target_dir), chat_length, seed)]
+        examples += chats * max(1, count // (4 * len(chats)))  # ~1 in 5 training blocks is chat-shaped
+    return train(model, target, examples, steps, seed, lr=3e-3, anchors_per_step=32)
 
 
 def stdlib_sources(limit_chars: int) -> str:

@@ -2,13 +2,14 @@
 
 Random drafts are written to a temporary directory (a second). Distilled drafts (real
 acceptance) take ~half a minute each and are cached under $DDOPS_CACHE/models, keyed by
-a version string so a change to the recipe rebuilds them.
+a digest of the target weights and the draft tools, so a change to the recipe rebuilds them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from serving.tools.tiny import write_tiny
 from serving.tools.tiny_draft import write_tiny_draft
 
 ARCHES = ("llama", "qwen3")
-DISTILL_VERSION = "v2"
+ROOT = Path(__file__).resolve().parents[2]
+DRAFT_TOOLS = ("serving/tools/tiny_draft.py", "serving/tools/train_draft.py")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,12 +45,17 @@ def random_drafts(tiny_dirs, tmp_path_factory) -> dict[str, Path]:
 def distilled_drafts(tiny_dirs, cache_dir) -> dict[str, Path]:
     out = {}
     for arch, target in tiny_dirs.items():
-        digest = hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest()[:12]
-        path = cache_dir / "models" / f"tiny-{arch}-dflash-distilled-{DISTILL_VERSION}-{digest}"
+        digest = hashlib.sha256((target / "model.safetensors").read_bytes())
+        for tool in DRAFT_TOOLS:
+            digest.update((ROOT / tool).read_bytes())
+        path = cache_dir / "models" / f"tiny-{arch}-dflash-distilled-{digest.hexdigest()[:12]}"
         if not (path / "model.safetensors").exists():
             tmp = path.with_name(path.name + f".tmp{os.getpid()}")
             write_tiny_draft(target, tmp, seed=0, distill=True)
             tmp.rename(path)  # atomic: a half-written draft is never picked up
+            for stale in path.parent.glob(f"tiny-{arch}-dflash-distilled-*"):  # built by older tools
+                if stale != path and ".tmp" not in stale.name:
+                    shutil.rmtree(stale, ignore_errors=True)
         out[arch] = path
     return out
 
