@@ -142,7 +142,7 @@ CHAT_QUESTIONS = (
     "Write a haiku about the sea.", "What time is it in Tokyo?", "Name three primary colours.",
     "Why is the sky blue?", "What is the largest planet?", "How far away is the moon?",
     "Give me a recipe for pancakes.", "Translate 'good morning' into Spanish.",
-    "What is the capital of Italy?", "Summarise the plot of Hamlet.", "How does a server work?",
+    "Which river runs through Cairo?", "Summarise the plot of Hamlet.", "How does a server work?",
     "Can you count to ten?", "What is a prime number?", "Recommend a good book.",
     "What does a compiler do?", "Who painted the Mona Lisa?", "How many days are in a year?",
     "What is the speed of light?", "Describe a cat.", "Tell me a joke.", "What is 3.14159?",
