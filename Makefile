@@ -8,7 +8,7 @@ export DDOPS_CACHE ?= /var/cache/ddops
 APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap iproute2 zstd \
                 python3-venv python3-dev gcc curl ca-certificates rsync
 
-.PHONY: setup apt venv models test demo clean lab-down
+.PHONY: setup apt venv models drafter bench test demo clean lab-down
 
 setup: apt venv
 
@@ -31,6 +31,18 @@ $(VENV)/.installed: pyproject.toml
 
 models: venv
 	$(PY) -m serving.tools.smollm2 --out $(DDOPS_CACHE)/models/smollm2-135m-instruct
+
+# Long jobs, cached, never part of `make test`: train the SmolLM2 drafter (~15 min on 2 cores),
+# then benchmark every method on it.
+DRAFTER := $(DDOPS_CACHE)/models/smollm2-135m-instruct-dflash
+drafter: models
+	test -f $(DRAFTER)/config.json || nice -n 10 $(PY) -m serving.tools.train_draft --out $(DRAFTER)
+
+bench: drafter
+	mkdir -p $(DDOPS_CACHE)/bench
+	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
+	  --methods none,dflash,ddtree:16,ddtree:64 --threads 1 --json $(DDOPS_CACHE)/bench/spec.json
+	$(PY) -m serving.bench.ar --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1
 
 test: setup models
 	$(PY) -m pytest -q tests
