@@ -10,12 +10,9 @@ GQA slip is 10% or more on these models).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,15 +20,9 @@ import pytest
 from ddops.fit import local_reader, read_models
 from ddops.fit.bundled import bundled_memory
 from ddops.profile import load_profile
+from tests.server_process import THREADS, ServerProcess
 
 TOLERANCE = 0.01
-THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", params=[("llama", "float32"), ("qwen3", "bfloat16")])
@@ -50,31 +41,12 @@ def served(request, tmp_path_factory):
         service: {{device: cpu}}
         """))
     profile = load_profile(str(root / "p.yaml"))
-    port = _free_port()
-    log = root / "server.log"
-    proc = subprocess.Popen([sys.executable, "-m", "serving", "--model-path", str(model), "--port", str(port),
-                             "--device", "cpu", "--dtype", dtype, "--context-length", "384"],
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT, env={**os.environ, **THREADS})
-    url = f"http://127.0.0.1:{port}"
+    server = ServerProcess(model, root / "server.log", "--dtype", dtype, "--context-length", "384")
     try:
-        _wait(url, proc, log)
-        yield profile, url
+        server.wait_ready()
+        yield profile, server.url
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
-def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"server exited: {log.read_text()[-1500:]}"
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"server not ready: {log.read_text()[-1500:]}")
+        server.stop()
 
 
 def _close(predicted: int, measured: int) -> bool:

@@ -90,7 +90,7 @@ def test_eos_ids_come_from_config_generation_config_and_tokenizer(tiny_llama, tm
 
 
 def test_sigterm_stops_the_server_cleanly(tiny_llama, tmp_path):
-    from tests.serving.conftest import ServerProcess
+    from tests.server_process import ServerProcess
 
     server = ServerProcess(tiny_llama, tmp_path / "log", "--served-model-name", "tiny").wait_ready()
     server.process.terminate()

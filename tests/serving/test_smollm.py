@@ -11,7 +11,8 @@ import torch
 from serving.engine import ARDecoder, Engine, StopRule
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
-from tests.serving.conftest import ServerProcess, load
+from tests.serving.conftest import load
+from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.smollm
 import transformers  # noqa: E402  (dev dependency: a missing one must fail, not skip)

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from serving.tools.tiny import write_tiny
-from tests.serving.conftest import ServerProcess
+from tests.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")
