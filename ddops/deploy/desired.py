@@ -13,11 +13,6 @@ from ddops.deploy.plan import Desired
 API_KEY_ENV = "DDOPS_API_KEY"
 
 
-def header(unit_text: str, name: str) -> str:
-    match = re.search(rf"^# ddops-{name}:\s*(\S+)", unit_text, re.MULTILINE)
-    return match.group(1) if match else ""
-
-
 def desired_from(rendered, profile_name: str) -> Desired:
     return Desired(rendered.unit_name, rendered.unit_path, rendered.unit_text, rendered.env_path,
                    rendered.env_text, profile_name, rendered.content_hash)
