@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+import pytest
 from fastapi.testclient import TestClient
 
 from serving.config import parse_args, resolve
@@ -42,20 +43,6 @@ class StuckDecoder:
         return [1]
 
 
-def test_health_generate_times_out_to_503(tiny_llama, llama_tokenizer):
-    args = resolve(parse_args(["--model-path", str(tiny_llama)], environ={}),
-                   read_model_config(tiny_llama), cuda_available=False)
-    decoder = StuckDecoder()
-    engine = Engine(lambda: decoder, llama_tokenizer).start()
-    state = AppState(replace(args, health_generate_timeout=0.3), llama_tokenizer, engine=engine)
-    try:
-        probe = TestClient(create_app(state)).get("/health_generate")
-        assert probe.status_code == 503 and probe.json()["status"] == "unhealthy"
-    finally:
-        decoder.release.set()
-        engine.stop()
-
-
 class StuckRoundDecoder(StuckDecoder):
     """Prefill answers at once; the first decode round hangs (a broken drafter, say)."""
 
@@ -67,10 +54,12 @@ class StuckRoundDecoder(StuckDecoder):
         return [1]
 
 
-def test_health_generate_runs_a_decode_round_under_the_timeout(tiny_llama, llama_tokenizer):
+@pytest.mark.parametrize("stuck", [StuckDecoder, StuckRoundDecoder], ids=["prefill", "decode-round"])
+def test_health_generate_times_out_to_503(stuck, tiny_llama, llama_tokenizer):
+    """A hang in the prefill or in the first decode round (the probe runs both) answers 503."""
     args = resolve(parse_args(["--model-path", str(tiny_llama)], environ={}),
                    read_model_config(tiny_llama), cuda_available=False)
-    decoder = StuckRoundDecoder()
+    decoder = stuck()
     engine = Engine(lambda: decoder, llama_tokenizer).start()
     state = AppState(replace(args, health_generate_timeout=0.3), llama_tokenizer, engine=engine)
     try:
