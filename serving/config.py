@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import asdict, dataclass, replace
 
-from serving import spec
+from serving import speculative
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -44,7 +44,7 @@ class ServerArgs:
         """Resolved arguments as /server_info reports them (never the API key)."""
         out = asdict(self)
         out.pop("api_key")
-        out["speculative_algorithm"] = spec.resolve(self.speculative_algorithm).server_name
+        out["speculative_algorithm"] = speculative.resolve(self.speculative_algorithm).server_name
         return out
 
 
@@ -94,7 +94,7 @@ def parse_args(argv=None, environ=os.environ) -> ServerArgs:
 
 def _contradiction(ns) -> str | None:
     try:
-        method = spec.resolve(ns.speculative_algorithm)
+        method = speculative.resolve(ns.speculative_algorithm)
     except ValueError as e:
         return f"argument --speculative-algorithm: {e}"
     draft_flags = {"--speculative-draft-model-path": ns.speculative_draft_model_path,

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from serving import spec
+from serving import speculative
 from serving.models.kv_cache import KVCache
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -58,7 +58,7 @@ def predict(args) -> dict:
     target = _config(args.model_path)
     width = DTYPE_BYTES[args.dtype]
     params = dense_params(target)
-    method = spec.resolve(args.speculative_algorithm)
+    method = speculative.resolve(args.speculative_algorithm)
     extra = 0
     if method.speculative and args.speculative_draft_model_path:
         draft = _config(args.speculative_draft_model_path)

@@ -1,4 +1,4 @@
-"""SamplingParams and the logits -> probabilities -> token path (shared with serving.spec).
+"""SamplingParams and the logits -> probabilities -> token path (shared with serving.speculative).
 
 Greedy is temperature 0. Filtering order follows common servers: temperature, then top-k,
 then top-p (nucleus), renormalised. Randomness only ever comes from a torch.Generator the

@@ -60,7 +60,8 @@ def lab_hosts() -> Lab:
     if reason:
         pytest.skip(reason)
     count = int(os.environ.get("DDOPS_TEST_LAB_HOSTS", "2"))
-    env = lab_env("ddtst", "1")
+    # DDOPS_TEST_LAB / DDOPS_TEST_LAB_SUBNET let two test sessions (two checkouts) run side by side.
+    env = lab_env(os.environ.get("DDOPS_TEST_LAB", "ddtst"), os.environ.get("DDOPS_TEST_LAB_SUBNET", "1"))
     up = ddops(env, "lab", "up", "-n", str(count), timeout=1800)
     if up.returncode != 0:
         ddops(env, "lab", "down")

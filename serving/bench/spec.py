@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from serving.sampling import SamplingParams
-from serving.spec import MethodSpec, SpecOptions, decoder_factory, resolve
+from serving.speculative import MethodSpec, SpecOptions, decoder_factory, resolve
 
 PHASES = ("draft", "tree", "verify", "accept")
 

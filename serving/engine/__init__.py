@@ -1,4 +1,4 @@
-"""The generation engine: request queue, worker, decoders (plain AR here; speculative in serving.spec)."""
+"""The generation engine: request queue, worker, decoders (plain AR here; speculative in serving.speculative)."""
 
 from serving.engine.decoder import ARDecoder, Decoder
 from serving.engine.engine import Delta, Engine, EngineBusy, Failed, Finished, GenerationRequest

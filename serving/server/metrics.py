@@ -45,7 +45,7 @@ class Metrics:
         if engine is not None:
             self.avg_accept.set(engine.stats.avg_spec_accept_length)
             self.queue_depth.set(engine.queue.qsize())
-            spec = getattr(engine.decoder, "server_args", {})  # serving.spec.decoder.SpecDecoder
+            spec = getattr(engine.decoder, "server_args", {})  # serving.speculative.decoder.SpecDecoder
             self.spec_info.clear()
             self.spec_info.labels(algorithm=spec.get("speculative_algorithm") or "NONE",
                                   num_draft_tokens=str(spec.get("speculative_num_draft_tokens") or 0),

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from serving.spec.dflash import DFlashDraftModel, visible
+from serving.speculative.dflash import DFlashDraftModel, visible
 
 CACHE = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
 

@@ -28,11 +28,11 @@ CASES = [
     ("ddops-serve: preflight failed: draft fc input width 96 does not match target: "
      "3 target layers x hidden 48 = 144",
      "draft-target-width-mismatch", "preflight"),
-    # our runtime's start-up preflight (serving/spec/preflight.py), as the unit logs it
+    # our runtime's start-up preflight (serving/speculative/preflight.py), as the unit logs it
     ("PreflightError: draft expects 96 = 2 layers x 48 but the target provides 2 x 64 = 128; "
      "draft hidden_size 48 but the target hidden_size is 64 (embeddings and lm_head are shared)",
      "draft-target-width-mismatch", "preflight"),
-    ("serving.spec.preflight.PreflightError: draft expects 128 = 2 layers x 64 but the target "
+    ("serving.speculative.preflight.PreflightError: draft expects 128 = 2 layers x 64 but the target "
      "captured 192 features per token",
      "draft-target-width-mismatch", "pair the draft"),
     ("OSError: /var/lib/ddops/models/gone does not appear to have a file named config.json.",

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from serving.spec.preflight import PreflightError, check, derived_layer_ids, problems
+from serving.speculative.preflight import PreflightError, check, derived_layer_ids, problems
 
 TARGET_27B = {"hidden_size": 5120, "num_hidden_layers": 64, "vocab_size": 248320}
 DRAFT_27B = {"hidden_size": 5120, "num_hidden_layers": 5, "num_target_layers": 64, "vocab_size": 248320,
@@ -69,7 +69,7 @@ def test_command_line_runs_without_torch(tmp_path):
     (tmp_path / "draft/config.json").write_text(json.dumps(DRAFT_27B))
     (tmp_path / "target/config.json").write_text(json.dumps(dict(TARGET_27B, hidden_size=4096)))
     # torch import is poisoned: the preflight path must not need it
-    code = ("import sys; sys.modules['torch'] = None; from serving.spec.preflight import main; "
+    code = ("import sys; sys.modules['torch'] = None; from serving.speculative.preflight import main; "
             f"sys.exit(main([{str(tmp_path / 'draft')!r}, {str(tmp_path / 'target')!r}]))")
     bad = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert bad.returncode == 1 and "draft expects 25600 = 5 layers x 5120" in bad.stderr

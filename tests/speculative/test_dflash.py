@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from serving.spec import PreflightError
-from serving.spec.dflash import DFlashDrafter, DraftConfig, load_model, visible
+from serving.speculative import PreflightError
+from serving.speculative.dflash import DFlashDrafter, DraftConfig, load_model, visible
 from serving.tools import train_draft
 from serving.tools.tiny_draft import draft_config, random_model, save_draft
 

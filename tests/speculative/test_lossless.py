@@ -12,7 +12,7 @@ from serving.engine import Engine
 from serving.engine.stops import StopRule
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
-from serving.spec import METHODS, SpecOptions, decoder_factory
+from serving.speculative import METHODS, SpecOptions, decoder_factory
 
 TEXTS = ["The capital of France is", "def fibonacci(n):", "Servers listen on a port,", "A"]
 GREEDY = SamplingParams(temperature=0)

@@ -1,6 +1,6 @@
 """Will this draft run on this target? Decided from the two config.json dicts alone.
 
-Stdlib only, so it runs without torch or weights (`python -m serving.spec.preflight
+Stdlib only, so it runs without torch or weights (`python -m serving.speculative.preflight
 DRAFT_DIR TARGET_DIR`, locally or on a host over SSH). Every message names both sides.
 The same rules run at start-up before weights load; the captured width is checked
 again at the first forward (`check_captured`).
@@ -138,7 +138,7 @@ def read_config(path: str | Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (2, 3, 4):
-        print("usage: python -m serving.spec.preflight DRAFT TARGET [BLOCK_SIZE [BUDGET]]", file=sys.stderr)
+        print("usage: python -m serving.speculative.preflight DRAFT TARGET [BLOCK_SIZE [BUDGET]]", file=sys.stderr)
         return 2
     try:
         draft, target = read_config(args[0]), read_config(args[1])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.spec import METHODS, Needs, SpecOptions, build, decoder_factory, resolve
+from serving.speculative import METHODS, Needs, SpecOptions, build, decoder_factory, resolve
 from serving.sampling import SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def _name_comparisons(source: str, names: set[str]) -> list[int]:
 
 
 def test_no_code_outside_the_table_compares_a_method_name():
-    table = REPO / "serving/spec/__init__.py"
+    table = REPO / "serving/speculative/__init__.py"
     names = set(METHODS)
     hits = [f"{f.relative_to(REPO)}:{line}" for f in sorted((REPO / "serving").rglob("*.py")) if f != table
             for line in _name_comparisons(f.read_text(), names)]

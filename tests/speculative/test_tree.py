@@ -5,9 +5,9 @@ import math
 import torch
 
 from serving.models import KVCache
-from serving.spec.chain import ChainVerifier
-from serving.spec.ddtree import TreeVerifier
-from serving.spec.tree import chain_tree, heap_tree, surrogate, visibility, walk
+from serving.speculative.chain import ChainVerifier
+from serving.speculative.ddtree import TreeVerifier
+from serving.speculative.tree import chain_tree, heap_tree, surrogate, visibility, walk
 
 A, B, C, X, Y, Z = 10, 11, 12, 20, 21, 22
 ROOT = 99

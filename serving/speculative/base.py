@@ -59,7 +59,7 @@ class Verifier(Protocol):
     needs: Needs
 
     def plan(self, bonus: int, draft_logits: Any, budget_rows: int) -> Any:
-        """A `serving.spec.tree.Tree` with at most budget_rows rows (root included)."""
+        """A `serving.speculative.tree.Tree` with at most budget_rows rows (root included)."""
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ import torch
 
 from serving.models import inspect_checkpoint, load_model
 from serving.sampling import SamplingParams, logits_to_probs
-from serving.spec.base import Method
-from serving.spec.chain import ChainVerifier
-from serving.spec.ddtree import TreeVerifier
-from serving.spec.decoder import SpecDecoder
-from serving.spec.dflash import DFlashDrafter
-from serving.spec.tree import Tree
+from serving.speculative.base import Method
+from serving.speculative.chain import ChainVerifier
+from serving.speculative.ddtree import TreeVerifier
+from serving.speculative.decoder import SpecDecoder
+from serving.speculative.dflash import DFlashDrafter
+from serving.speculative.tree import Tree
 from serving.tools.tiny import random_weights, save_weights
 from serving.tools.tiny_draft import draft_config, random_model
 
@@ -93,7 +93,7 @@ def test_the_test_catches_a_biased_walk(pair, monkeypatch):
             path.append(row)
         return path, choices[row]
 
-    monkeypatch.setattr("serving.spec.decoder.walk", trust_the_draft)
+    monkeypatch.setattr("serving.speculative.decoder.walk", trust_the_draft)
     target, drafter = pair
     decoder = SpecDecoder(target, Method("biased", drafter, ChainVerifier(block_size=4)), capacity=32, seed=11)
     assert chi_square_p(sampled_counts(decoder), exact_distribution(target)) < 1e-6
