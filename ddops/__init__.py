@@ -1,6 +1,7 @@
 """ddops: deploy speculative-decoding LLM servers from YAML hardware profiles.
 
-Never imports `serving`; the contract between them is the unit's command line and HTTP
+Imports nothing of `serving` but `serving.contract` (stdlib only: method capabilities and the
+draft/target rules); the rest of the contract is the unit's command line and HTTP
 (see docs/contracts.md).
 """
 

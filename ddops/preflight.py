@@ -1,13 +1,9 @@
 """Ops-side draft/target check from the two config.json files (and the draft's safetensors
-header), read locally or over SSH. No torch: the serving side has its own check at start-up;
-this one runs before anything is started so a mismatched pair never reaches a host.
-
-Rules (research/engine.md "Config guards"):
-- every draft `target_layer_ids` entry names a target decoder layer that exists;
-- the draft's fc input width == len(target_layer_ids) x target hidden_size
-  (fc: [K * H_target] -> H_draft; width read from `fc.weight` in the safetensors header
-  when present, else assumed K x draft hidden_size, which is how drafts are built);
-- the draft's mask token id is inside the target vocabulary.
+header), read locally or over SSH, before anything is started, so a mismatched pair never
+reaches a host. The rules are the runtime's own (serving/contract/pairing.py, stdlib only):
+tapped layers exist, the draft's fc input width (read from `fc.weight` in the safetensors header
+when present) equals len(target_layer_ids) x target hidden_size, the mask token and vocabulary
+agree, the block size and budget are usable. This module only reads the files.
 """
 
 from __future__ import annotations
@@ -20,6 +16,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from serving.contract.pairing import Problem, problems, text_config
 
 
 class PreflightError(Exception):
@@ -41,66 +39,15 @@ class Pair:
     fc_in_features: int | None
 
 
-@dataclass(frozen=True)
-class Problem:
-    key: str                # the config key at fault, e.g. "draft fc.weight"
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.reason}"
-
-
-def target_layer_ids(draft: dict, target_layers: int) -> list[int]:
-    """The draft's tapped target layers; derived evenly when the config omits them."""
-    dflash = draft.get("dflash_config") or {}
-    ids = dflash.get("target_layer_ids", draft.get("target_layer_ids"))
-    if ids is not None:
-        return [int(i) for i in ids]
-    n = int(draft.get("num_hidden_layers", 1))
-    layers = int(draft.get("num_target_layers", target_layers))
-    if n == 1:
-        return [layers // 2]
-    return [round(1 + i * (layers - 4) / (n - 1)) for i in range(n)]
-
-
-def mask_token_id(draft: dict) -> int | None:
-    dflash = draft.get("dflash_config") or {}
-    value = dflash.get("mask_token_id", draft.get("mask_token_id"))
-    return None if value is None else int(value)
-
-
-def check_pair(pair: Pair) -> list[Problem]:
-    """Pure: every way the draft does not fit the target (empty list = fits)."""
-    target, draft = pair.target, pair.draft
-    layers = int(target["num_hidden_layers"])
-    hidden = int(target["hidden_size"])
-    vocab = int(target["vocab_size"])
-    ids = target_layer_ids(draft, layers)
-    problems = []
-    bad = [i for i in ids if not 0 <= i < layers]
-    if bad:
-        problems.append(Problem("draft dflash_config.target_layer_ids",
-                                f"layers {bad} do not exist in the target "
-                                f"({pair.target_path} has num_hidden_layers={layers})"))
-    width = pair.fc_in_features
-    source = "fc.weight"
-    if width is None:
-        width, source = len(ids) * int(draft["hidden_size"]), "hidden_size"
-    want = len(ids) * hidden
-    if width != want:
-        problems.append(Problem(f"draft {source}",
-                                f"draft fc input width {width} ({pair.draft_path}) does not match "
-                                f"target: {len(ids)} target layers x hidden_size {hidden} = {want} "
-                                f"({pair.target_path})"))
-    mask = mask_token_id(draft)
-    if mask is not None and not 0 <= mask < vocab:
-        problems.append(Problem("draft dflash_config.mask_token_id",
-                                f"{mask} is outside the target vocabulary (vocab_size={vocab})"))
-    return problems
+def check_pair(pair: Pair, block_size: int | None = None, budget: int | None = None) -> list[Problem]:
+    """Pure: every way the draft does not fit the target (empty list = fits); reasons name the paths."""
+    found = problems(pair.draft, pair.target, block_size, budget, pair.fc_in_features)
+    where = f" (draft {pair.draft_path}, target {pair.target_path})"
+    return [Problem(p.key, p.reason + where) for p in found]
 
 
 def read_pair(files: Files, target_path: str, draft_path: str) -> Pair:
-    return Pair(target_path, draft_path, _text_config(_read_config(files, target_path)),
+    return Pair(target_path, draft_path, text_config(_read_config(files, target_path)),
                 _read_config(files, draft_path), fc_in_features(files, draft_path))
 
 
@@ -146,11 +93,6 @@ def _read_config(files: Files, path: str) -> dict:
         return json.loads(files.read_text(config))
     except json.JSONDecodeError as err:
         raise PreflightError(f"{config}: not valid JSON ({err.msg} at line {err.lineno})") from None
-
-
-def _text_config(config: dict) -> dict:
-    # multimodal checkpoints (e.g. Qwen3.5) nest the language model's fields
-    return config["text_config"] if "hidden_size" not in config and "text_config" in config else config
 
 
 class LocalFiles:

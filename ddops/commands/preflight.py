@@ -62,7 +62,8 @@ def check_profile(prof, files, models: Path | None = None) -> list[Problem]:
     if prof.method.needs_draft and draft:
         problems += check_model_dir(files, where(draft), "draft")
         if not problems:
-            problems += check_pair(read_pair(files, target, where(draft)))
+            problems += check_pair(read_pair(files, target, where(draft)), prof.speculative.block_size,
+                                   prof.speculative.ddtree_budget)
     return problems
 
 

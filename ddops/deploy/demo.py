@@ -45,7 +45,7 @@ def cache() -> Path:
 
 
 def tools_key() -> str:
-    """Digest of the runtime's model tools (located, never imported: ddops does not import serving)."""
+    """Digest of the runtime's model tools (located, never imported: ddops imports only serving.contract)."""
     spec = importlib.util.find_spec("serving")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("demo: the bundled runtime (package serving) is not installed in this Python")
@@ -73,7 +73,7 @@ def services() -> list[Service]:
 
 
 def make_tiny_models() -> None:
-    """The runtime's tools write them (run as commands: ddops never imports serving), into a
+    """The runtime's tools write them (run as commands: ddops imports only serving.contract), into a
     temporary directory renamed into place, so a half-built pair is never pushed."""
     root = tiny_root()
     if all((root / name / "model.safetensors").is_file() for name in TINY_MODELS):

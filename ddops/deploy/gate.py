@@ -20,6 +20,7 @@ from typing import Callable
 import httpx
 
 from ddops.deploy.facts import UnitState
+from ddops.profile.methods import reported_algorithm
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,7 @@ def check_server_info(info: dict, spec: GateSpec) -> list[str]:
     problems = []
     if info.get("model_path") != spec.model_path:
         problems.append(f"model_path is {info.get('model_path')!r}, expected {spec.model_path!r}")
-    reported = info.get("speculative_algorithm")
-    reported = str(reported).upper() if reported not in (None, "", "NONE") else None
+    reported = reported_algorithm(info.get("speculative_algorithm"))
     if reported != spec.algorithm:
         problems.append(f"speculative_algorithm is {reported}, expected {spec.algorithm}")
     if spec.draft_path and info.get("speculative_draft_model_path") != spec.draft_path:

@@ -15,7 +15,7 @@ from ddops.profile.sglang_versions import VersionError, deprecations, flags_for,
 from ddops.render import command_line
 
 PROBE = ("import importlib.metadata as m\n"
-         "try:\n d = m.distribution('sglang')\nexcept m.PackageNotFoundError:\n print('none'); raise SystemExit\n"
+         "try:\n d = m.distribution('sglang')\nexcept m.PackageNotFoundError:\n print('absent'); raise SystemExit\n"
          "print(d.version)\n"
          "print(any('ddtree' in str(f) for f in (d.files or ())))\n")
 
@@ -35,7 +35,7 @@ def installed_version(remote, python: str) -> str | None:
 
 def parse_probe(stdout: str) -> str | None:
     lines = stdout.split()
-    if not lines or lines[0] == "none":
+    if not lines or lines[0] == "absent":
         return None
     return lines[0] + ("+ddtree" if len(lines) > 1 and lines[1] == "True" and "+" not in lines[0] else "")
 

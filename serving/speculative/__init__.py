@@ -1,13 +1,17 @@
-"""Speculative decoding methods. METHODS is the only place a method's name appears.
+"""Speculative decoding methods, built from the shared capability table.
 
-Each method is a drafter plus a verifier; what it needs (target layers to capture, tree
-attention, verify width) is derived from the built parts, never from the name. Heavy
-parts import lazily so that lookups and the config-only preflight need no torch.
+Method names live only in serving/contract/methods.py. This module maps each capability part
+(a drafter kind, a verifier kind) to its builder, so METHODS here is derived from the contract
+row by row; what a built method needs at run time (target layers to capture, tree attention,
+verify width) comes from the built parts, never from the name. Heavy parts import lazily so
+that lookups and the config-only preflight need no torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+from serving import contract
 
 from .base import Drafter, Method, MethodSpec, Needs, PreflightError, SpecOptions, Verifier
 
@@ -31,11 +35,18 @@ def _tree_verifier(options: SpecOptions, draft_config: dict) -> Verifier:
     return TreeVerifier(options.budget)
 
 
-METHODS: dict[str, MethodSpec] = {
-    "none": MethodSpec("none"),
-    "dflash": MethodSpec("dflash", drafter=_dflash_drafter, verifier=_chain_verifier),
-    "ddtree": MethodSpec("ddtree", drafter=_dflash_drafter, verifier=_tree_verifier, takes_budget=True),
-}
+DRAFTERS = {contract.DFLASH_DRAFTER: _dflash_drafter}
+VERIFIERS = {contract.CHAIN: _chain_verifier, contract.TREE: _tree_verifier}
+
+
+def _spec(name: str, caps: contract.Method) -> MethodSpec:
+    if not caps.is_speculative:
+        return MethodSpec(name)
+    return MethodSpec(name, drafter=DRAFTERS[caps.drafter], verifier=VERIFIERS[caps.verifier],
+                      takes_budget=caps.uses_tree_budget)
+
+
+METHODS: dict[str, MethodSpec] = {name: _spec(name, caps) for name, caps in contract.METHODS.items()}
 
 
 def resolve(name: str | None) -> MethodSpec:

@@ -5,7 +5,8 @@ import struct
 
 import pytest
 
-from ddops.preflight import LocalFiles, PreflightError, check_model_dir, check_pair, read_pair, target_layer_ids
+from ddops.preflight import LocalFiles, PreflightError, check_model_dir, check_pair, read_pair
+from serving.contract import derived_layer_ids, target_layer_ids
 
 
 def write_model(path, config, tensors):
@@ -43,18 +44,19 @@ def test_matching_pair_has_no_problems(tmp_path):
 def test_width_mismatch_names_both_sides_and_their_numbers(tmp_path):
     target = write_model(tmp_path / "t", {**TARGET, "hidden_size": 48}, {})
     draft = write_model(tmp_path / "d", draft_config(), {"model.fc.weight": [64, 128]})
-    [problem] = check_pair(read_pair(LocalFiles(), target, draft))
-    assert problem.key == "draft fc.weight"
-    assert "128" in problem.reason and "2 target layers x hidden_size 48 = 96" in problem.reason
-    assert target in problem.reason and draft in problem.reason
+    width, hidden = check_pair(read_pair(LocalFiles(), target, draft))
+    assert width.key == "draft fc.weight" and hidden.key == "draft hidden_size"
+    assert "draft expects 128 = 2 layers x 64 but the target provides 2 x 48 = 96" in width.reason
+    assert target in width.reason and draft in width.reason
 
 
 def test_width_falls_back_to_draft_hidden_size_without_weights(tmp_path):
     target = write_model(tmp_path / "t", TARGET, {})
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "config.json").write_text(json.dumps(draft_config(hidden=32)))
-    [problem] = check_pair(read_pair(LocalFiles(), target, str(tmp_path / "d")))
-    assert problem.key == "draft hidden_size" and "64" in problem.reason
+    width, hidden = check_pair(read_pair(LocalFiles(), target, str(tmp_path / "d")))
+    assert width.key == hidden.key == "draft hidden_size"
+    assert "draft expects 64 = 2 layers x 32 but the target provides 2 x 64 = 128" in width.reason
 
 
 def test_missing_layer_and_mask_outside_vocab(tmp_path):
@@ -66,8 +68,8 @@ def test_missing_layer_and_mask_outside_vocab(tmp_path):
 
 def test_layer_ids_derived_when_config_omits_them():
     # research/engine.md: L=36, n=5 -> [1, 9, 17, 25, 33]; L=64 -> [1, 16, 31, 46, 61]
-    assert target_layer_ids({"num_hidden_layers": 5, "num_target_layers": 36}, 36) == [1, 9, 17, 25, 33]
-    assert target_layer_ids({"num_hidden_layers": 5}, 64) == [1, 16, 31, 46, 61]
+    assert target_layer_ids({"num_hidden_layers": 5, "num_target_layers": 36}) == [1, 9, 17, 25, 33]
+    assert derived_layer_ids(64, 5) == [1, 16, 31, 46, 61]
 
 
 def test_missing_or_broken_config_is_one_line_naming_the_file(tmp_path):

@@ -67,7 +67,7 @@ def test_missing_sglang_is_a_problem_and_the_bundled_runtime_is_not_checked():
     assert check_flags(load_profile("cpu-ar", SHIPPED), "0.5.23") is None
 
 
-@pytest.mark.parametrize("stdout,expected", [("0.5.15\nFalse\n", "0.5.15"), ("none\n", None), ("", None),
+@pytest.mark.parametrize("stdout,expected", [("0.5.15\nFalse\n", "0.5.15"), ("absent\n", None), ("", None),
                                              ("0.5.23+ddtree\nTrue\n", "0.5.23+ddtree")])
 def test_parse_probe(stdout, expected):
     assert parse_probe(stdout) == expected

@@ -48,7 +48,8 @@ def test_block_and_budget_consistency():
 def test_missing_keys_are_named():
     draft = {k: v for k, v in DRAFT_27B.items() if k != "dflash_config"}
     assert "draft dflash_config.mask_token_id is missing" in problems(draft, TARGET_27B)
-    assert problems(DRAFT_27B, {"hidden_size": 1}) == ["target config lacks num_hidden_layers, vocab_size"]
+    assert problems(DRAFT_27B, {"hidden_size": 1}) == ["target num_hidden_layers is missing from config.json",
+                                                         "target vocab_size is missing from config.json"]
 
 
 def test_layer_ids_derive_as_the_reference_does():
