@@ -8,7 +8,6 @@ the host's installed SGLang), and predicts per GPU whether the profile fits. Exi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,7 +15,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, guarded, out
+from ddops import exits
+from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, out
 from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, host_gpu, local_reader,
                        needs_gpu, read_models, remote_reader)
 from ddops.fit.bundled import bundled_memory
@@ -28,9 +28,12 @@ from ddops.fit.verdict import Assessment, gib
 from ddops.inventory import load_inventory
 from ddops.preflight import PreflightError
 from ddops.profile import RUNTIMES, ConfigError, load_profile
-from ddops.remote import RemoteError, connect
 
-EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = 0, 1, 2
+from ddops.remote import RemoteError, connect
+from ddops.shell import print_json
+
+EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = exits.OK, exits.FAILED, exits.BAD_INPUT
+MEANING = {EXIT_FITS: "fits", EXIT_DOES_NOT_FIT: "does not fit"}
 ModelsOpt = Annotated[Optional[Path], typer.Option(
     "--models", envvar="DDOPS_FIT_MODELS",
     help="Read checkpoints from DIR/<basename of each model path> instead of the paths.")]
@@ -50,24 +53,25 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
             models: ModelsOpt = None, profiles_dir_: ProfilesDir = None, inventory: InventoryOpt = None,
             as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
     """Predict whether a profile fits its GPUs: weights, KV pool, hybrid state, fraction window."""
-    with guarded(debug, as_json, hint="hint: `ddops fit --help`; --models DIR reads local copies"):
-        resolved = load_profile(profile, profiles_dir_)
-        target_host = load_inventory(inventory).host(host) if host else None
-        card = _gpu(gpu, gpu_mem_gib, target_host)
-        loaded, flags = _models(resolved, target_host, models)
-        if RUNTIMES[resolved.runtime].memory_model == "exact":
-            _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, as_json)
-        if card is None:
-            raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
-                               "with a gpu in the inventory"])
-        assessment = fit_profile(resolved, card, loaded, tp)
-        if as_json:
-            print(json.dumps({**as_dict(resolved.name, assessment, loaded), "sglang": _flags_dict(flags)}, indent=2))
-        else:
-            _print(resolved.name, assessment, loaded)
-            _print_flags(flags)
-        ok = assessment.verdict.fits and not (flags and flags.problems)
-        raise typer.Exit(EXIT_FITS if ok else EXIT_DOES_NOT_FIT)
+    resolved = load_profile(profile, profiles_dir_)
+    target_host = load_inventory(inventory).host(host) if host else None
+    card = _gpu(gpu, gpu_mem_gib, target_host)
+    loaded, flags = _models(resolved, target_host, models)
+    if RUNTIMES[resolved.runtime].memory_model == "exact":
+        _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, as_json)
+    if card is None:
+        raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
+                           "with a gpu in the inventory"])
+    assessment = fit_profile(resolved, card, loaded, tp)
+    ok = assessment.verdict.fits and not (flags and flags.problems)
+    code = EXIT_FITS if ok else EXIT_DOES_NOT_FIT
+    if as_json:
+        print_json(code, meaning=MEANING[code], **as_dict(resolved.name, assessment, loaded),
+                   sglang=_flags_dict(flags))
+    else:
+        _print(resolved.name, assessment, loaded)
+        _print_flags(flags)
+    raise typer.Exit(code)
 
 
 def _gpu(kind: str | None, memory_gib: float | None, host) -> GpuKind | None:
@@ -187,13 +191,14 @@ def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) 
     usable = card.memory_bytes - CUDA_CONTEXT if card else None
     fits = usable is None or predicted.predicted_bytes <= usable
     where = f"{card.name} ({gib(usable)} usable)" if card else "CPU (no GPU to fit)"
+    code = EXIT_FITS if fits else EXIT_DOES_NOT_FIT
     if as_json:
-        print(json.dumps({"profile": profile.name, "runtime": profile.runtime, "fits": fits,
-                          "gpu": card.name if card else None, "memory": predicted.as_dict()}, indent=2))
+        print_json(code, meaning=MEANING[code], profile=profile.name, runtime=profile.runtime, fits=fits,
+                   gpu=card.name if card else None, memory=predicted.as_dict())
     else:
         out.print(f"fit {profile.name}: {profile.runtime} runtime on {where} will allocate "
                   f"{gib(predicted.predicted_bytes)}: weights {gib(predicted.weights_bytes)} in "
                   f"{predicted.dtype}, KV cache {gib(predicted.kv_cache_bytes)} for "
                   f"{predicted.kv_slots:,} slots", markup=False)
         out.print("[green]fits[/]" if fits else "[red]does not fit[/]")
-    raise typer.Exit(EXIT_FITS if fits else EXIT_DOES_NOT_FIT)
+    raise typer.Exit(code)

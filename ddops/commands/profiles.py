@@ -6,22 +6,22 @@ tracebacks only with --debug.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from ddops import exits
 from ddops.fit.checks import check_hosts
 from ddops.fit.profile_fit import local_reader
 from ddops.inventory import InventoryError, find_inventory, load_inventory
 from ddops.profile import ConfigError, Profile, list_profiles, load_profile, profiles_dir
 from ddops.profile.annotate import annotated_yaml, sources
 from ddops.render import Rendered, render
+from ddops.shell import print_json
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -31,51 +31,27 @@ ProfilesDir = Annotated[Optional[Path], typer.Option(
 InventoryOpt = Annotated[Optional[Path], typer.Option(
     "--inventory", "-i", envvar="DDOPS_INVENTORY", help="Inventory file.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
 HINT = "hint: fix the lines above, then `ddops validate`; `ddops show PROFILE` prints what a profile resolves to"
-
-
-@contextlib.contextmanager
-def guarded(debug: bool, as_json: bool, hint: str = HINT) -> Iterator[None]:
-    """Config problems -> exit 2, one line each; anything else -> one line, exit 1."""
-    try:
-        yield
-    except ConfigError as exc:
-        if as_json:
-            print(json.dumps({"ok": False, "problems": exc.problems}, indent=2))
-        else:
-            for line in exc.problems:
-                err.print(line, markup=False)
-            err.print(hint, markup=False, style="dim")
-        raise typer.Exit(2) from None
-    except (typer.Exit, typer.Abort, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        if debug:
-            raise
-        err.print(f"error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-                  markup=False)
-        raise typer.Exit(1) from None
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show tracebacks (same as the global --debug).")]
 
 
 def cmd_profiles(profiles_dir_: ProfilesDir = None, as_json: JsonOpt = False,
                  debug: DebugOpt = False) -> None:
     """List the profiles with their runtime, method and model."""
-    with guarded(debug, as_json):
-        rows = [_summary(name, profiles_dir_) for name in list_profiles(profiles_dir_)]
-        if as_json:
-            print(json.dumps(rows, indent=2))
-            return
-        table = Table(title=f"profiles in {profiles_dir(profiles_dir_)}")
-        for column in ("profile", "runtime", "method", "model", "extends"):
-            table.add_column(column, no_wrap=column == "profile", overflow="fold")
-        table.add_column("description", ratio=1)
-        for row in rows:
-            table.add_row(*(str(row[k] or "") for k in ("name", "runtime", "method", "model",
-                                                        "extends", "description")))
-        out.print(table)
-        if any(row["problems"] for row in rows):
-            err.print("some profiles are invalid: `ddops validate` lists the problems", style="yellow")
+    rows = [_summary(name, profiles_dir_) for name in list_profiles(profiles_dir_)]
+    if as_json:
+        print_json(exits.OK, profiles=rows)
+        return
+    table = Table(title=f"profiles in {profiles_dir(profiles_dir_)}")
+    for column in ("profile", "runtime", "method", "model", "extends"):
+        table.add_column(column, no_wrap=column == "profile", overflow="fold")
+    table.add_column("description", ratio=1)
+    for row in rows:
+        table.add_row(*(str(row[k] or "") for k in ("name", "runtime", "method", "model",
+                                                    "extends", "description")))
+    out.print(table)
+    if any(row["problems"] for row in rows):
+        err.print("some profiles are invalid: `ddops validate` lists the problems", style="yellow")
 
 
 def _summary(name: str, folder: Path | None) -> dict:
@@ -93,15 +69,14 @@ def cmd_show(profile: Annotated[str, typer.Argument(help="Profile name or YAML p
              profiles_dir_: ProfilesDir = None, as_json: JsonOpt = False,
              debug: DebugOpt = False) -> None:
     """Print the fully resolved profile, each value with the file it came from."""
-    with guarded(debug, as_json):
-        resolved = load_profile(profile, profiles_dir_)
-        if as_json:
-            print(json.dumps({"profile": resolved.model_dump(mode="json"), "files": list(resolved.files),
-                              "sources": sources(resolved)}, indent=2))
-            return
-        chain = " <- ".join(resolved.files)
-        out.print(f"# {resolved.name}: resolved from {chain}", markup=False, style="dim")
-        print(annotated_yaml(resolved), end="")
+    resolved = load_profile(profile, profiles_dir_)
+    if as_json:
+        print_json(exits.OK, profile=resolved.model_dump(mode="json"), files=list(resolved.files),
+                   sources=sources(resolved))
+        return
+    chain = " <- ".join(resolved.files)
+    out.print(f"# {resolved.name}: resolved from {chain}", markup=False, style="dim")
+    print(annotated_yaml(resolved), end="")
 
 
 def cmd_validate(profiles: Annotated[Optional[list[str]], typer.Argument(
@@ -113,29 +88,29 @@ def cmd_validate(profiles: Annotated[Optional[list[str]], typer.Argument(
                  as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
     """Check profiles and the inventory; exit 2 if anything is wrong. Warns (exit 0) when a
     profile is predicted not to fit the GPUs the inventory's hosts declare."""
-    with guarded(debug, as_json):
-        names = profiles or list_profiles(profiles_dir_)
-        # Rendering too: a profile is only valid if its unit can be written.
-        results = {name: _problems(lambda n=name: render(load_profile(n, profiles_dir_)))
-                   for name in names}
-        inv_path = find_inventory(inventory)
-        inv = {"path": str(inv_path) if inv_path else None,
-               "problems": _problems(lambda: load_inventory(inv_path)) if inv_path else []}
-        ok = not any(results.values()) and not inv["problems"]
-        warnings, notes = _fit_warnings(names, results, profiles_dir_, inv_path, inv, models)
-        if as_json:
-            print(json.dumps({"ok": ok, "profiles": {n: {"ok": not p, "problems": p,
-                                                         "warnings": warnings.get(n, [])}
-                                                     for n, p in results.items()},
-                              "inventory": {**inv, "ok": not inv["problems"]}, "notes": notes}, indent=2))
-        else:
-            _print_validation(results, inv)
-            for line in [w for ws in warnings.values() for w in ws]:
-                err.print(f"warning: {line}", markup=False, style="yellow")
-            for line in notes:
-                err.print(f"note: {line}", markup=False, style="dim")
-        if not ok:
-            raise typer.Exit(2)
+    names = profiles or list_profiles(profiles_dir_)
+    # Rendering too: a profile is only valid if its unit can be written.
+    results = {name: _problems(lambda n=name: render(load_profile(n, profiles_dir_)))
+               for name in names}
+    inv_path = find_inventory(inventory)
+    inv = {"path": str(inv_path) if inv_path else None,
+           "problems": _problems(lambda: load_inventory(inv_path)) if inv_path else []}
+    ok = not any(results.values()) and not inv["problems"]
+    warnings, notes = _fit_warnings(names, results, profiles_dir_, inv_path, inv, models)
+    if as_json:
+        print_json(exits.OK if ok else exits.BAD_INPUT,
+                   error=None if ok else "profiles or inventory have problems (listed per file)",
+                   profiles={n: {"ok": not p, "problems": p, "warnings": warnings.get(n, [])}
+                             for n, p in results.items()},
+                   inventory={**inv, "ok": not inv["problems"]}, notes=notes)
+    else:
+        _print_validation(results, inv)
+        for line in [w for ws in warnings.values() for w in ws]:
+            err.print(f"warning: {line}", markup=False, style="yellow")
+        for line in notes:
+            err.print(f"note: {line}", markup=False, style="dim")
+    if not ok:
+        raise typer.Exit(2)
 
 
 def _fit_warnings(names, results, folder, inv_path, inv, models) -> tuple[dict[str, list[str]], list[str]]:
@@ -190,17 +165,16 @@ def cmd_render(profile: Annotated[str, typer.Argument(help="Profile name or YAML
                profiles_dir_: ProfilesDir = None, inventory: InventoryOpt = None,
                as_json: JsonOpt = False, debug: DebugOpt = False) -> None:
     """Render the systemd unit and env file (secrets are never resolved here)."""
-    with guarded(debug, as_json):
-        resolved = load_profile(profile, profiles_dir_)
-        target = load_inventory(inventory).host(host) if host else None
-        rendered = render(resolved, target, unit_name=unit_name, port=port)
-        if out_dir is not None:
-            _write(rendered, out_dir, as_json)
-        elif as_json:
-            print(json.dumps(_as_dict(rendered), indent=2))
-        else:
-            print(f"# --- {rendered.unit_path} ---\n{rendered.unit_text}", end="")
-            print(f"# --- {rendered.env_path} (mode 0600) ---\n{rendered.env_text}", end="")
+    resolved = load_profile(profile, profiles_dir_)
+    target = load_inventory(inventory).host(host) if host else None
+    rendered = render(resolved, target, unit_name=unit_name, port=port)
+    if out_dir is not None:
+        _write(rendered, out_dir, as_json)
+    elif as_json:
+        print_json(exits.OK, **_as_dict(rendered))
+    else:
+        print(f"# --- {rendered.unit_path} ---\n{rendered.unit_text}", end="")
+        print(f"# --- {rendered.env_path} (mode 0600) ---\n{rendered.env_text}", end="")
 
 
 def _as_dict(rendered: Rendered) -> dict:
@@ -218,8 +192,8 @@ def _write(rendered: Rendered, out_dir: Path, as_json: bool) -> None:
         handle.write(rendered.env_text)
     os.chmod(env_file, 0o600)
     if as_json:
-        print(json.dumps({"unit_file": str(unit_file), "env_file": str(env_file),
-                          "content_hash": rendered.content_hash}, indent=2))
+        print_json(exits.OK, unit_file=str(unit_file), env_file=str(env_file),
+                   content_hash=rendered.content_hash)
     else:
         out.print(f"wrote {unit_file}\nwrote {env_file} (mode 0600)", markup=False)
 

@@ -23,13 +23,15 @@ from ddops.deploy.plan import Desired, Plan, make_plan
 from ddops.deploy.revert import revert, take_backup
 from ddops.deploy.tunnel import reachable
 from ddops.diagnose import Finding, diagnose
+from ddops import exits
 from ddops.remote import RemoteError
 
 q = shlex.quote
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_REVERT_FAILED, EXIT_LOCKED = 0, 1, 2, 3, 4
-MEANING = {EXIT_OK: "success", EXIT_GATE_FAILED: "gate failed and reverted", EXIT_BAD_INPUT: "bad input",
-           EXIT_REVERT_FAILED: "revert failed, host needs an operator", EXIT_LOCKED: "lock held"}
+# names kept for the deploy engine's callers; the codes are ddops.exits's
+EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = exits.OK, exits.FAILED, exits.BAD_INPUT
+EXIT_REVERT_FAILED, EXIT_LOCKED = exits.NEEDS_OPERATOR, exits.LOCKED
+MEANING = exits.MEANING
 
 
 @dataclass

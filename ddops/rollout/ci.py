@@ -14,10 +14,9 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-OK, GATE_FAILED, BAD_INPUT, NEEDS_OPERATOR, LOCK_HELD = 0, 1, 2, 3, 4
-MEANING = {OK: "success", GATE_FAILED: "gate failed and reverted", BAD_INPUT: "bad input",
-           NEEDS_OPERATOR: "revert failed, host needs an operator", LOCK_HELD: "lock held",
-           130: "interrupted; run again to resume"}
+from ddops.exits import BAD_INPUT, MEANING, NEEDS_OPERATOR, OK
+from ddops.exits import FAILED as GATE_FAILED
+from ddops.exits import LOCKED as LOCK_HELD
 
 
 class BadInput(ValueError):

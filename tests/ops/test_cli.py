@@ -81,7 +81,7 @@ def test_validate_table_names_each_profile():
 def test_profiles_lists_runtime_and_method():
     result = invoke("profiles", "--json")
     assert result.exit_code == 0, result.output
-    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    rows = {row["name"]: row for row in json.loads(result.stdout)["profiles"]}
     assert rows["cpu-ddtree"]["method"] == "ddtree" and rows["cpu-ddtree"]["runtime"] == "bundled"
     assert rows["a6000-balanced"]["extends"] == "a6000-base"
     table = invoke("profiles")

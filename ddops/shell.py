@@ -1,0 +1,131 @@
+"""The shell every ddops command runs in: global options, the one mapping from an escaped
+exception to an exit code, and the JSON envelope every `--json` document shares.
+
+Results go to stdout; narration, errors and hints go to stderr (in the JSON channels the error
+is also in the document). A traceback is shown only with the global `--debug`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import click
+import typer
+from pydantic import BaseModel, ConfigDict
+
+from ddops import exits
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Options:
+    debug: bool = False
+
+
+OPTIONS = Options()
+
+
+class Envelope(BaseModel):
+    """What every JSON document of ddops starts with; the command's own fields follow."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    ok: bool
+    exit_code: int
+    meaning: str
+    error: str | None = None
+    hint: str | None = None
+
+
+def envelope(code: int, error: str | None = None, hint: str | None = None, meaning: str | None = None,
+             **fields: Any) -> dict:
+    """One JSON document: the envelope (validated) and then the command's fields."""
+    head = Envelope(ok=code == exits.OK, exit_code=code, meaning=meaning or exits.meaning(code),
+                    error=error, hint=hint)
+    return {**head.model_dump(), **{k: v for k, v in fields.items() if k not in Envelope.model_fields}}
+
+
+def print_json(code: int, **fields: Any) -> None:
+    print(json.dumps(envelope(code, **fields), indent=1, default=str))
+
+
+def _error_table() -> list[tuple[type, int, str]]:
+    """(exception type, exit code, hint), first match wins; imported late so `ddops --help` stays fast."""
+    from ddops.deploy.apply import RecoveryFailed
+    from ddops.deploy.lock import LockHeld
+    from ddops.deploy.ops import OpsError
+    from ddops.fit.model import ModelFactsError
+    from ddops.preflight import PreflightError
+    from ddops.profile.yamlfile import ConfigError
+    from ddops.remote import RemoteError
+    from ddops.rollout.ci import BadInput
+    from ddops.rollout.compare import SettingsError
+    from ddops.rollout.prompts import PromptFileError
+    from ddops.rollout.waves import PlanError
+    return [
+        (ConfigError, exits.BAD_INPUT, "fix the lines above, then `ddops validate`; `ddops show PROFILE` prints what a profile resolves to"),
+        ((BadInput, OpsError, PreflightError, ModelFactsError, PlanError, PromptFileError, SettingsError),
+         exits.BAD_INPUT, ""),
+        (LockHeld, exits.LOCKED, "wait for the holder to finish: `ddops status --host NAME` shows it"),
+        (RecoveryFailed, exits.NEEDS_OPERATOR, "`ddops status --host NAME`, then `ddops rollback --host NAME`"),
+        (RemoteError, exits.NEEDS_OPERATOR, "the host may be mid-change: `ddops status --host NAME`"),
+    ]
+
+
+def classify(exc: BaseException) -> tuple[int, str, bool]:
+    """Exit code, hint, and whether ddops expects this kind of failure (else: a bug, shown with its type)."""
+    for kinds, code, hint in _error_table():
+        if isinstance(exc, kinds):
+            return code, hint, True
+    code = getattr(exc, "exit_code", None)  # lab and install errors carry their own
+    if isinstance(code, int):
+        return code, "", True
+    return exits.FAILED, "rerun with --debug for the traceback", False
+
+
+def one_line(exc: BaseException) -> str:
+    problems = getattr(exc, "problems", None)
+    if problems:
+        return "; ".join(problems)
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def guard(command: Callable) -> Callable:
+    """Wrap a command so any exception it lets escape becomes its exit code (ddops.cli applies it
+    to every command). Typer reads the wrapped signature through functools.wraps."""
+    @functools.wraps(command)
+    def guarded(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+            raise
+        except Exception as exc:
+            if OPTIONS.debug or kwargs.get("debug"):
+                raise
+            channel = "events" if kwargs.get("json_events") else \
+                "json" if kwargs.get("as_json") or kwargs.get("json_doc") else "human"
+            raise typer.Exit(report(exc, channel)) from None
+    return guarded
+
+
+def report(exc: BaseException, channel: str = "human") -> int:
+    """Print an escaped exception the way every command prints errors; return its exit code.
+    channel: human (stderr only), json (one document on stdout), events (a final result line)."""
+    code, hint, expected = classify(exc)
+    message = one_line(exc) if expected else f"{type(exc).__name__}: {one_line(exc)}"
+    problems = list(getattr(exc, "problems", None) or [])
+    if channel != "human":
+        doc = envelope(code, error=message, hint=hint or None, **({"problems": problems} if problems else {}))
+        print(json.dumps({"event": "result", **doc} if channel == "events" else doc, default=str))
+    for line in problems or [f"error: {message}"]:
+        print(line, file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+    return code
