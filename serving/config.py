@@ -39,6 +39,11 @@ class ServerArgs:
     log_level: str = "info"
     max_request_bytes: int = 1 << 20
     health_generate_timeout: float = 30.0
+    health_generate_cache_ttl: float = 1.0
+    metrics_require_api_key: bool = False
+    timeout_keep_alive: float = 5.0
+    timeout_request_headers: float = 10.0
+    timeout_request_body: float = 30.0
 
     def public(self) -> dict:
         """Resolved arguments as /server_info reports them (never the API key)."""
@@ -76,7 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
     p.add_argument("--max-request-bytes", type=_positive_int, default=1 << 20,
                    help="larger request bodies get 413")
-    p.add_argument("--health-generate-timeout", type=float, default=30.0)
+    p.add_argument("--health-generate-timeout", type=_positive_float, default=30.0)
+    p.add_argument("--health-generate-cache-ttl", type=_non_negative_float, default=1.0,
+                   help="seconds one /health_generate probe's result answers every caller; one probe "
+                        "runs at a time, so unkeyed probes cannot crowd out requests")
+    p.add_argument("--metrics-require-api-key", action="store_true",
+                   help="/metrics needs the API key too (default: open, for scrapers)")
+    p.add_argument("--timeout-keep-alive", type=_positive_float, default=5.0,
+                   help="close a keep-alive connection idle this many seconds")
+    p.add_argument("--timeout-request-headers", type=_positive_float, default=10.0,
+                   help="close a connection whose request headers are not complete in this many seconds")
+    p.add_argument("--timeout-request-body", type=_positive_float, default=30.0,
+                   help="close a connection whose request body is not complete in this many seconds")
     return p
 
 
@@ -130,6 +146,20 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a non-negative number of seconds")
     return value
 
 

@@ -1,6 +1,7 @@
 """SamplingParams and the logits -> probabilities -> token path (shared with serving.speculative).
 
-Greedy is temperature 0. Filtering order follows common servers: temperature, then top-k,
+Greedy is temperature 0 (below MIN_TEMPERATURE: the T -> 0 limit, since float32 cannot
+divide logits by a denormal temperature without inf/nan probabilities). Filtering order follows common servers: temperature, then top-k,
 then top-p (nucleus), renormalised. Randomness only ever comes from a torch.Generator the
 caller seeds, so a request with a seed is reproducible.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+MIN_TEMPERATURE = 1e-5     # below this, sampling is the argmax (the same cut-off vLLM uses)
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        return self.temperature < MIN_TEMPERATURE or self.top_k == 1
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -51,10 +54,13 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    # keep the smallest prefix of the sorted distribution whose mass reaches top_p (always >= 1 token)
+    # keep the smallest prefix of the sorted distribution whose mass reaches top_p; the most likely
+    # token always stays, even when top_p (say 1e-300) rounds to 0 in float32
     sorted_probs, order = probs.sort(-1, descending=True)
     mass_before = sorted_probs.cumsum(-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    drop = mass_before >= top_p
+    drop[..., 0] = False
+    sorted_probs = sorted_probs.masked_fill(drop, 0.0)
     kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     return kept / kept.sum(-1, keepdim=True)
 

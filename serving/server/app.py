@@ -7,8 +7,6 @@ error; nothing a client sends can stop the server.
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,14 +17,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serving import __version__, memory
-from serving.engine import Delta, Engine, EngineBusy, Failed, GenerationRequest, StopRule
+from serving.engine import Delta, Engine, Failed, StopRule
 from serving.sampling import SamplingParams
+from serving.server import openapi
 from serving.server import responses as R
+from serving.server.generation import Admitted, HealthProbe
+from serving.server.guard import Guard, error_response
 from serving.server.metrics import Metrics
 from serving.server.protocol import DEFAULT_MAX_TOKENS, APIError, CompletionSpec, parse_json, parse_request
 
 log = logging.getLogger("serving.server")
-OPEN_PATHS = ("/health", "/health_generate", "/metrics")
 
 
 @dataclass
@@ -44,56 +44,37 @@ class AppState:
         return self.engine is not None
 
 
+def open_paths(args) -> tuple[str, ...]:
+    """Paths served without the API key: health checks, and /metrics unless --metrics-require-api-key."""
+    return ("/health", "/health_generate") + (() if args.metrics_require_api_key else ("/metrics",))
+
+
 def create_app(state: AppState) -> FastAPI:
-    app = FastAPI(title="ddops serving", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="ddops serving", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json")
     app.state.serving = state
-    _install_guards(app, state)
-    _install_routes(app, state)
-    return app
-
-
-def _install_guards(app: FastAPI, state: AppState) -> None:
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        path = request.url.path
-        try:
-            _authorize(request, state.args.api_key, path)
-            _check_length(request, state.args.max_request_bytes)
-            response = await call_next(request)
-        except APIError as e:
-            response = _error(e)
-        state.metrics.requests.labels(path if path in KNOWN_PATHS else "other", str(response.status_code)).inc()
-        return response
+    args = state.args
+    app.add_middleware(Guard, api_key=args.api_key, open_paths=open_paths(args),
+                       body_limit=args.max_request_bytes, count=_counter(state))
 
     @app.exception_handler(APIError)
     async def api_error(_, e: APIError):
-        return _error(e)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_, e: Exception):      # still JSON; the traceback goes to the log
-        log.exception("unexpected error")
-        return _error(APIError(500, f"internal error: {type(e).__name__}", code="internal_error",
-                               kind="server_error"))
+        return error_response(e)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_, e: StarletteHTTPException):
-        return _error(APIError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None))
+        return error_response(APIError(e.status_code, str(e.detail),
+                                       code="not_found" if e.status_code == 404 else None))
+
+    _install_routes(app, state)
+    openapi.install(app)
+    return app
 
 
-def _authorize(request: Request, api_key: str | None, path: str) -> None:
-    if not api_key or path in OPEN_PATHS:
-        return
-    sent = request.headers.get("authorization", "").encode()
-    if not hmac.compare_digest(sent, f"Bearer {api_key}".encode()):   # constant time
-        raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
-                       code="invalid_api_key", kind="authentication_error")
-
-
-def _check_length(request: Request, limit: int) -> None:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit}",
-                       code="request_too_large")
+def _counter(state: AppState):
+    def count(path: str, status: int) -> None:
+        state.metrics.requests.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
+    return count
 
 
 async def _read_json(request: Request, limit: int) -> dict:
@@ -105,44 +86,35 @@ async def _read_json(request: Request, limit: int) -> dict:
     return parse_json(bytes(body))
 
 
-def _error(e: APIError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
-
-
 # The prefill commits the first token; a second needs one decoder round: with a speculative
 # method, one draft + verify, so the probe exercises the drafter and the verifier too.
 HEALTH_TOKENS = 2
 KNOWN_PATHS = ("/health", "/health_generate", "/server_info", "/metrics", "/v1/models",
-               "/v1/completions", "/v1/chat/completions")
+               "/v1/completions", "/v1/chat/completions", "/openapi.json")
 
 
 def _install_routes(app: FastAPI, state: AppState) -> None:
     args = state.args
+    probe = HealthProbe(lambda: _health_generation(state), args.health_generate_cache_ttl)
 
-    @app.get("/health")
+    @app.get("/health", **openapi.HEALTH)
     async def health():
         return JSONResponse({"status": "ok" if state.ready else "loading"}, status_code=200 if state.ready else 503)
 
-    @app.get("/health_generate")
+    @app.get("/health_generate", **openapi.HEALTH_GENERATE)
     async def health_generate():
         if not state.ready:
             return JSONResponse({"status": "loading"}, status_code=503)
-        probe = state.tokenizer.encode("Hello", prompt=True) or [0]
-        rule = StopRule(max_new_tokens=HEALTH_TOKENS)     # no stop ids: EOS cannot end it before a round
-        try:
-            finished = await _run(state, probe, SamplingParams(temperature=0), rule,
-                                  timeout=args.health_generate_timeout)
-        except (asyncio.TimeoutError, APIError, RuntimeError) as e:
-            return JSONResponse({"status": "unhealthy", "reason": str(e) or "timeout"}, status_code=503)
-        return {"status": "ok", "tokens": list(finished.token_ids), "rounds": finished.usage.rounds}
+        status, body = await probe.outcome()
+        return JSONResponse(body, status_code=status)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", **openapi.MODELS)
     async def models():
         return {"object": "list", "data": [{"id": args.served_model_name, "object": "model",
                                             "created": int(state.started), "owned_by": "ddops",
                                             "root": args.model_path, "max_model_len": args.context_length}]}
 
-    @app.get("/server_info")
+    @app.get("/server_info", **openapi.SERVER_INFO)
     async def server_info():
         stats = state.engine.stats.snapshot() if state.ready else {
             "avg_spec_accept_length": 1.0, "last_gen_throughput": 0.0, "num_requests_total": 0}
@@ -153,31 +125,42 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
             info["memory"] = memory.report(state.engine.decoder, args)
         return info
 
-    @app.get("/metrics")
+    @app.get("/metrics", **openapi.METRICS)
     async def metrics():
         return Response(state.metrics.render(state.engine), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", **openapi.completion_route("completion"))
     async def completions(request: Request):
         return await _complete(state, request, "completion")
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", **openapi.completion_route("chat"))
     async def chat_completions(request: Request):
         return await _complete(state, request, "chat")
+
+
+async def _health_generation(state: AppState) -> dict:
+    probe = state.tokenizer.encode("Hello", prompt=True) or [0]
+    rule = StopRule(max_new_tokens=HEALTH_TOKENS)     # no stop ids: EOS cannot end it before a round
+    admitted = Admitted(state.engine, probe, SamplingParams(temperature=0), rule)
+    finished = await admitted.result(timeout=state.args.health_generate_timeout)
+    return {"status": "ok", "tokens": list(finished.token_ids), "rounds": finished.usage.rounds}
 
 
 async def _complete(state: AppState, request: Request, kind: str):
     spec = parse_request(await _read_json(request, state.args.max_request_bytes), kind,
                          state.args.served_model_name)
     if not state.ready:
-        raise APIError(503, "the model is still loading", code="loading", kind="server_error")
+        raise APIError(503, "the model is still loading", code="loading", kind="server_error", retry_after=5)
     prompt_ids = _prompt_ids(state, spec)
     rule = _stop_rule(state, spec, prompt_ids)
     model = state.args.served_model_name
+    # admitted before any response starts: a full queue is a 503, never a 200 with an empty stream
+    admitted = Admitted(state.engine, prompt_ids, spec.sampling, rule, request.receive)
     if spec.stream:
-        return StreamingResponse(_stream(state, spec, prompt_ids, rule, model), media_type="text/event-stream",
+        return StreamingResponse(_stream(state, spec, admitted, model), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    finished = await _run(state, prompt_ids, spec.sampling, rule)
+    finished = await admitted.result()
+    state.metrics.observe(finished.usage)
     return R.final_body(kind, R.new_id(kind), model, finished)
 
 
@@ -214,45 +197,18 @@ def _stop_rule(state: AppState, spec: CompletionSpec, prompt_ids: list[int]) -> 
     return StopRule(max_new_tokens=max_new, stop_strings=spec.stop, stop_ids=frozenset(stop_ids))
 
 
-def _submit(state: AppState, prompt_ids, sampling, rule) -> tuple[GenerationRequest, asyncio.Queue]:
-    loop, events = asyncio.get_running_loop(), asyncio.Queue()
-    request = GenerationRequest(prompt_ids, sampling, rule, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
-    try:
-        state.engine.submit(request)
-    except EngineBusy as e:
-        raise APIError(503, str(e), code="server_busy", kind="server_error") from None
-    return request, events
-
-
-async def _run(state: AppState, prompt_ids, sampling, rule, timeout: float | None = None):
-    request, events = _submit(state, prompt_ids, sampling, rule)
-    try:
-        async with asyncio.timeout(timeout):
-            while isinstance(event := await events.get(), Delta):
-                pass
-    finally:
-        request.cancelled.set()      # a no-op when finished; stops the worker if we gave up
-    if isinstance(event, Failed):
-        raise APIError(500, event.message, code="generation_failed", kind="server_error")
-    state.metrics.observe(event.usage)
-    return event
-
-
-async def _stream(state: AppState, spec: CompletionSpec, prompt_ids, rule, model: str):
+async def _stream(state: AppState, spec: CompletionSpec, admitted: Admitted, model: str):
     kind, rid = spec.kind, R.new_id(spec.kind)
-    request, events = _submit(state, prompt_ids, spec.sampling, rule)
-    try:
-        if kind == "chat":
-            yield R.sse(R.chunk(kind, rid, model, None, first=True))
-        while isinstance(event := await events.get(), Delta):
-            yield R.sse(R.chunk(kind, rid, model, event.text))
+    if kind == "chat":
+        yield R.sse(R.chunk(kind, rid, model, None, first=True))
+    async for event in admitted.deltas():
         if isinstance(event, Failed):
             yield R.sse(APIError(500, event.message, code="generation_failed", kind="server_error").body())
+        elif isinstance(event, Delta):
+            yield R.sse(R.chunk(kind, rid, model, event.text))
         else:
             state.metrics.observe(event.usage)
             yield R.sse(R.chunk(kind, rid, model, None, finish_reason=event.finish_reason))
             if spec.include_usage:
                 yield R.sse(R.usage_chunk(kind, rid, model, event.usage))
-        yield R.sse("[DONE]")
-    finally:
-        request.cancelled.set()      # client went away: the worker stops after its current round
+    yield R.sse("[DONE]")

@@ -14,15 +14,24 @@ from serving.sampling import SamplingParams
 ROLES = ("system", "developer", "user", "assistant", "tool")
 DEFAULT_MAX_TOKENS = {"completion": 16, "chat": 128}
 MAX_STOP_STRINGS = 16
-# fields we do not implement -> the value that means "off" (anything else is refused, not ignored)
-UNSUPPORTED = {"logprobs": False, "top_logprobs": 0, "echo": False, "best_of": 1, "suffix": ""}
+MAX_DEPTH = 32                 # request bodies nest a few levels; deeper is refused, never recursed into
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)     # what torch.Generator.manual_seed takes
+# fields we do not implement -> the values that mean "off" (anything else is refused, not ignored)
+UNSUPPORTED = {"logprobs": (False,), "top_logprobs": (0,), "echo": (False,), "best_of": (1,), "suffix": ("",),
+               "response_format": ({"type": "text"},), "tools": ([],), "tool_choice": ("none",),
+               "functions": ([],), "function_call": ("none",), "logit_bias": ({},),
+               "presence_penalty": (0,), "frequency_penalty": (0,), "repetition_penalty": (1,)}
 
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, kind: str = "invalid_request_error"):
+                 code: str | None = None, kind: str = "invalid_request_error", retry_after: int | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+        self.retry_after = retry_after           # seconds, sent as Retry-After (503 server_busy)
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
@@ -43,19 +52,60 @@ class CompletionSpec:
 
 
 def parse_json(body: bytes) -> dict:
+    """Strict UTF-8 JSON object; NaN/Infinity literals, 4,300+ digit numbers and deep nesting are 400s."""
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+    except UnicodeDecodeError as e:
+        raise APIError(400, f"request body is not valid UTF-8 (byte {e.start})", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, f"request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json") from None
+    except ValueError as e:                  # JSONDecodeError, or an integer with too many digits
         raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
     return data
 
 
+def _refuse_constant(name: str):
+    raise APIError(400, f"request body is not valid JSON: {name} is not a JSON number", code="invalid_json")
+
+
+def check_tree(data) -> None:
+    """Refuse nesting deeper than MAX_DEPTH and strings holding unpaired surrogates, naming where.
+
+    Iterative, so no body can exhaust the interpreter's stack; surrogates (JSON escapes such as
+    "\\ud800") are text that UTF-8 cannot carry: the tokenizer and the response encoder would fail.
+    """
+    stack = [(data, None, 1)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise APIError(400, f"request body is nested deeper than {MAX_DEPTH} levels", where, "invalid_json")
+        if isinstance(value, str):
+            _check_text(value, where)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                _check_text(key, where)
+                stack.append((item, f"{where}.{key}" if where else key, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+
+
+def _check_text(text: str, where: str | None) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise APIError(400, f"{where or 'a key'} holds an unpaired UTF-16 surrogate at index {e.start}; "
+                            "send valid Unicode text", where, "invalid_value") from None
+
+
 def parse_request(data: dict, kind: str, served_model: str) -> CompletionSpec:
+    check_tree(data)
     _check_model(data, served_model)
     for key, off in UNSUPPORTED.items():
-        if data.get(key) not in (None, off):
+        if data.get(key) is not None and not _is_off(data[key], off):
             raise APIError(400, f"'{key}' is not supported by this server", key, "unsupported")
     if _get(data, "n", int, 1) != 1:
         raise APIError(400, "only n=1 is supported", "n", "unsupported")
@@ -94,8 +144,20 @@ def _sampling(data: dict) -> SamplingParams:
     top_k = _get(data, "top_k", int, -1)
     if top_k < -1:
         raise APIError(400, "top_k must be -1 or 0 (off) or >= 1", "top_k", "invalid_value")
-    return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k or -1,
-                          seed=_get(data, "seed", int, None))
+    seed = _get(data, "seed", int, None)
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise APIError(400, "seed must be a 64-bit integer (-2**63 to 2**64-1)", "seed", "invalid_value")
+    return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k or -1, seed=seed)
+
+
+def _is_off(value, off: tuple) -> bool:
+    # bool is an int in Python: True must not pass as 1, nor False as 0
+    return any(type(value) is type(o) and value == o or _is_number(value) and _is_number(o) and value == o
+               for o in off)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _prompt(data: dict) -> str | tuple[int, ...]:

@@ -23,6 +23,7 @@ from serving.engine.build import build_decoder_factory
 from serving.models import ModelError, inspect_checkpoint, load_model
 from serving.models.tokenizer import Tokenizer
 from serving.server.app import AppState, create_app
+from serving.server.connections import guarded_protocol, raise_open_files_limit
 
 log = logging.getLogger("serving")
 
@@ -38,9 +39,8 @@ def serve(args: ServerArgs) -> int:
         return 1
     state = AppState(args, tokenizer, eos_ids=eos_ids(args.model_path, checkpoint.config, tokenizer),
                      vocab_size=checkpoint.config.vocab_size)
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host=args.host, port=args.port,
-                                           log_level=args.log_level, access_log=False,
-                                           timeout_graceful_shutdown=5))
+    raise_open_files_limit()
+    server = uvicorn.Server(uvicorn_config(create_app(state), args))
     failure: list[str] = []
     loader = threading.Thread(target=_load, args=(state, checkpoint, server, failure), daemon=True)
     loader.start()
@@ -51,6 +51,12 @@ def serve(args: ServerArgs) -> int:
         print(f"error: {failure[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def uvicorn_config(app, args: ServerArgs) -> uvicorn.Config:
+    return uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                          timeout_graceful_shutdown=5, timeout_keep_alive=args.timeout_keep_alive,
+                          http=guarded_protocol(args.timeout_request_headers, args.timeout_request_body))
 
 
 def _load(state: AppState, checkpoint, server: uvicorn.Server, failure: list[str]) -> None:

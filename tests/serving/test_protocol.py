@@ -58,3 +58,36 @@ def test_body_must_be_a_json_object(raw):
     with pytest.raises(APIError) as info:
         parse_json(raw)
     assert info.value.status == 400 and info.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"prompt": "a\ud800"}, "prompt"),
+    ({"prompt": "hi", "model": "\udfff"}, "model"),
+    ({"prompt": "hi", "stop": ["x", "\ud83d"]}, "stop[1]"),
+    ({"prompt": "hi", "extra": {"\ud800": 1}}, "extra"),
+    ({"prompt": "hi", "seed": 2**64}, "seed"),
+    ({"prompt": "hi", "logprobs": 0}, "logprobs"),             # 0 is not False: only the off value passes
+    ({"prompt": "hi", "presence_penalty": True}, "presence_penalty"),
+    ({"prompt": "hi", "response_format": {"type": "json_object"}}, "response_format"),
+])
+def test_invalid_text_and_unimplemented_values_are_400s(body, param):
+    with pytest.raises(APIError) as info:
+        parse_request(body, "completion", "m")
+    assert (info.value.status, info.value.param) == (400, param)
+
+
+def test_off_values_and_paired_surrogates_pass():
+    spec = parse_request({"prompt": "smile \U0001F600", "presence_penalty": 0.0, "frequency_penalty": 0,
+                          "tools": [], "logit_bias": {}, "seed": -2**63}, "completion", "m")
+    assert spec.prompt == "smile \U0001F600" and spec.sampling.seed == -2**63
+
+
+def test_nesting_is_bounded_without_recursion():
+    deep = {"prompt": "hi", "x": []}
+    inner = deep["x"]
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    with pytest.raises(APIError) as info:
+        parse_request(deep, "completion", "m")
+    assert info.value.status == 400 and info.value.code == "invalid_json"

@@ -56,3 +56,11 @@ def test_samples_follow_the_distribution():
 def test_invalid_params_rejected(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1e-45, 1.0), (5e-324, 0.5), (1.0, 1e-300), (2.0, 5e-324)])
+def test_vanishing_temperature_or_top_p_gives_the_argmax(temperature, top_p):
+    params = SamplingParams(temperature=temperature, top_p=top_p)
+    probs = logits_to_probs(LOGITS, params)
+    assert torch.isfinite(probs).all() and probs.tolist() == [[1.0, 0, 0, 0, 0, 0]]
+    assert choose(LOGITS, params, torch.Generator().manual_seed(0)).tolist() == [0]
