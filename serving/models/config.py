@@ -1,18 +1,26 @@
 """ModelConfig: the architecture facts of an HF checkpoint, read once from config.json.
 
-Supports `LlamaForCausalLM` and `Qwen3ForCausalLM`; everything the decoder needs is derived
-here so `llama.py` never looks at the raw dict.
+Supports `LlamaForCausalLM`, `Qwen3ForCausalLM` and the hybrid Qwen3.5/3.6 text model
+(`Qwen3_5ForCausalLM`, or `Qwen3_5ForConditionalGeneration` with the text part under
+`text_config`); everything the decoders need is derived here so the models never look at the raw dict.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 # architecture name -> whether the attention applies RMSNorm to q and k per head
-ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True}
+ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True,
+                 "Qwen3_5ForCausalLM": True, "Qwen3_5ForConditionalGeneration": True}
+# hybrid Gated DeltaNet + gated attention (layer_types, zero-centred norms, partial rotary)
+HYBRID = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
+LAYER_TYPES = ("linear_attention", "full_attention")
 ROPE_TYPES = ("default", "linear", "llama3")
+
+log = logging.getLogger("serving.models")
 
 
 class ModelError(ValueError):
@@ -27,6 +35,26 @@ class RopeConfig:
     low_freq_factor: float = 1.0      # llama3 only
     high_freq_factor: float = 4.0     # llama3 only
     original_max_position: int = 8192  # llama3 only
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """Gated DeltaNet shapes: q/k heads of key_head_dim, v heads of value_head_dim, a short conv."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels through the causal conv: q | k | v."""
+        return 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
 
 
 @dataclass(frozen=True)
@@ -48,10 +76,31 @@ class ModelConfig:
     torch_dtype: str                  # dtype the checkpoint declares ("float32", "bfloat16", ...)
     eos_token_ids: tuple[int, ...]
     bos_token_id: int | None
+    layer_types: tuple[str, ...] = ()          # hybrids only: LAYER_TYPES per layer
+    linear: LinearAttention | None = None      # hybrids only
+    partial_rotary_factor: float = 1.0         # share of head_dim that RoPE rotates
 
     @property
     def kv_groups(self) -> int:
         return self.num_attention_heads // self.num_key_value_heads
+
+    @property
+    def hybrid(self) -> bool:
+        return self.linear is not None
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def full_attention_layers(self) -> tuple[int, ...]:
+        if not self.hybrid:
+            return tuple(range(self.num_hidden_layers))
+        return tuple(i for i, t in enumerate(self.layer_types) if t == "full_attention")
+
+    @property
+    def linear_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t == "linear_attention")
 
 
 def read_model_config(model_dir: Path) -> ModelConfig:
@@ -67,6 +116,8 @@ def read_model_config(model_dir: Path) -> ModelConfig:
 
 def parse_model_config(raw: dict, where: str = "config.json") -> ModelConfig:
     arch = _architecture(raw, where)
+    if arch in HYBRID:
+        raw = text_part(raw, where)
     _refuse_unsupported(raw, where)
     get = _getter(raw, where)
     heads = get("num_attention_heads", int)
@@ -93,7 +144,42 @@ def parse_model_config(raw: dict, where: str = "config.json") -> ModelConfig:
         torch_dtype=str(raw.get("torch_dtype") or raw.get("dtype") or "float32"),
         eos_token_ids=_ids(raw.get("eos_token_id")),
         bos_token_id=raw.get("bos_token_id"),
+        **(_hybrid_fields(raw, where) if arch in HYBRID else {}),
     )
+
+
+def text_part(raw: dict, where: str) -> dict:
+    """The text model's keys: `text_config` over the top level (a vision tower is not served)."""
+    text = raw.get("text_config")
+    if text is None:
+        return raw
+    if not isinstance(text, dict):
+        raise ModelError(f"{where}: text_config must be an object")
+    if raw.get("vision_config") is not None:
+        log.info("%s: vision_config present; serving the text model only (vision tower skipped)", where)
+    outer = {k: v for k, v in raw.items() if k not in ("text_config", "vision_config")}
+    return {**outer, **text}
+
+
+def _hybrid_fields(raw: dict, where: str) -> dict:
+    get = _getter(raw, where)
+    layers = get("num_hidden_layers", int)
+    types = raw.get("layer_types")
+    if types is None:
+        interval = int(raw.get("full_attention_interval", 4))
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+    if len(types) != layers or any(t not in LAYER_TYPES for t in types):
+        raise ModelError(f"{where}: layer_types must list {layers} entries from {', '.join(LAYER_TYPES)}")
+    linear = LinearAttention(
+        num_key_heads=get("linear_num_key_heads", int), num_value_heads=get("linear_num_value_heads", int),
+        key_head_dim=get("linear_key_head_dim", int), value_head_dim=get("linear_value_head_dim", int),
+        conv_kernel=get("linear_conv_kernel_dim", int))
+    if linear.num_value_heads % linear.num_key_heads:
+        raise ModelError(f"{where}: linear_num_key_heads={linear.num_key_heads} does not divide "
+                         f"linear_num_value_heads={linear.num_value_heads}")
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    factor = float(params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 0.25)))
+    return dict(layer_types=tuple(types), linear=linear, partial_rotary_factor=factor)
 
 
 def _architecture(raw: dict, where: str) -> str:

@@ -1,4 +1,5 @@
-"""Load an HF checkpoint directory (config.json + safetensors, single or sharded) into CausalLM.
+"""Load an HF checkpoint directory (config.json + safetensors, single or sharded) into a model:
+CausalLM (Llama, Qwen3) or HybridLM (Qwen3.5/3.6 text, layout in qwen3_5_weights).
 
 `inspect_checkpoint` reads only config.json and the safetensors headers, so a missing file,
 an unsupported architecture or a wrong tensor shape is reported (naming the file and tensor)
@@ -14,8 +15,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from serving.models import qwen3_5_weights
 from serving.models.config import ModelConfig, ModelError, read_model_config
 from serving.models.llama import CausalLM
+from serving.models.qwen3_5 import HybridLM
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -26,6 +29,7 @@ class Checkpoint:
     directory: Path
     config: ModelConfig
     files: dict[str, Path]          # HF tensor name -> safetensors file holding it
+    prefix: str = "model."          # where the text model's tensors live
 
 
 def inspect_checkpoint(model_dir) -> Checkpoint:
@@ -35,14 +39,18 @@ def inspect_checkpoint(model_dir) -> Checkpoint:
     config = read_model_config(directory)
     files = _tensor_files(directory)
     shapes = _shapes(files)
-    for name, shape in expected_tensors(config).items():
+    prefix = qwen3_5_weights.text_prefix(files) if config.hybrid else "model."
+    if config.hybrid:
+        qwen3_5_weights.log_skipped(files)
+    expected = qwen3_5_weights.expected_tensors(config, prefix) if config.hybrid else expected_tensors(config)
+    for name, shape in expected.items():
         if name not in files:
             where = directory / (INDEX if (directory / INDEX).is_file() else SINGLE)
             raise ModelError(f"{where}: missing tensor {name}")
         if tuple(shapes[name]) != shape:
             raise ModelError(f"{files[name]}: tensor {name} has shape {list(shapes[name])}, "
                              f"expected {list(shape)} from config.json")
-    return Checkpoint(directory, config, files)
+    return Checkpoint(directory, config, files, prefix)
 
 
 def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -66,16 +74,20 @@ def expected_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def load_model(checkpoint: Checkpoint, dtype: torch.dtype, device, positions: int) -> CausalLM:
+def load_model(checkpoint: Checkpoint, dtype: torch.dtype, device, positions: int) -> CausalLM | HybridLM:
     """Build the model for `positions` RoPE positions and fill it from the checkpoint."""
+    hybrid = checkpoint.config.hybrid
     with torch.device("meta"):
-        model = CausalLM(checkpoint.config, dtype)
+        model = (HybridLM if hybrid else CausalLM)(checkpoint.config, dtype)
     model = model.to_empty(device=device)
     if checkpoint.config.tie_word_embeddings:
         model.lm_head_weight = model.embed_tokens.weight
     with _Reader(checkpoint.files) as read:
         with torch.no_grad():
-            _fill(model, checkpoint.config, read)
+            if hybrid:
+                qwen3_5_weights.fill(model, checkpoint.config, read, checkpoint.prefix)
+            else:
+                _fill(model, checkpoint.config, read)
     model.init_rope(positions)
     return model.eval()
 

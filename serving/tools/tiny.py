@@ -1,6 +1,6 @@
-"""Write a tiny random HF checkpoint (Llama or Qwen3) with a real, freshly trained BPE tokenizer.
+"""Write a tiny random HF checkpoint (Llama, Qwen3 or hybrid Qwen3.5) with a real, freshly trained BPE tokenizer.
 
-    python -m serving.tools.tiny --arch llama|qwen3 --out DIR [--dtype bfloat16] [--shards 2]
+    python -m serving.tools.tiny --arch llama|qwen3|qwen3_5 --out DIR [--dtype bfloat16] [--shards 2]
 
 Deterministic: the same flags give the same bytes. Weights are scaled so greedy choices are
 decisive (logit spread of several nats), which makes equality tests meaningful.
@@ -17,6 +17,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from serving.models.tokenizer import CHATML
+from serving.tools.tiny_hybrid import hybrid_config, hybrid_weights
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = """\
@@ -39,6 +40,7 @@ ARCH = {
     "qwen3": dict(architectures=["Qwen3ForCausalLM"], model_type="qwen3", hidden_size=64,
                   intermediate_size=160, num_hidden_layers=4, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=32, tie_word_embeddings=False, rope_theta=1000000.0),
+    "qwen3_5": {},   # hybrid Gated DeltaNet: serving.tools.tiny_hybrid
 }
 ROPE_SCALING = {
     "none": None,
@@ -59,9 +61,12 @@ def train_tokenizer(vocab_size: int = 512) -> Tokenizer:
 
 
 def model_config(arch: str, vocab: int, dtype: str, rope_scaling: str, layers: int | None) -> dict:
+    bos, eos = SPECIALS.index("<|im_start|>"), SPECIALS.index("<|im_end|>")
+    if arch == "qwen3_5":
+        return hybrid_config(vocab, dtype, layers, bos, eos)
     cfg = dict(ARCH[arch], vocab_size=vocab, max_position_embeddings=1024, rms_norm_eps=1e-6,
                hidden_act="silu", attention_bias=False, torch_dtype=dtype,
-               bos_token_id=SPECIALS.index("<|im_start|>"), eos_token_id=SPECIALS.index("<|im_end|>"))
+               bos_token_id=bos, eos_token_id=eos)
     if layers:
         cfg["num_hidden_layers"] = layers
     if ROPE_SCALING[rope_scaling]:
@@ -70,6 +75,8 @@ def model_config(arch: str, vocab: int, dtype: str, rope_scaling: str, layers: i
 
 
 def random_weights(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
+    if "text_config" in cfg:
+        return hybrid_weights(cfg, seed)
     g = torch.Generator().manual_seed(seed)
     H, I, D = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
     q, kv = cfg["num_attention_heads"] * D, cfg["num_key_value_heads"] * D

@@ -28,6 +28,7 @@ def draft_config(target: dict, layers: int = TINY_LAYERS, block_size: int = TINY
 
     wide: attention as wide as the residual stream (kv heads = heads, head_dim = 2H/heads),
     so a tiny draft can copy a token through one attention hop."""
+    target = {**target, **(target.get("text_config") or {})}   # hybrids nest the text model
     n_target = target["num_hidden_layers"]
     taps = taps if taps is not None else sorted({min(n_target - 1, round(1 + i * (n_target - 2) / max(layers, 1)))
                                                   for i in range(layers)})
@@ -48,7 +49,7 @@ def draft_config(target: dict, layers: int = TINY_LAYERS, block_size: int = TINY
         "hidden_act": "silu",
         "attention_bias": False,
         "rms_norm_eps": target.get("rms_norm_eps", 1e-6),
-        "rope_theta": target.get("rope_theta", 10000.0),
+        "rope_theta": (target.get("rope_parameters") or {}).get("rope_theta", target.get("rope_theta", 10000.0)),
         "rope_scaling": None,
         "max_position_embeddings": target.get("max_position_embeddings", 2048),
         "vocab_size": target["vocab_size"],

@@ -1,0 +1,90 @@
+"""HybridCache: one sequence's state for a hybrid target, with KVCache's commit/keep contract.
+
+Full-attention layers keep K/V in a KVCache (over those layers only). Each Gated DeltaNet layer
+keeps a conv state (the last K-1 conv inputs, [K-1, C], model dtype) and a recurrent state
+([Hv, dk, dv], fp32). `forward` never changes the committed state: each linear layer stages
+its new rows' conv inputs and per-row states; the caller then commits the last row
+(`commit(T)`) or a tree path (`keep(path)`), whose last row's state becomes the sequence's.
+The staged per-row states are transient (the verify pass's activations), not preallocated.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from serving.models.kv_cache import KVCache
+from serving.models.linear_rows import Rows
+
+
+class HybridCache:
+    def __init__(self, config, capacity: int, dtype: torch.dtype, device):
+        L, n = config.linear, len(config.linear_layers)
+        self.kernel = L.conv_kernel
+        self.kv = KVCache(len(config.full_attention_layers), config.num_key_value_heads, config.head_dim,
+                          capacity, dtype, device)
+        self.conv = torch.zeros(n, L.conv_kernel - 1, L.conv_dim, dtype=dtype, device=device)
+        self.recurrent = torch.zeros(n, L.num_value_heads, L.key_head_dim, L.value_head_dim,
+                                     dtype=torch.float32, device=device)
+        self.rows: Rows | None = None
+        self.staged: list = [None] * n
+        self.state_seconds = 0.0   # planning rows + committing states (the benchmark reads it)
+
+    @property
+    def length(self) -> int:
+        return self.kv.length
+
+    @property
+    def capacity(self) -> int:
+        return self.kv.capacity
+
+    def state_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.conv, self.recurrent))
+
+    def write(self, slot: int, k: torch.Tensor, v: torch.Tensor):
+        return self.kv.write(slot, k, v)
+
+    def begin(self, rows: Rows) -> None:
+        self.rows = rows
+        self.staged = [None] * len(self.staged)
+
+    def stage(self, slot: int, inputs: torch.Tensor, states: torch.Tensor) -> None:
+        """inputs [K-1 + T, C]: committed conv columns then the new rows' conv inputs;
+        states [T + 1, H, dk, dv] per row (stepwise) or the final state [H, dk, dv] (chunked)."""
+        self.staged[slot] = (inputs, states)
+
+    def commit(self, count: int) -> None:
+        """Accept the `count` rows just written (a causal chain): the state after row count-1."""
+        self._settle(count - 1)
+        self.kv.commit(count)
+
+    def keep(self, path) -> None:
+        """Accept the tree path `path` (rows, root first): the state after its last row."""
+        self._settle(path[-1])
+        self.kv.keep(path)
+
+    def truncate(self, length: int) -> None:
+        """0 starts a new sequence; a recurrent state cannot roll back to any other length."""
+        if length == 0:
+            self.conv.zero_()
+            self.recurrent.zero_()
+            self.staged = [None] * len(self.staged)
+        elif length != self.length:
+            raise ValueError(f"a hybrid cache cannot roll back from {self.length} to {length} tokens "
+                             "(recurrent state); commit a prefix with keep(path) instead")
+        self.kv.truncate(length)
+
+    def _settle(self, row: int) -> None:
+        began = time.perf_counter()
+        rows = self.rows
+        if rows is None or any(s is None for s in self.staged):
+            raise ValueError("nothing staged to commit: run forward first")
+        if not rows.stepwise and row != rows.count - 1:
+            raise ValueError(f"a chunked forward of {rows.count} rows commits only all of them, not {row + 1}")
+        window = rows.conv_window(row, self.kernel)
+        for slot, (inputs, states) in enumerate(self.staged):
+            self.conv[slot] = inputs[window]
+            self.recurrent[slot] = states[row + 1] if rows.stepwise else states
+        self.rows, self.staged = None, [None] * len(self.staged)
+        self.state_seconds += time.perf_counter() - began

@@ -1,0 +1,151 @@
+"""HybridLM: the Qwen3.5/3.6 text model (Gated DeltaNet + gated full attention), batch size 1.
+
+Same interface as `CausalLM` (docs/contracts.md section 3), with a HybridCache. Layer i is
+`linear_attention` (GatedDeltaNet) or `full_attention` (GatedAttention) per config.layer_types;
+both are followed by the SwiGLU MLP. Every RMSNorm outside the DeltaNet output is zero-centred
+(y = x_hat * (1 + w)). Tree rows (tree_mask) reach the linear layers as a tree too: each row's
+recurrent and conv state derives from its ancestors only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from serving.models.config import ModelConfig
+from serving.models.gated_deltanet import GatedDeltaNet
+from serving.models.hybrid_cache import HybridCache
+from serving.models.linear_rows import plan_rows
+from serving.models.llama import MLP, attention_mask
+from serving.models.rope import apply_rope, rope_tables
+
+# The recurrence and the conv run in plain PyTorch on every device (the tree step has no
+# fused kernel anywhere); /server_info reports this.
+KERNELS = {"linear_attention": "torch", "conv": "torch"}
+
+
+class ZeroCentredRMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(dim, dtype=dtype))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
+        return (normed * (1.0 + self.weight.float())).to(x.dtype)
+
+
+class GatedAttention(nn.Module):
+    """GQA with per-head q/k norm, RoPE on the first rotary_dim dims, and a sigmoid output gate."""
+
+    def __init__(self, c: ModelConfig, slot: int, dtype: torch.dtype):
+        super().__init__()
+        self.slot, self.heads, self.kv_heads, self.head_dim = slot, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.rotary_dim = c.rotary_dim
+        q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        self.splits = (2 * q_dim, kv_dim, kv_dim)   # q_proj rows: per head [query hd | gate hd]
+        self.qkv_proj = nn.Linear(c.hidden_size, sum(self.splits), bias=c.attention_bias, dtype=dtype)
+        self.o_proj = nn.Linear(q_dim, c.hidden_size, bias=False, dtype=dtype)
+        self.q_norm = ZeroCentredRMSNorm(self.head_dim, c.rms_norm_eps, dtype)
+        self.k_norm = ZeroCentredRMSNorm(self.head_dim, c.rms_norm_eps, dtype)
+
+    def _rope(self, x, cos, sin):
+        r = self.rotary_dim
+        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
+
+    def forward(self, x, ctx):
+        T, KV, D = x.shape[0], self.kv_heads, self.head_dim
+        G = self.heads // KV
+        qg, k, v = self.qkv_proj(x).split(self.splits, dim=-1)
+        q, gate = qg.view(T, self.heads, 2 * D).split(D, dim=-1)
+        q, k = self.q_norm(q), self.k_norm(k.view(T, KV, D))
+        q, k = self._rope(q, ctx.cos, ctx.sin), self._rope(k, ctx.cos, ctx.sin)
+        keys, values = ctx.cache.write(self.slot, k.transpose(0, 1), v.view(T, KV, D).transpose(0, 1))
+        q = q.reshape(T, KV, G, D).permute(1, 2, 0, 3).reshape(1, KV, G * T, D)
+        out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=ctx.mask)
+        out = out.view(KV, G, T, D).permute(2, 0, 1, 3).reshape(T, self.heads * D)
+        return self.o_proj(out * torch.sigmoid(gate.reshape(T, -1)))
+
+
+class HybridLayer(nn.Module):
+    def __init__(self, c: ModelConfig, index: int, dtype: torch.dtype):
+        super().__init__()
+        self.linear = c.layer_types[index] == "linear_attention"
+        if self.linear:
+            self.linear_attn = GatedDeltaNet(c, c.linear_layers.index(index), dtype)
+        else:
+            self.self_attn = GatedAttention(c, c.full_attention_layers.index(index), dtype)
+        self.input_layernorm = ZeroCentredRMSNorm(c.hidden_size, c.rms_norm_eps, dtype)
+        self.post_attention_layernorm = ZeroCentredRMSNorm(c.hidden_size, c.rms_norm_eps, dtype)
+        self.mlp = MLP(c, dtype)
+
+    def forward(self, x, ctx):
+        h = self.input_layernorm(x)
+        x = x + (self.linear_attn(h, ctx.cache, ctx.rows) if self.linear else self.self_attn(h, ctx))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class _Context:
+    def __init__(self, cos, sin, mask, cache, rows):
+        self.cos, self.sin, self.mask, self.cache, self.rows = cos, sin, mask, cache, rows
+
+
+class HybridLM(nn.Module):
+    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
+        self.layers = nn.ModuleList(HybridLayer(config, i, dtype) for i in range(config.num_hidden_layers))
+        self.norm = ZeroCentredRMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
+        self.lm_head_weight = (self.embed_tokens.weight if config.tie_word_embeddings else
+                               nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)))
+        self.cos = self.sin = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def kernels(self) -> dict:
+        return dict(KERNELS)
+
+    def init_rope(self, positions: int) -> None:
+        cos, sin = rope_tables(self.config.rope, self.config.rotary_dim, positions)
+        self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
+
+    def new_cache(self, capacity: int) -> HybridCache:
+        return HybridCache(self.config, capacity, self.dtype, self.device)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(tokens)
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.lm_head_weight).float()
+
+    @torch.inference_mode()
+    def forward(self, tokens, positions, cache: HybridCache, tree_mask=None, capture=(), last_only=False):
+        """tokens, positions [T]; returns logits [T or 1, vocab] fp32 and hidden [T, len(capture) * H] or None."""
+        T = tokens.shape[0]
+        x = self.embed(tokens)
+        began = time.perf_counter()
+        rows = plan_rows(T, tree_mask, self.config.linear.conv_kernel, x.device)
+        cache.begin(rows)
+        cache.state_seconds += time.perf_counter() - began
+        ctx = _Context(self.cos.index_select(0, positions), self.sin.index_select(0, positions),
+                       attention_mask(T, cache.length, tree_mask, self.config.kv_groups, x.device), cache, rows)
+        captured = {}
+        for i, layer in enumerate(self.layers):
+            x = layer(x, ctx)
+            if i in capture:
+                captured[i] = x
+        hidden = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
+        if last_only:
+            x = x[-1:]
+        return self.lm_head(self.norm(x)), hidden

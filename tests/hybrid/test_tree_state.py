@@ -1,0 +1,110 @@
+"""Tree rows on a hybrid: every row sees only its ancestors, in attention and in the recurrent state.
+
+Each tree row's logits equal a plain run of its root-to-row path; keeping a path (or a chain
+prefix) leaves exactly the state a plain run of the accepted tokens leaves.
+"""
+
+import pytest
+import torch
+
+from serving.speculative.tree import chain_tree, heap_tree, visibility
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def model(hf_pairs):
+    return hf_pairs["lllf-lllf"][1]
+
+
+def random_tree(seed: int, nodes: int = 14, depth: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.randn(depth, 4, generator=g).log_softmax(-1).sort(-1, descending=True).values
+    tokens = torch.randint(0, 256, (depth, 4), generator=g)
+    return heap_tree(int(torch.randint(0, 256, (1,), generator=g)), logp.tolist(), tokens.tolist(), nodes)
+
+
+def prefilled(model, prompt):
+    cache = model.new_cache(128)
+    model.forward(prompt, torch.arange(len(prompt)), cache)
+    cache.commit(len(prompt))
+    return cache
+
+
+def path_rows(tree, row):
+    rows = [row]
+    while tree.parents[rows[-1]] >= 0:
+        rows.append(tree.parents[rows[-1]])
+    return rows[::-1]
+
+
+def plain_logits(model, ids):
+    logits, _ = model.forward(ids, torch.arange(len(ids)), model.new_cache(128))
+    return logits
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_each_tree_row_equals_its_path_alone(model, seed):
+    prompt = torch.randint(0, 256, (9 + seed,), generator=torch.Generator().manual_seed(seed))
+    tree = random_tree(seed)
+    assert not tree.is_chain and max(tree.depths) >= 3
+    n = len(prompt)
+    logits, _ = model.forward(torch.tensor(tree.tokens), torch.tensor(tree.positions(n)),
+                              prefilled(model, prompt), tree_mask=visibility(tree))
+    for row in range(len(tree)):
+        path = torch.tensor([tree.tokens[r] for r in path_rows(tree, row)])
+        want = plain_logits(model, torch.cat([prompt, path]))[-1]
+        assert (logits[row] - want).abs().max().item() < TOL, row
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_keeping_a_path_leaves_the_plain_state(model, seed):
+    prompt = torch.randint(0, 256, (7,), generator=torch.Generator().manual_seed(seed))
+    tree = random_tree(seed)
+    deepest = max(range(len(tree)), key=lambda r: tree.depths[r])
+    path = path_rows(tree, deepest)
+    cache = prefilled(model, prompt)
+    model.forward(torch.tensor(tree.tokens), torch.tensor(tree.positions(7)), cache, tree_mask=visibility(tree))
+    cache.keep(path)
+    accepted = [tree.tokens[r] for r in path]
+    nxt = torch.tensor([5, 6, 7])
+    after, _ = model.forward(nxt, torch.arange(cache.length, cache.length + 3), cache)
+    want = plain_logits(model, torch.cat([prompt, torch.tensor(accepted), nxt]))[-3:]
+    assert (after - want).abs().max().item() < TOL
+
+
+@pytest.mark.parametrize("accepted", [1, 4, 9])
+def test_keeping_a_chain_prefix_leaves_the_plain_state(model, accepted):
+    """DFlash: verify a block of 9 causally, commit only the accepted prefix."""
+    prompt = torch.randint(0, 256, (12,), generator=torch.Generator().manual_seed(accepted))
+    block = chain_tree(3, [9, 27, 81, 243, 1, 2, 4, 8])
+    cache = prefilled(model, prompt)
+    model.forward(torch.tensor(block.tokens), torch.tensor(block.positions(12)), cache)
+    cache.keep(list(range(accepted)))
+    nxt = torch.tensor([11, 12])
+    after, _ = model.forward(nxt, torch.arange(cache.length, cache.length + 2), cache)
+    want = plain_logits(model, torch.cat([prompt, torch.tensor(block.tokens[:accepted]), nxt]))[-2:]
+    assert (after - want).abs().max().item() < TOL
+
+
+def test_uncommitted_forwards_leave_the_state_alone(model):
+    prompt = torch.randint(0, 256, (10,), generator=torch.Generator().manual_seed(5))
+    cache = prefilled(model, prompt)
+    before = cache.recurrent.clone(), cache.conv.clone()
+    model.forward(torch.tensor([1, 2, 3]), torch.arange(10, 13), cache)   # staged, never committed
+    assert torch.equal(cache.recurrent, before[0]) and torch.equal(cache.conv, before[1])
+    nxt, _ = model.forward(torch.tensor([4]), torch.tensor([10]), cache)
+    assert (nxt[-1] - plain_logits(model, torch.cat([prompt, torch.tensor([4])]))[-1]).abs().max() < TOL
+
+
+def test_a_recurrent_state_refuses_what_it_cannot_do(model):
+    prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(6))
+    cache = model.new_cache(64)
+    model.forward(prompt, torch.arange(40), cache)          # chunked: only the final state exists
+    with pytest.raises(ValueError, match="commits only all of them"):
+        cache.keep([0, 1, 2])
+    cache.commit(40)
+    with pytest.raises(ValueError, match="cannot roll back"):
+        cache.truncate(20)
+    cache.truncate(0)
+    assert cache.length == 0 and not cache.recurrent.any() and not cache.conv.any()
