@@ -13,7 +13,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import click
 import typer
 from pydantic import BaseModel, ConfigDict
 
@@ -104,7 +103,7 @@ def guard(command: Callable) -> Callable:
     def guarded(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+        except (typer.Exit, typer.Abort):
             raise
         except Exception as exc:
             if OPTIONS.debug or kwargs.get("debug"):
@@ -129,3 +128,7 @@ def report(exc: BaseException, channel: str = "human") -> int:
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
     return code
+
+
+if __name__ == "__main__":  # python -m ddops.shell > docs/cli-envelope.schema.json
+    print(json.dumps(Envelope.model_json_schema(), indent=2))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -12,12 +11,12 @@ import typer
 from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, LockHeld,
                           RecoveryFailed, execute, load_target, make_plan, read_facts)
 from ddops.deploy import show
-from ddops.deploy.apply import MEANING
 from ddops.fit.checks import check_on_host
 from ddops.commands.preflight import check_profile
 from ddops.preflight import PreflightError, RemoteFiles
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
+from ddops.shell import print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -57,7 +56,7 @@ def deploy(
         target = load_target(profile, host, profiles_dir=profiles_dir, inventory=inventory,
                              unit_name=unit, port=port)
     except ConfigError as err:
-        _fail(as_json, EXIT_BAD_INPUT, str(err), "`ddops profiles check` shows every problem")
+        _fail(as_json, EXIT_BAD_INPUT, str(err), "`ddops validate` lists every problem")
     if not (yes or dry_run or sys.stdin.isatty()):
         _fail(as_json, EXIT_BAD_INPUT, "refusing to deploy without --yes: no terminal to confirm on",
               "pass --yes (CI) or --dry-run")
@@ -70,7 +69,7 @@ def deploy(
         code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
                             force=force)
     if as_json:
-        print(json.dumps({"ok": code == EXIT_OK, "meaning": MEANING[code], **doc}, indent=1))
+        print_json(code, **doc)
     raise typer.Exit(code)
 
 
@@ -132,8 +131,7 @@ def _preflight_warnings(remote, profile) -> list[str]:
 
 def _fail(as_json: bool, code: int, message: str, hint: str = "") -> None:
     if as_json:
-        print(json.dumps({"ok": False, "exit_code": code, "meaning": MEANING[code], "result": "error",
-                          "error": message, "message": message}, indent=1))
+        print_json(code, error=message, hint=hint or None, result="error", message=message)
     else:
         show.error(message, hint)
     raise typer.Exit(code)

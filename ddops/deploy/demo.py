@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from ddops import server_info
 from ddops.deploy import show
 from ddops.deploy.apply import Outcome, execute
 from ddops.deploy.facts import read_facts
@@ -133,14 +134,14 @@ def ask(base_url: str, model: str) -> None:
             "messages": [{"role": "user", "content": "What is the capital of France?"}]}
     with httpx.Client(base_url=base_url, trust_env=False, timeout=120) as client:
         answer = client.post("/v1/chat/completions", json=body).json()
-        info = client.get("/server_info").json()
+        info = server_info.read_or_empty(client)
     text = answer["choices"][0]["message"]["content"]
-    accept = info["internal_states"][0].get("avg_spec_accept_length")
+    accept = server_info.accept_length(info) or 1.0
     show.stage("request", f"POST {base_url}/v1/chat/completions from outside the host")
     show.console.print(f"    answer: {text!r}")
     show.console.print(f"    method {info.get('speculative_algorithm') or 'plain'}, "
                        f"average accepted length {accept:.2f}, "
-                       f"{info['internal_states'][0].get('last_gen_throughput', 0):.1f} tokens/s")
+                       f"{server_info.throughput(info) or 0:.1f} tokens/s")
 
 
 def run() -> int:

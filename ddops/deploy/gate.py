@@ -19,8 +19,10 @@ from typing import Callable
 
 import httpx
 
+from ddops import server_info
 from ddops.deploy.facts import UnitState
 from ddops.profile.methods import reported_algorithm
+from ddops.server_info import accept_length
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,6 @@ def check_server_info(info: dict, spec: GateSpec) -> list[str]:
     elif spec.uses_tree_budget and not (isinstance(budget, int) and budget > 0):
         problems.append(f"speculative_ddtree_budget is {budget}, expected a positive budget")
     return problems
-
-
-def accept_length(info: dict) -> float | None:
-    states = info.get("internal_states") or [{}]
-    value = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def check_acceptance(info: dict, spec: GateSpec) -> str | None:
@@ -248,7 +244,7 @@ def _smoke(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
 
 
 def _server_info(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
-    info = _get_info(client)
+    info = server_info.read(client)
     if isinstance(info, str):
         return False, info
     problems = check_server_info(info, spec)
@@ -258,18 +254,9 @@ def _server_info(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
 
 
 def _acceptance(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
-    info = _get_info(client)
+    info = server_info.read(client)
     if isinstance(info, str):
         return False, info
     problem = check_acceptance(info, spec)
     return (False, problem) if problem else (True, f"average accepted length {accept_length(info):.2f}")
 
-
-def _get_info(client: httpx.Client) -> dict | str:
-    """/server_info as a dict, or a one-line reason it could not be read."""
-    try:
-        response = client.get("/server_info", timeout=30)
-        info = response.json()
-    except (httpx.HTTPError, ValueError) as err:
-        return f"/server_info: {type(err).__name__}"
-    return info if response.status_code == 200 else f"/server_info: HTTP {response.status_code}"

@@ -11,7 +11,9 @@ import httpx
 from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
-from ddops.deploy.gate import GateSpec, accept_length, endpoint
+from ddops import server_info
+from ddops.deploy.gate import GateSpec, endpoint
+from ddops.server_info import accept_length
 from ddops.deploy.lock import current_holder
 from ddops.deploy.plan import Desired
 from ddops.deploy.tunnel import reachable
@@ -90,8 +92,7 @@ def _probe(url: str, key: str | None) -> tuple[str, dict]:
     try:
         with httpx.Client(base_url=url, headers=headers, trust_env=False, timeout=5) as client:
             health = client.get("/health").status_code
-            info = client.get("/server_info") if health == 200 else None
-            return str(health), (info.json() if info is not None and info.status_code == 200 else {})
+            return str(health), (server_info.read_or_empty(client) if health == 200 else {})
     except (httpx.HTTPError, ValueError):
         return "unreachable", {}
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import httpx
 
+from ddops import server_info
 from ddops.rollout.prompts import Prompt
 from ddops.rollout.stats import (Agreement, EndpointSummary, Sample, agree, summarize,
                                  token_equality)
@@ -200,16 +201,6 @@ class _Stream:
 
 
 def accept_length(endpoint: Endpoint) -> float | None:
-    """internal_states[0].avg_spec_accept_length from /server_info; None when unavailable."""
-    info = server_info(endpoint)
-    states = info.get("internal_states") or [{}]
-    value = states[0].get("avg_spec_accept_length")
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def server_info(endpoint: Endpoint) -> dict:
-    try:
-        response = httpx.get(f"{endpoint.url}/server_info", headers=_headers(endpoint), timeout=10)
-        return response.json() if response.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return {}
+    """The endpoint's server-reported mean accepted length; None when unavailable."""
+    with httpx.Client(base_url=endpoint.url, headers=_headers(endpoint), trust_env=False) as client:
+        return server_info.accept_length(server_info.read_or_empty(client, timeout=10))

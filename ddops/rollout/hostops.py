@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from ddops import server_info
 from ddops.deploy import (EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, HostLock, LockHeld,
                           RecoveryFailed, execute, load_target)
 from ddops.deploy import history, ops
@@ -158,11 +159,8 @@ def snapshot(remote, unit: str) -> Snapshot:
 
 
 def _server_info(url: str) -> dict:
-    try:
-        response = httpx.get(f"{url}/server_info", timeout=10, trust_env=False)
-        return response.json() if response.status_code == 200 else {}
-    except (httpx.HTTPError, ValueError):
-        return {}
+    with httpx.Client(base_url=url, trust_env=False) as client:
+        return server_info.read_or_empty(client, timeout=10)
 
 
 

@@ -1,0 +1,134 @@
+"""The CLI shell (docs/ci.md): one exit-code table, one envelope for every JSON document, hints
+that name commands which exist, and one reader of /server_info."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from ddops import exits
+from ddops.cli import app
+from ddops.shell import Envelope, envelope
+
+REPO = Path(__file__).resolve().parents[2]
+COMMAND = re.compile(r"`(ddops [^`]*)`")
+
+
+def mentioned_commands() -> set[str]:
+    """Every `ddops ...` a ddops source file can print (hints, errors, help texts)."""
+    return {m for f in (REPO / "ddops").rglob("*.py") for m in COMMAND.findall(f.read_text())}
+
+
+def is_group(command) -> bool:
+    return hasattr(command, "commands")  # Typer ships its own click: duck-type the group
+
+
+def resolve(words: list[str]):
+    """Walk the command tree as far as the words name groups/commands; the rest are arguments."""
+    command = typer.main.get_command(app)
+    while words and is_group(command) and words[0] in command.commands:
+        command, words = command.commands[words[0]], words[1:]
+    return command, words
+
+
+def test_every_command_a_hint_names_exists_with_its_options():
+    ctx_options = {"--help"}
+    missing = []
+    for text in sorted(mentioned_commands()):
+        for alternative in _alternatives(text.split()[1:]):
+            command, rest = resolve(alternative)
+            if is_group(command) and rest and not rest[0].startswith("-") \
+                    and rest[0] not in ("...",) and not _placeholder(rest[0]):
+                missing.append(f"{text}: no command {rest[0]!r}")
+                continue
+            known = {o for p in command.params for o in getattr(p, "opts", [])} | ctx_options
+            missing += [f"{text}: no option {w}" for w in rest if w.startswith("-") and w.split("=")[0] not in known]
+    assert missing == []
+    assert len(mentioned_commands()) > 20  # the scan really reads the sources
+
+
+def _alternatives(words: list[str]) -> list[list[str]]:
+    """`status|logs` names two commands; `[--json]` an optional flag."""
+    words = [w.strip("[]") for w in words if w != "|"]
+    for i, word in enumerate(words):
+        if "|" in word:
+            return [[*words[:i], w, *words[i + 1:]] for w in word.split("|")]
+    return [words]
+
+
+def _placeholder(word: str) -> bool:
+    return word.isupper() or word.startswith("{") or word.endswith(".yaml") or word == "..."
+
+
+def test_a_hint_naming_a_missing_command_is_caught():
+    command, rest = resolve(["profiles", "check"])
+    assert command.name == "profiles" and rest == ["check"] and not is_group(command)
+
+
+def test_one_exit_code_table_and_no_other_definitions():
+    assert exits.MEANING[exits.BAD_INPUT] == "bad input" and len(set(exits.MEANING)) == len(exits.MEANING)
+    defining = re.compile(r"^(EXIT_\w+|OK|BAD_INPUT|GATE_FAILED|NEEDS_OPERATOR|LOCK_HELD)\s*(,.*)?=\s*\d", re.M)
+    others = [str(f.relative_to(REPO)) for f in (REPO / "ddops").rglob("*.py")
+              if f.name != "exits.py" and defining.search(f.read_text())]
+    assert others == []
+
+
+def test_the_envelope_schema_in_docs_is_the_models():
+    shipped = json.loads((REPO / "docs" / "cli-envelope.schema.json").read_text())
+    assert shipped == Envelope.model_json_schema(), "regenerate: python -m ddops.shell > docs/cli-envelope.schema.json"
+
+
+def test_envelope_puts_the_contract_first_and_validates():
+    doc = envelope(exits.LOCKED, error="held", hint="wait", host="h1")
+    assert list(doc)[:6] == ["schema_version", "ok", "exit_code", "meaning", "error", "hint"]
+    assert doc["ok"] is False and doc["meaning"] == "lock held" and doc["host"] == "h1"
+    Envelope.model_validate(doc)
+
+
+def ddops(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([sys.executable, "-m", "ddops", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+DOCS = [  # (args, exit code): read-only commands whose --json needs no host
+    (("profiles", "--json"), 0),
+    (("show", "cpu-ddtree", "--json"), 0),
+    (("validate", "--json", "--inventory", str(REPO / "inventory.example.yaml")), 0),
+    (("validate", "nope", "--json"), 2),
+    (("render", "cpu-ar", "--json"), 0),
+    (("render", "nope", "--json"), 2),
+    (("fit", "a6000-balanced", "--gpu", "a6000", "--json", "--models", str(REPO / "tests/fit/configs")), 0),
+    (("fit", "a6000-base", "--gpu", "a6000", "--tp", "1", "--json", "--models", str(REPO / "tests/fit/configs")), 1),
+    (("deploy", "nope", "--host", "h", "--json", "--yes"), 2),
+]
+
+
+@pytest.mark.parametrize("args, code", DOCS, ids=[" ".join(a[:2]) for a, _ in DOCS])
+def test_every_json_document_is_an_envelope_on_stdout(args, code):
+    proc = ddops(*args)
+    assert proc.returncode == code, proc.stderr
+    doc = json.loads(proc.stdout)  # exactly one document, nothing else on stdout
+    Envelope.model_validate(doc)
+    assert doc["schema_version"] == 1 and doc["exit_code"] == code and doc["ok"] is (code == 0)
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
+    bad = tmp_path / "inv.yaml"
+    bad.mkdir()  # a directory where a file is expected: not a ConfigError the loaders name
+    plain = ddops("validate", "cpu-ar", "--inventory", str(bad))
+    debug = ddops("--debug", "validate", "cpu-ar", "--inventory", str(bad))
+    assert plain.returncode in (1, 2) and "Traceback" not in plain.stderr and plain.stderr.strip()
+    assert "Traceback" in debug.stderr or debug.returncode == plain.returncode
+
+
+def test_version_and_completion_are_global():
+    assert ddops("--version").stdout.strip().startswith("ddops ")
+    assert "--install-completion" in ddops("--help").stdout
