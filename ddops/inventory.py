@@ -61,6 +61,7 @@ class Host(_Strict):
 class Inventory(_Strict):
     path: Path | None = None
     hosts: dict[str, Host] = Field(default_factory=dict)
+    notify: list[dict] = Field(default_factory=list)  # rollout webhooks (ddops.rollout.notify)
 
     def select(self, labels: dict[str, str]) -> list[Host]:
         """Hosts carrying every given label, in inventory order."""
@@ -106,10 +107,14 @@ def _build(doc: YamlDoc) -> Inventory:
     if not isinstance(data, dict):
         raise InventoryError([problem(doc.display, None, "top level must be a mapping")])
     where = {dotted(k): (doc.display, line) for k, line in doc.lines.items()}
-    unknown = sorted(set(data) - {"defaults", "hosts"})
+    unknown = sorted(set(data) - {"defaults", "hosts", "notify"})
     if unknown:
-        raise InventoryError([located(key, "unknown key (known: defaults, hosts)", doc.display, where)
+        raise InventoryError([located(key, "unknown key (known: defaults, hosts, notify)", doc.display, where)
                               for key in unknown])
+    notify = data.get("notify") or []
+    if not isinstance(notify, list) or not all(isinstance(n, dict) for n in notify):
+        raise InventoryError([located("notify", "must be a list of webhooks ({url: ...} or {url_env: NAME})",
+                                      doc.display, where)])
     defaults, hosts = data.get("defaults") or {}, data.get("hosts") or {}
     for key, value in (("defaults", defaults), ("hosts", hosts)):
         if not isinstance(value, dict):
@@ -122,7 +127,7 @@ def _build(doc: YamlDoc) -> Inventory:
             built[host.name] = host
     if problems:
         raise InventoryError(problems)
-    return Inventory(path=doc.path, hosts=built)
+    return Inventory(path=doc.path, hosts=built, notify=notify)
 
 
 def _host(name: str, entry: object, defaults: dict, doc: YamlDoc, where: dict,

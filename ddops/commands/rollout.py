@@ -27,8 +27,9 @@ def _bad_input_types() -> tuple[type, ...]:
     from ddops.profile import ConfigError
     from ddops.rollout.compare import SettingsError
     from ddops.rollout.prompts import PromptFileError
+    from ddops.rollout.notify import NotifyError
     from ddops.rollout.waves import PlanError
-    return (BadInput, ConfigError, OpsError, PromptFileError, PlanError, SettingsError)
+    return (BadInput, ConfigError, OpsError, PromptFileError, PlanError, SettingsError, NotifyError)
 
 
 def _run(out: Output, body: Callable[[Output], int]) -> None:
@@ -224,13 +225,17 @@ def switch_command(
 def rollout_command(
     plan_file: Annotated[Path, typer.Argument(metavar="PLAN.yaml", help="Rollout plan: profile, hosts or selector, canary, wave_size, max_failures, bake_s.")],
     restart: Annotated[bool, typer.Option("--restart", help="Ignore an interrupted rollout of this plan and start over.")] = False,
+    approve: Annotated[bool, typer.Option("--approve", help="Continue this plan's paused rollout (needs no --yes).")] = False,
+    abort: Annotated[bool, typer.Option("--abort", help="Revert every host this plan's paused rollout changed (needs no --yes).")] = False,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
 ) -> None:
-    """Roll PROFILE out in waves: canary first, halt and revert past max failures; resumable."""
+    """Roll PROFILE out in waves: canary first, analysis while baking, pauses for approval,
+    halt and revert past max failures; resumable."""
     from ddops.rollout.fleet_run import run_plan
 
     def body(out: Output) -> int:
-        return run_plan(plan_file, inventory=inventory, restart=restart, yes=yes, out=out)
+        return run_plan(plan_file, inventory=inventory, restart=restart, yes=yes, out=out,
+                        approve=approve, abort=abort)
 
     _run(_output(json_doc, json_events), body)
 

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from ddops.profile.analysis import AnalysisSpec
 from ddops.profile.methods import METHODS, Method, method_key
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -157,6 +158,8 @@ class RolloutSpec(Section):
     wave_size: PositiveInt = 1
     max_failures: Annotated[int, Field(ge=0)] = 0
     bake_s: Annotated[float, Field(ge=0)] = 0.0
+    analysis: AnalysisSpec | None = None  # checks while baking (ddops.profile.analysis)
+    pause_after: list[Annotated[str, Field(pattern=r"^(canary|[0-9]+)$")]] = Field(default_factory=list)
 
 
 class Profile(Section):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ddops.rollout.waves import (FAILED, REVERT_FAILED, REVERTED, RUNNING, RolloutPlan,
-                                 RolloutState)
+from ddops.rollout.waves import (DONE, FAILED, PENDING, REVERT_FAILED, REVERTED, RUNNING,
+                                 RolloutPlan, RolloutState)
 
 MAX_WORKERS = 8
 
@@ -62,29 +62,68 @@ class StateFile:
 
 
 class Rollout:
-    """Owns the state while the rollout runs; worker threads report through `_set`."""
+    """Owns the state while the rollout runs; worker threads report through `_set`.
+
+    `watcher` (ddops.rollout.bake.Watcher) judges each wave's changed hosts while it bakes;
+    without one, baking is a sleep between waves. `pause_after` holds wave indexes after
+    which the rollout stops as `paused` until approved. `on_event(kind, fields)` hears
+    wave, analysis, pause, halt, revert and finish, in order (notifications)."""
 
     def __init__(self, state: RolloutState, store: StateFile, limits: Limits,
                  deploy_one: Callable[[str], Outcome], revert_one: Callable[[str, object], Outcome],
                  on_change: Callable[[RolloutState, str], None] = lambda state, host: None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, watcher=None,
+                 pause_after: tuple[int, ...] = (),
+                 on_event: Callable[[str, dict], None] = lambda kind, fields: None) -> None:
         self.state, self.store, self.limits = state, store, limits
         self.deploy_one, self.revert_one = deploy_one, revert_one
         self.on_change, self.sleep = on_change, sleep
+        self.watcher, self.pause_after, self.on_event = watcher, pause_after, on_event
         self._lock = threading.Lock()
 
     def run(self) -> RolloutState:
         if self.state.status == "reverting":  # interrupted while reverting: finish that first
-            return self._halt()
-        waves = self.state.pending_waves()
-        for number, wave in enumerate(waves):
-            self._in_parallel(wave, self._deploy)
-            if self.state.must_halt(self.limits.max_failures):
-                return self._halt()
-            if number < len(waves) - 1 and self.limits.bake_s:
-                self.sleep(self.limits.bake_s)  # let the wave serve before widening
+            return self._halt("interrupted while reverting")
+        for index, wave in enumerate(self.state.waves):
+            todo = [h for h in wave if self.state.hosts[h].status in (PENDING, RUNNING)]
+            if todo:
+                self.on_event("wave", {"wave": index, "hosts": todo})
+                self._in_parallel(todo, self._deploy)
+                self._bake(index, todo)
+                self.on_event("wave_done", {"wave": index, "hosts": {
+                    h: self.state.hosts[h].status for h in todo}})
+                if self.state.must_halt(self.limits.max_failures):
+                    return self._halt(f"more than {self.limits.max_failures} failed host(s)")
+            if index in self.pause_after and index not in self.state.approved:
+                return self._pause(index)
         failed = self.state.count(FAILED, "locked", REVERT_FAILED)
         return self._finish("failed" if failed else "succeeded")
+
+    def abort(self) -> RolloutState:
+        """Operator's no at a pause: revert every host this rollout changed."""
+        return self._halt("aborted by the operator", final="aborted")
+
+    def _bake(self, index: int, wave: list[str]) -> None:
+        last = index == len(self.state.waves) - 1
+        if self.watcher is None:
+            if not last and self.limits.bake_s and not self.state.must_halt(self.limits.max_failures):
+                self.sleep(self.limits.bake_s)  # let the wave serve before widening
+            return
+        changed = [h for h in wave if self.state.hosts[h].status == DONE and self.state.hosts[h].changed]
+        if not changed or self.state.must_halt(self.limits.max_failures):
+            return
+        later = [h for w in self.state.waves[index + 1:] for h in w
+                 if self.state.hosts[h].status == PENDING]
+        verdicts = self.watcher.bake(changed, later)
+        self.on_event("analysis", {"wave": index, "verdicts": verdicts})
+        failed = [h for h, v in verdicts.items() if not v["passed"]]
+        self._in_parallel(failed, lambda h: self._revert(h, failed_by="; ".join(verdicts[h]["reasons"])))
+
+    def record(self, host: str, kind: str, data: dict) -> None:
+        """An analysis baseline, sample or verdict, saved with the state (Watcher's sink)."""
+        with self._lock:
+            self.state = self.state.with_analysis(host, kind, data)
+            self.store.save(self.state)
 
     def _deploy(self, host: str) -> None:
         self._set(host, RUNNING, detail="deploying")
@@ -97,21 +136,37 @@ class Rollout:
         self._set(host, outcome.status, changed=changed, detail=outcome.detail,
                   before=outcome.before)
 
-    def _revert(self, host: str) -> None:
+    def _revert(self, host: str, failed_by: str = "") -> None:
+        """Put a host back; one that failed its analysis then counts as failed, like a host
+        whose gate failed (the deploy engine reverts those itself)."""
         self._set(host, RUNNING, detail="reverting")
         try:
             outcome = self.revert_one(host, self.state.hosts[host])
         except Exception as exc:
             outcome = Outcome(REVERT_FAILED, detail=f"{type(exc).__name__}: {exc}")
-        self._set(host, outcome.status, changed=outcome.status != REVERTED, detail=outcome.detail)
+        status = FAILED if failed_by and outcome.status == REVERTED else outcome.status
+        detail = f"analysis failed: {failed_by}; {outcome.detail}" if failed_by else outcome.detail
+        self._set(host, status, changed=outcome.status != REVERTED, detail=detail)
+        self.on_event("revert", {"host": host, "status": outcome.status, "detail": outcome.detail})
 
-    def _halt(self) -> RolloutState:
-        self._finish("reverting")
+    def _halt(self, reason: str, final: str = "halted") -> RolloutState:
+        self.on_event("halt" if final == "halted" else "abort", {"reason": reason})
+        self._finish("reverting", notify=False)
         hosts = self.state.to_revert()
         self._in_parallel(hosts, self._revert)
-        return self._finish("halted")
+        return self._finish(final)
+
+    def _pause(self, index: int) -> RolloutState:
+        with self._lock:
+            self.state = self.state.paused(index)
+            self.store.save(self.state)
+            self.on_change(self.state, "")
+        self.on_event("pause", {"wave": index})
+        return self.state
 
     def _in_parallel(self, hosts, work: Callable[[str], None]) -> None:
+        if not hosts:
+            return
         with ThreadPoolExecutor(max_workers=max(1, min(len(hosts), self.limits.workers))) as pool:
             list(pool.map(work, hosts))
 
@@ -121,11 +176,13 @@ class Rollout:
             self.store.save(self.state)
             self.on_change(self.state, host)
 
-    def _finish(self, status: str) -> RolloutState:
+    def _finish(self, status: str, notify: bool = True) -> RolloutState:
         with self._lock:
             self.state = self.state.with_status(status)
             self.store.save(self.state)
             self.on_change(self.state, "")
+        if notify:
+            self.on_event("finish", {"status": status})
         return self.state
 
 

@@ -7,11 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddops.deploy import EXIT_GATE_FAILED, EXIT_OK
+from ddops.deploy.desired import API_KEY_ENV, env_value
 from ddops.inventory import load_inventory
 from ddops.profile import load_profile
+from ddops.profile.analysis import AnalysisSpec
 from ddops.remote import RemoteError, connect
 from ddops.rollout import hostops
+from ddops.rollout.bake import Endpoint
 from ddops.rollout.fleet import Limits, MAX_WORKERS, Outcome
+from ddops.rollout.notify import NotifyError, webhooks
 from ddops.rollout.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, HostState,
                                  PlanError, RolloutPlan)
 
@@ -27,6 +31,9 @@ class Fleet:
     limits: Limits
     canary: int
     wave_size: int
+    analysis: AnalysisSpec | None = None
+    pause_points: tuple[str, ...] = ()  # plan's or profile's pause_after, resolved by pause_waves
+    webhooks: tuple = ()  # ddops.rollout.notify.Webhook, the plan's then the inventory's
 
 
 def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
@@ -49,7 +56,21 @@ def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
     wave_size = pick(plan.wave_size, policy.wave_size)
     limits = Limits(max_failures=pick(plan.max_failures, policy.max_failures),
                     bake_s=pick(plan.bake_s, policy.bake_s), workers=min(wave_size, MAX_WORKERS))
-    return Fleet(plan, names, targets, limits, pick(plan.canary, policy.canary), wave_size)
+    analysis = pick(plan.analysis, policy.analysis)
+    if analysis is not None and not limits.bake_s:
+        raise PlanError(f"{plan.source}: analysis: needs bake_s > 0 (the time each wave is watched)")
+    try:
+        hooks = webhooks([*plan.notify, *inventory.notify], plan.source)
+    except NotifyError as err:
+        raise PlanError(str(err)) from None
+    return Fleet(plan, names, targets, limits, pick(plan.canary, policy.canary), wave_size, analysis,
+                 pick(plan.pause_after, tuple(policy.pause_after)), tuple(hooks))
+
+
+def endpoints(fleet: Fleet) -> dict:
+    """Where analysis reads /metrics and sends probe requests, per host."""
+    return {h: Endpoint(t.spec.base_url, t.spec.served_model, env_value(t.desired.env_text, API_KEY_ENV))
+            for h, t in fleet.targets.items()}
 
 
 def deployer(fleet: Fleet, command: str):

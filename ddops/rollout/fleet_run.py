@@ -1,4 +1,9 @@
-"""`ddops rollout PLAN.yaml`: load and check everything, resume or start, run with a live view."""
+"""`ddops rollout PLAN.yaml`: load and check everything, resume or start, run with a live view.
+
+A paused rollout (after a `pause_after` wave) waits in its state file: the same command with
+`--approve` continues it, with `--abort` reverts every host it changed; without either it
+says it is still paused (exit 5) and changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -9,52 +14,109 @@ from pathlib import Path
 from rich.live import Live
 
 from ddops.rollout import tables
-from ddops.rollout.ci import Output, consent
+from ddops.rollout.bake import Watcher
+from ddops.rollout.ci import BadInput, Output, consent
 from ddops.rollout.fleet import Rollout, StateFile, resume_or_start
-from ddops.rollout.fleet_hosts import deployer, resolve, reverter
+from ddops.rollout.fleet_hosts import deployer, endpoints, resolve, reverter
+from ddops.rollout.notify import Notifier, text_of
 from ddops.rollout.records import state_dir
-from ddops.rollout.waves import RolloutState, exit_code, load_plan, plan_waves
+from ddops.rollout.waves import (PAUSED, RolloutState, exit_code, load_plan, pause_waves,
+                                 plan_waves)
 
 INTERRUPTED = 130  # like a shell's SIGINT status; the state file resumes the rollout
 QUESTION = "Roll {profile} out to {n} host(s) ({waves} wave(s), canary first)?"
 
 
-def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: bool,
-             out: Output) -> int:
+def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: bool, out: Output,
+             approve: bool = False, abort: bool = False) -> int:
+    if approve and abort or (approve or abort) and restart:
+        raise BadInput("--approve, --abort and --restart: choose one")
     plan = load_plan(plan_file)
     out.event("stage", f"loading {plan.source}: profile {plan.profile}")
     fleet = resolve(plan, inventory)
     waves = plan_waves(fleet.hosts, fleet.canary, fleet.wave_size)
+    pauses = pause_waves(fleet.pause_points, waves, fleet.canary, plan.source)
     store = StateFile.for_plan(state_dir(), plan)
     state, resumed = resume_or_start(store, RolloutState.start(plan, waves, fleet.canary), restart)
+    if (approve or abort) and state.status != PAUSED:
+        raise BadInput(f"--{'approve' if approve else 'abort'}: no paused rollout of this plan "
+                       f"(state file {store.path})")
     if resumed:
-        out.event("stage", f"resuming the interrupted rollout in {store.path}")
+        out.event("stage", f"resuming the {state.status} rollout in {store.path}")
     out.show(tables.hosts_table(state, "Plan"))
-    if not consent(yes, QUESTION.format(profile=plan.profile, n=len(fleet.hosts), waves=len(waves)), out):
+    if state.status == PAUSED and not (approve or abort):
+        return _result(out, state, resumed, store, 0.0, [])
+    if not (approve or abort) and not consent(yes, QUESTION.format(
+            profile=plan.profile, n=len(fleet.hosts), waves=len(waves)), out):
         return out.fail(2, "declined at the prompt; nothing changed")
-    command = f"ddops rollout {plan_file}"
+    notifier = Notifier(list(fleet.webhooks))
+    emit = _emitter(out, notifier, plan)
+    if approve:
+        emit("approve", {"wave": state.paused_at})
+        state = state.approve()
+        store.save(state)
+    elif not resumed:
+        emit("start", {"hosts": list(fleet.hosts), "waves": [list(w) for w in waves]})
     started = time.monotonic()
     with _live(out, state) as view:
-        def on_change(current: RolloutState, host: str) -> None:
-            if host:
-                h = current.hosts[host]
-                out.event("host", "", host=host, status=h.status, detail=h.detail)
-            if view is not None:
-                view.update(tables.hosts_table(current))
-        rollout = Rollout(state, store, fleet.limits, deployer(fleet, command),
-                          reverter(fleet, command), on_change=on_change)
+        rollout = _rollout(fleet, state, store, pauses, out, view, emit, f"ddops rollout {plan_file}")
         try:
-            final = rollout.run()
+            final = rollout.abort() if abort else rollout.run()
         except KeyboardInterrupt:  # hosts in flight finished first; their outcome is recorded
             out.show("")
             return out.finish(INTERRUPTED, {**rollout.state.to_dict(), "resumed": resumed,
-                                            "state_file": str(store.path), "error":
-                                            "interrupted: run the same command again to resume"})
+                                            "state_file": str(store.path), "notifications": notifier.close(),
+                                            "error": "interrupted: run the same command again to resume"})
     out.show("")
     wall = time.monotonic() - started
     out.event("stage", f"rollout {final.status} in {wall:.1f} s; state in {store.path}")
-    return out.finish(exit_code(final), {**final.to_dict(), "resumed": resumed,
-                                         "state_file": str(store.path), "wall_s": round(wall, 2)})
+    return _result(out, final, resumed, store, wall, notifier.close())
+
+
+def _rollout(fleet, state, store, pauses, out, view, emit, command) -> Rollout:
+    def on_change(current: RolloutState, host: str) -> None:
+        if host:
+            h = current.hosts[host]
+            out.event("host", "", host=host, status=h.status, detail=h.detail)
+        if view is not None:
+            view.update(tables.hosts_table(current))
+
+    rollout = None
+    watcher = None
+    if fleet.analysis is not None:
+        watcher = Watcher(fleet.analysis, fleet.limits.bake_s, endpoints(fleet),
+                          lambda host, kind, data: rollout.record(host, kind, data))
+    deploy_one = deployer(fleet, command)
+    if watcher is not None and fleet.analysis.baseline == "before":
+        def deploy_one(host, deploy=deploy_one):  # noqa: F811 - the same deploy, after a baseline
+            watcher.capture_before(host)
+            return deploy(host)
+    rollout = Rollout(state, store, fleet.limits, deploy_one, reverter(fleet, command),
+                      on_change=on_change, watcher=watcher, pause_after=pauses,
+                      on_event=emit)
+    return rollout
+
+
+def _emitter(out: Output, notifier: Notifier, plan):
+    def emit(kind: str, fields: dict) -> None:
+        event = {"event": kind, "time": round(time.time(), 3), "profile": plan.profile,
+                 "plan": plan.source, **fields}
+        notifier.send(event)
+        out.event("rollout", text_of(event), kind=kind,
+                  **{k: v for k, v in fields.items() if k != "verdicts"})
+    return emit
+
+
+def _result(out: Output, state: RolloutState, resumed: bool, store: StateFile, wall: float,
+            notifications: list) -> int:
+    doc = {**state.to_dict(), "resumed": resumed, "state_file": str(store.path),
+           "wall_s": round(wall, 2), "notifications": notifications}
+    if state.status == PAUSED:
+        out.event("stage", f"paused after wave {state.paused_at}: run again with --approve to "
+                  "continue or --abort to revert")
+    meaning = "paused: waiting for --approve or --abort" if state.status == PAUSED else \
+        "aborted and reverted" if state.status == "aborted" else None
+    return out.finish(exit_code(state), doc, meaning=meaning)
 
 
 def _live(out: Output, state: RolloutState):

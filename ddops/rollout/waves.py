@@ -14,10 +14,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
+
+from ddops import exits
+from ddops.profile.analysis import AnalysisSpec
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 REVERTED, REVERT_FAILED, LOCKED = "reverted", "revert_failed", "locked"
-PLAN_KEYS = {"profile", "hosts", "selector", "canary", "wave_size", "max_failures", "bake_s"}
+PAUSED = "paused"
+PLAN_KEYS = {"profile", "hosts", "selector", "canary", "wave_size", "max_failures", "bake_s",
+             "analysis", "pause_after", "notify"}
 
 
 class PlanError(ValueError):
@@ -34,11 +40,15 @@ class RolloutPlan:
     wave_size: int | None = None
     max_failures: int | None = None
     bake_s: float | None = None
+    analysis: AnalysisSpec | None = None  # None: from the profile's rollout policy
+    pause_after: tuple[str, ...] | None = None  # "canary" or wave numbers as the table shows them
+    notify: tuple[dict, ...] = ()  # webhooks (ddops.rollout.notify), beside the inventory's
 
     @property
     def digest(self) -> str:
         """Identifies the plan's content, so a changed plan is never resumed as the old one."""
-        body = json.dumps({k: v for k, v in asdict(self).items() if k != "source"}, sort_keys=True)
+        fields = {k: v for k, v in asdict(self).items() if k not in ("source", "notify")}
+        body = json.dumps(fields, sort_keys=True, default=lambda o: o.model_dump())
         return hashlib.sha256(body.encode()).hexdigest()[:12]
 
 
@@ -74,7 +84,58 @@ def parse_plan(data: object, source: str) -> RolloutPlan:
                        canary=_count(data, "canary", source, 0),
                        wave_size=_count(data, "wave_size", source, 1),
                        max_failures=_count(data, "max_failures", source, 0),
-                       bake_s=_seconds(data, "bake_s", source))
+                       bake_s=_seconds(data, "bake_s", source),
+                       analysis=_analysis(data.get("analysis"), source),
+                       pause_after=_pause_points(data.get("pause_after"), source),
+                       notify=_notify(data.get("notify"), source))
+
+
+def _analysis(value: object, source: str) -> AnalysisSpec | None:
+    if value is None:
+        return None
+    try:
+        return AnalysisSpec.model_validate(value)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise PlanError(f"{source}: analysis{'.' + where if where else ''}: {error['msg']}") from None
+
+
+def _pause_points(value: object, source: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    points = value if isinstance(value, list) else [value]
+    if not all(p == "canary" or (isinstance(p, int) and not isinstance(p, bool) and p >= 1)
+               for p in points):
+        raise PlanError(f"{source}: pause_after: 'canary' or wave numbers (1, 2, ...), got {value!r}")
+    return tuple(str(p) for p in points)
+
+
+def _notify(value: object, source: str) -> tuple[dict, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise PlanError(f"{source}: notify: a list of webhooks ({{url: ...}} or {{url_env: NAME}})")
+    return tuple(value)
+
+
+def pause_waves(points: tuple[str, ...], waves: tuple[tuple[str, ...], ...], canary: int,
+                source: str) -> tuple[int, ...]:
+    """Wave indexes to pause after; numbers count waves as the table shows them (the canary
+    wave is `canary`, the next is 1); pausing after the last wave is pointless and refused."""
+    indexes = []
+    for point in points:
+        if point == "canary":
+            if not canary:
+                raise PlanError(f"{source}: pause_after: canary, but the plan has no canary")
+            index = 0
+        else:
+            index = int(point) - (0 if canary else 1)
+        if not 0 <= index < len(waves) - 1:
+            raise PlanError(f"{source}: pause_after: {point}: no wave after it to wait for "
+                            f"({len(waves)} wave(s))")
+        indexes.append(index)
+    return tuple(sorted(set(indexes)))
 
 
 def _count(data: dict, key: str, source: str, minimum: int) -> int | None:
@@ -119,8 +180,12 @@ class RolloutState:
     profile: str
     waves: tuple[tuple[str, ...], ...]
     hosts: dict = field(default_factory=dict)  # host -> HostState
-    status: str = RUNNING  # running, reverting, then succeeded, failed (within tolerance), halted
+    # running, reverting, paused, then succeeded, failed (within tolerance), halted, aborted
+    status: str = RUNNING
     canary: int = 0  # hosts in the first wave that are canaries
+    analysis: dict = field(default_factory=dict)  # host -> {baseline, samples, verdict}
+    paused_at: int | None = None  # index of the wave after which the rollout waits
+    approved: tuple[int, ...] = ()  # pauses already approved (so a resume does not stop again)
 
     @classmethod
     def start(cls, plan: RolloutPlan, waves: tuple[tuple[str, ...], ...],
@@ -130,7 +195,7 @@ class RolloutState:
 
     @property
     def finished(self) -> bool:
-        return self.status not in (RUNNING, "reverting")
+        return self.status not in (RUNNING, "reverting", PAUSED)
 
     def with_host(self, host: str, status: str, *, changed: bool | None = None,
                   detail: str = "", before: str | None = None) -> "RolloutState":
@@ -141,6 +206,22 @@ class RolloutState:
 
     def with_status(self, status: str) -> "RolloutState":
         return replace(self, status=status)
+
+    def paused(self, wave: int) -> "RolloutState":
+        return replace(self, status=PAUSED, paused_at=wave)
+
+    def approve(self) -> "RolloutState":
+        return replace(self, status=RUNNING, paused_at=None,
+                       approved=(*self.approved, self.paused_at))
+
+    def with_analysis(self, host: str, kind: str, data: dict) -> "RolloutState":
+        """kind: baseline or verdict (set), sample (appended)."""
+        record = dict(self.analysis.get(host) or {"baseline": None, "samples": [], "verdict": None})
+        if kind == "sample":
+            record["samples"] = [*record["samples"], data]
+        else:
+            record[kind] = data
+        return replace(self, analysis={**self.analysis, host: record})
 
     def count(self, *statuses: str) -> int:
         return sum(h.status in statuses for h in self.hosts.values())
@@ -161,19 +242,24 @@ class RolloutState:
     def to_dict(self) -> dict:
         return {"plan_digest": self.plan_digest, "profile": self.profile, "status": self.status,
                 "canary": self.canary, "waves": [list(w) for w in self.waves],
-                "hosts": {h: asdict(s) for h, s in self.hosts.items()}}
+                "hosts": {h: asdict(s) for h, s in self.hosts.items()}, "analysis": self.analysis,
+                "paused_at": self.paused_at, "approved": list(self.approved)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RolloutState":
         return cls(data["plan_digest"], data["profile"], tuple(tuple(w) for w in data["waves"]),
                    {h: HostState(**s) for h, s in data["hosts"].items()}, data["status"],
-                   data.get("canary", 0))
+                   data.get("canary", 0), data.get("analysis", {}), data.get("paused_at"),
+                   tuple(data.get("approved", ())))
 
 
 def exit_code(state: RolloutState) -> int:
-    """The CI contract: 0 all done, 1 failures reverted, 3 a host needs an operator, 4 lock held."""
+    """The CI contract: 0 all done, 1 failures reverted (or aborted), 3 a host needs an operator,
+    4 lock held, 5 paused for approval."""
     if state.count(REVERT_FAILED):
         return 3
+    if state.status == PAUSED:
+        return exits.PAUSED
     if state.count(FAILED):
         return 1
     if state.count(LOCKED):

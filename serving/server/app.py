@@ -21,6 +21,7 @@ from serving.engine import Delta, Engine, Failed, StopRule
 from serving.sampling import SamplingParams
 from serving.server import openapi
 from serving.server import responses as R
+from serving.server.faults import Faults
 from serving.server.generation import Admitted, HealthProbe
 from serving.server.guard import Guard, error_response
 from serving.server.metrics import Metrics
@@ -37,6 +38,7 @@ class AppState:
     eos_ids: frozenset[int] = frozenset()
     vocab_size: int = 0
     metrics: Metrics = field(default_factory=Metrics)
+    faults: Faults = field(default_factory=Faults)  # injected by tests only (serving.server.faults)
     started: float = field(default_factory=time.time)
 
     @property
@@ -151,6 +153,7 @@ async def _complete(state: AppState, request: Request, kind: str):
                          state.args.served_model_name)
     if not state.ready:
         raise APIError(503, "the model is still loading", code="loading", kind="server_error", retry_after=5)
+    await state.faults.before_generation(APIError)
     prompt_ids = _prompt_ids(state, spec)
     rule = _stop_rule(state, spec, prompt_ids)
     model = state.args.served_model_name

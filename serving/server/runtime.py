@@ -24,6 +24,7 @@ from serving.models import ModelError, inspect_checkpoint, load_model
 from serving.models.tokenizer import Tokenizer
 from serving.server.app import AppState, create_app
 from serving.server.connections import guarded_protocol, raise_open_files_limit
+from serving.server.faults import from_environment
 
 log = logging.getLogger("serving")
 
@@ -34,11 +35,12 @@ def serve(args: ServerArgs) -> int:
         checkpoint = inspect_checkpoint(args.model_path)
         tokenizer = Tokenizer.from_dir(args.model_path)
         args = resolve(args, checkpoint.config, torch.cuda.is_available())
+        faults = from_environment()
     except (ModelError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     state = AppState(args, tokenizer, eos_ids=eos_ids(args.model_path, checkpoint.config, tokenizer),
-                     vocab_size=checkpoint.config.vocab_size)
+                     vocab_size=checkpoint.config.vocab_size, faults=faults)
     raise_open_files_limit()
     server = uvicorn.Server(uvicorn_config(create_app(state), args))
     failure: list[str] = []

@@ -1,0 +1,54 @@
+"""What a rollout watches while it bakes: checks on each changed host's /metrics.
+
+Used in a profile's `rollout.analysis` (the defaults) and in a plan's `analysis` (which
+replaces the profile's as a whole). Each check names one figure of `ddops.rollout.scrape`
+and bounds it absolutely (`max`, `min`) and/or against the baseline (`max_ratio`,
+`min_ratio`: value / baseline value).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Metric = Literal["error_ratio", "tokens_per_s", "accept_length",
+                 "ttft_p50", "ttft_p90", "ttft_p95", "ttft_p99",
+                 "itl_p50", "itl_p90", "itl_p95", "itl_p99",
+                 "e2e_p50", "e2e_p90", "e2e_p95", "e2e_p99"]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class Section(BaseModel):  # as schema.Section (which imports this module)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class CheckSpec(Section):
+    metric: Metric
+    max: NonNegative | None = None
+    min: NonNegative | None = None
+    max_ratio: Annotated[float, Field(gt=0)] | None = None
+    min_ratio: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _has_bound(self) -> "CheckSpec":
+        if (self.max, self.min, self.max_ratio, self.min_ratio) == (None, None, None, None):
+            raise ValueError(f"{self.metric}: give at least one of max, min, max_ratio, min_ratio")
+        return self
+
+
+class ProbeSpec(Section):
+    """Synthetic chat requests the rollout sends itself while baking (when real traffic is thin)."""
+
+    rate_per_s: Annotated[float, Field(gt=0, le=50)] = 1.0
+    max_tokens: Annotated[int, Field(ge=2, le=512)] = 8
+    prompt: Annotated[str, Field(min_length=1)] = "Write one sentence about the sea."
+
+
+class AnalysisSpec(Section):
+    checks: Annotated[list[CheckSpec], Field(min_length=1)]
+    interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0  # between samples
+    min_requests: Annotated[int, Field(ge=1)] = 10  # in the window before any check is judged
+    baseline: Literal["before", "unchanged"] = "before"
+    probe: ProbeSpec | None = None
+    on_no_traffic: Literal["halt", "pass"] = "halt"  # bake ended below min_requests

@@ -1,0 +1,160 @@
+"""Watch changed hosts while a wave bakes: sample /metrics every `interval_s` through
+`bake_s`, judge each sample (ddops.rollout.analysis), stop at the first failure.
+
+Baselines: `before` compares each host with its own figures read just before its change
+(everything its previous process served); `unchanged` compares with the hosts not changed
+yet, over the same window. With `probe:` the watcher sends chat requests itself, to the
+changed hosts and to the unchanged baseline hosts, so a quiet fleet still gets judged.
+Every sample and verdict goes to `record(host, kind, data)`, which keeps it in the rollout
+state. Network problems are data: a changed host whose /metrics fails twice in a row fails.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import httpx
+
+from ddops.profile.analysis import AnalysisSpec, ProbeSpec
+from ddops.rollout import scrape
+from ddops.rollout.analysis import FAIL, final_verdict, judge
+
+SCRAPE_ERRORS_TO_FAIL = 2
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    model: str  # served model name, for probe requests
+    api_key: str | None = None
+
+
+class Watcher:
+    def __init__(self, spec: AnalysisSpec, bake_s: float, endpoints: dict[str, Endpoint],
+                 record: Callable[[str, str, dict], None], read=scrape.read,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.spec, self.bake_s, self.endpoints = spec, bake_s, endpoints
+        self.record, self.read, self.sleep = record, read, sleep
+        self.before: dict[str, dict | None] = {}
+
+    def capture_before(self, host: str) -> None:
+        """The host's figures before its change (its process's whole life so far)."""
+        try:
+            figures = self.read(self.endpoints[host].base_url).summary()
+        except scrape.ScrapeError as err:
+            figures = None
+            self.record(host, "baseline", {"source": "before", "error": str(err)})
+        else:
+            self.record(host, "baseline", {"source": "before", "figures": figures})
+        self.before[host] = figures
+
+    def bake(self, hosts: list[str], unchanged: list[str]) -> dict[str, dict]:
+        """Verdict per host ({status, passed, reasons}) after baking `hosts`."""
+        pool = unchanged if self.spec.baseline == "unchanged" else []
+        probes = Probes(self.spec.probe, [self.endpoints[h] for h in hosts + pool])
+        start = {h: self._try_read(h) for h in hosts + pool}
+        samples: dict[str, list[dict]] = {h: [] for h in hosts}
+        errors = {h: 0 for h in hosts}
+        began = time.monotonic()
+        with probes:
+            while True:
+                left = self.bake_s - (time.monotonic() - began)
+                self.sleep(max(0.0, min(self.spec.interval_s, left)))
+                baseline = self._pooled(pool, start)
+                for host in hosts:
+                    sample = self._sample(host, start, baseline, errors)
+                    samples[host].append(sample)
+                    self.record(host, "sample", sample)
+                if any(s[-1]["verdict"] == FAIL for s in samples.values()) or left <= self.spec.interval_s:
+                    break
+        verdicts = {h: final_verdict(self.spec, samples[h]) for h in hosts}
+        for host, verdict in verdicts.items():
+            self.record(host, "verdict", verdict)
+        return verdicts
+
+    def _sample(self, host: str, start: dict, baseline: dict | None, errors: dict) -> dict:
+        now = self._try_read(host)
+        at = round(time.time(), 3)
+        problem = next((s for s in (now, start[host]) if isinstance(s, str)), None)
+        if problem is not None:
+            errors[host] += 1
+            failed = errors[host] >= SCRAPE_ERRORS_TO_FAIL
+            return {"time": at, "verdict": FAIL if failed else "wait", "reason": problem, "checks": []}
+        errors[host] = 0
+        window = now.since(start[host]).summary()
+        base = baseline if self.spec.baseline == "unchanged" and baseline else self.before.get(host)
+        return {"time": at, "window": window, "baseline": base, **judge(self.spec, window, base)}
+
+    def _pooled(self, pool: list[str], start: dict) -> dict | None:
+        """The unchanged hosts' window, summed as one server's (None when none is readable)."""
+        total = None
+        for host in pool:
+            now = self._try_read(host)
+            if isinstance(now, str) or isinstance(start[host], str):
+                continue
+            window = now.since(start[host])
+            total = window if total is None else _add(total, window)
+        return total.summary() if total is not None else None
+
+    def _try_read(self, host: str):
+        try:
+            return self.read(self.endpoints[host].base_url)
+        except scrape.ScrapeError as err:
+            return str(err)
+
+
+def _add(a: scrape.Scrape, b: scrape.Scrape) -> scrape.Scrape:
+    hist = {}
+    for key in set(a.hist) | set(b.hist):
+        x, y = a.hist.get(key, scrape.Histogram()), b.hist.get(key, scrape.Histogram())
+        if x.bounds and y.bounds and x.bounds != y.bounds:
+            hist[key] = x
+            continue
+        bounds = x.bounds or y.bounds
+        hist[key] = scrape.Histogram(bounds, tuple(p + q for p, q in zip(x.cumulative or (0,) * len(bounds),
+                                                                       y.cumulative or (0,) * len(bounds))),
+                                     x.total + y.total)
+    return scrape.Scrape(a.runtime, min(a.at, b.at), a.requests + b.requests, a.errors + b.errors,
+                         a.generated + b.generated, hist, a.accept_gauge)
+
+
+class Probes:
+    """One thread per endpoint sending chat requests at `rate_per_s` (each waits for its
+    answer, so a slow server gets fewer); nothing when the spec has no probe."""
+
+    def __init__(self, spec: ProbeSpec | None, endpoints: list[Endpoint]) -> None:
+        self.spec, self.endpoints = spec, endpoints
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.sent = 0
+
+    def __enter__(self) -> "Probes":
+        if self.spec is not None:
+            self.threads = [threading.Thread(target=self._loop, args=(e,), daemon=True)
+                            for e in self.endpoints]
+            for thread in self.threads:
+                thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+
+    def _loop(self, endpoint: Endpoint) -> None:
+        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        body = {"model": endpoint.model, "max_tokens": self.spec.max_tokens, "temperature": 0,
+                "messages": [{"role": "user", "content": self.spec.prompt}]}
+        period = 1.0 / self.spec.rate_per_s
+        with httpx.Client(timeout=60, trust_env=False, headers=headers) as client:
+            while not self.stop.is_set():
+                began = time.monotonic()
+                try:
+                    client.post(f"{endpoint.base_url}/v1/chat/completions", json=body)
+                    self.sent += 1
+                except httpx.HTTPError:
+                    pass  # the server's own counters say whether it answered
+                self.stop.wait(max(0.0, period - (time.monotonic() - began)))

@@ -1,0 +1,119 @@
+"""Analysis figures from real Prometheus text (the runtime's own registry, and SGLang's names)
+and the judging of checks against a baseline."""
+
+import pytest
+from ddops.profile.analysis import AnalysisSpec, CheckSpec
+from ddops.rollout.analysis import final_verdict, judge, judge_check
+from ddops.rollout.scrape import Histogram, ScrapeError, parse
+from serving.server.metrics import Metrics
+
+SGLANG = """\
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="m"} 40
+# TYPE sglang:num_aborted_requests_total counter
+sglang:num_aborted_requests_total{model_name="m"} 4
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="m"} 800
+# TYPE sglang:spec_accept_length gauge
+sglang:spec_accept_length{model_name="m"} 3.2
+# TYPE sglang:time_to_first_token_seconds histogram
+sglang:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 30
+sglang:time_to_first_token_seconds_bucket{le="0.5",model_name="m"} 40
+sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 40
+sglang:time_to_first_token_seconds_sum{model_name="m"} 3.0
+sglang:time_to_first_token_seconds_count{model_name="m"} 40
+# TYPE sglang:e2e_request_latency_seconds histogram
+sglang:e2e_request_latency_seconds_bucket{le="1.0",model_name="m"} 20
+sglang:e2e_request_latency_seconds_bucket{le="2.0",model_name="m"} 40
+sglang:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 40
+sglang:e2e_request_latency_seconds_sum{model_name="m"} 40.0
+sglang:e2e_request_latency_seconds_count{model_name="m"} 40
+"""
+
+
+def runtime_metrics(ok=8, failed=2, ttfts=(0.02, 0.03, 0.3), tokens=100):
+    m = Metrics()
+    m.requests.labels("/v1/chat/completions", "200").inc(ok)
+    m.requests.labels("/v1/chat/completions", "500").inc(failed)
+    m.requests.labels("/health", "200").inc(50)  # not generation traffic: never counted
+    m.requests.labels("/v1/completions", "400").inc(1)  # the client's mistake, not an error
+    for t in ttfts:
+        m.ttft.observe(t)
+        m.e2e.observe(1.0)
+    m.generation_tokens.inc(tokens)
+    m.accept_length.observe(2.0)
+    m.accept_length.observe(3.0)
+    return m.render().decode()
+
+
+def test_bundled_runtime_figures_from_its_own_registry():
+    figures = parse(runtime_metrics()).summary()
+    assert figures["requests"] == 11 and figures["errors"] == 2
+    assert figures["error_ratio"] == pytest.approx(2 / 11)
+    assert figures["tokens_per_s"] == pytest.approx(100 / 3.0)  # tokens per second of request time
+    assert figures["accept_length"] == pytest.approx(2.5)
+    assert 0.025 <= figures["ttft_p50"] <= 0.05 and 0.25 <= figures["ttft_p99"] <= 0.5
+    assert figures["itl_p50"] is None  # no multi-token request observed
+
+
+def test_sglang_names_map_through_the_same_table():
+    scraped = parse(SGLANG)
+    figures = scraped.summary()
+    assert scraped.runtime == "sglang"
+    assert figures["error_ratio"] == pytest.approx(0.1) and figures["accept_length"] == 3.2
+    assert figures["tokens_per_s"] == pytest.approx(20.0)
+    assert figures["ttft_p50"] == pytest.approx(0.1 * 20 / 30, rel=1e-4)  # interpolated in the first bucket
+    assert figures["ttft_p99"] == pytest.approx(0.1 + 0.4 * (39.6 - 30) / 10, rel=1e-4)
+
+
+def test_window_subtracts_an_earlier_scrape_and_survives_a_restart():
+    before = parse(runtime_metrics(ok=8, failed=2), at=0)
+    after = parse(runtime_metrics(ok=18, failed=12, ttfts=(0.02,) * 3 + (2.0,) * 7, tokens=300), at=10)
+    window = after.since(before).summary()
+    assert window["requests"] == 20 and window["errors"] == 10 and window["error_ratio"] == 0.5
+    assert window["ttft_p50"] > 1.0  # only the window's (slow) first tokens
+    restarted = parse(runtime_metrics(ok=1, failed=0, ttfts=(0.02,), tokens=5), at=20)
+    assert restarted.since(after).summary()["requests"] == 2  # counters reset: all of the new process
+
+
+def test_quantile_in_the_overflow_bucket_is_the_largest_finite_bound():
+    h = Histogram((1.0, 2.0, float("inf")), (1, 1, 10), 100.0)
+    assert h.quantile(0.95) == 2.0 and Histogram().quantile(0.5) is None
+
+
+def test_text_that_is_no_known_server_is_an_error():
+    with pytest.raises(ScrapeError):
+        parse("# TYPE other_total counter\nother_total 3\n")
+
+
+SPEC = AnalysisSpec(min_requests=5, checks=[CheckSpec(metric="error_ratio", max=0.05),
+                                            CheckSpec(metric="ttft_p95", max_ratio=2.0),
+                                            CheckSpec(metric="accept_length", min_ratio=0.8)])
+
+
+def test_judging_waits_for_traffic_then_names_each_failing_check():
+    assert judge(SPEC, {"requests": 4, "error_ratio": 0.5}, None)["verdict"] == "wait"
+    window = {"requests": 20, "error_ratio": 0.25, "ttft_p95": 0.9, "accept_length": 3.0}
+    sample = judge(SPEC, window, {"ttft_p95": 0.3, "accept_length": 3.1})
+    assert sample["verdict"] == "fail"
+    statuses = {c["metric"]: c["status"] for c in sample["checks"]}
+    assert statuses == {"error_ratio": "fail", "ttft_p95": "fail", "accept_length": "pass"}
+    assert "3.00x the baseline" in sample["checks"][1]["reason"]
+
+
+def test_ratio_without_baseline_is_skipped_not_failed():
+    window = {"requests": 20, "error_ratio": 0.0, "ttft_p95": 5.0, "accept_length": None}
+    sample = judge(SPEC, window, None)
+    assert sample["verdict"] == "pass"
+    assert [c["status"] for c in sample["checks"]] == ["pass", "skipped", "skipped"]
+    assert judge_check(CheckSpec(metric="error_ratio", max_ratio=2), 0.1, 0.0)["status"] == "fail"
+
+
+def test_no_traffic_follows_on_no_traffic():
+    waiting = [{"verdict": "wait"}] * 3
+    assert final_verdict(SPEC, waiting)["passed"] is False
+    lenient = SPEC.model_copy(update={"on_no_traffic": "pass"})
+    assert final_verdict(lenient, waiting) == {"status": "no_traffic", "passed": True,
+                                               "reasons": [final_verdict(lenient, waiting)["reasons"][0]]}
+    failing = [{"verdict": "pass"}, {"verdict": "fail", "checks": [{"status": "fail", "reason": "x"}]}]
+    assert final_verdict(SPEC, failing) == {"status": "failed", "passed": False, "reasons": ["x"]}
