@@ -6,7 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export DDOPS_CACHE ?= /var/cache/ddops
 APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap iproute2 zstd \
-                python3-venv python3-dev gcc curl ca-certificates rsync
+                python3-venv python3-dev gcc curl ca-certificates rsync \
+                chromium  # the report test opens pages in it (Playwright, never downloads browsers)
 
 .PHONY: setup apt venv models drafter bench test demo clean lab-down
 

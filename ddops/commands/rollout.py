@@ -71,6 +71,7 @@ def shadow_compare(
     json_doc: Json = False, json_events: Events = False,
 ) -> None:
     """Replay prompts to production and the shadow at temperature 0 and judge the shadow."""
+    from ddops.report.build import write_report
     from ddops.rollout import tables
     from ddops.rollout.compare import Settings
     from ddops.rollout.shadow import run_compare
@@ -84,8 +85,10 @@ def shadow_compare(
         out.show(tables.totals_table(run.comparison))
         out.show(tables.verdict_table(run.verdict))
         out.event("stage", f"results saved to {run.results_file}")
+        report = write_report(run.results_file)
+        out.event("stage", f"report: {report}", report_file=str(report))
         passed = run.verdict.passed
-        return out.finish(OK if passed else GATE_FAILED, run.to_dict(),
+        return out.finish(OK if passed else GATE_FAILED, {**run.to_dict(), "report_file": str(report)},
                           meaning="verdict passed" if passed else "verdict failed")
 
     _run(_output(json_doc, json_events), body)

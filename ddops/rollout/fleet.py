@@ -78,8 +78,19 @@ class Rollout:
         self.state, self.store, self.limits = state, store, limits
         self.deploy_one, self.revert_one = deploy_one, revert_one
         self.on_change, self.sleep = on_change, sleep
-        self.watcher, self.pause_after, self.on_event = watcher, pause_after, on_event
+        self.watcher, self.pause_after, self._notify = watcher, pause_after, on_event
         self._lock = threading.Lock()
+
+    def on_event(self, kind: str, fields: dict) -> None:
+        """Kept in the state's timeline (verdicts live under `analysis`), then passed on."""
+        entry = {"time": round(time.time(), 3), "event": kind,
+                 **{k: v for k, v in fields.items() if k != "verdicts"}}
+        if "verdicts" in fields:
+            entry["passed"] = {h: v["passed"] for h, v in fields["verdicts"].items()}
+        with self._lock:
+            self.state = self.state.logged(entry)
+            self.store.save(self.state)
+        self._notify(kind, fields)
 
     def run(self) -> RolloutState:
         if self.state.status == "reverting":  # interrupted while reverting: finish that first
@@ -98,6 +109,13 @@ class Rollout:
                 return self._pause(index)
         failed = self.state.count(FAILED, "locked", REVERT_FAILED)
         return self._finish("failed" if failed else "succeeded")
+
+    def approve(self) -> None:
+        """Operator's yes at a pause: `run` then continues after the paused wave."""
+        self.on_event("approve", {"wave": self.state.paused_at})
+        with self._lock:
+            self.state = self.state.approve()
+            self.store.save(self.state)
 
     def abort(self) -> RolloutState:
         """Operator's no at a pause: revert every host this rollout changed."""
@@ -172,7 +190,9 @@ class Rollout:
 
     def _set(self, host: str, status: str, **fields) -> None:
         with self._lock:
-            self.state = self.state.with_host(host, status, **fields)
+            self.state = self.state.with_host(host, status, **fields).logged(
+                {"time": round(time.time(), 3), "host": host, "status": status,
+                 "detail": fields.get("detail", "")})
             self.store.save(self.state)
             self.on_change(self.state, host)
 

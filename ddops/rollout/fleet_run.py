@@ -51,15 +51,15 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
         return out.fail(2, "declined at the prompt; nothing changed")
     notifier = Notifier(list(fleet.webhooks))
     emit = _emitter(out, notifier, plan)
-    if approve:
-        emit("approve", {"wave": state.paused_at})
-        state = state.approve()
-        store.save(state)
-    elif not resumed:
-        emit("start", {"hosts": list(fleet.hosts), "waves": [list(w) for w in waves]})
     started = time.monotonic()
     with _live(out, state) as view:
         rollout = _rollout(fleet, state, store, pauses, out, view, emit, f"ddops rollout {plan_file}")
+        if approve:
+            rollout.approve()
+        elif not resumed:
+            checks = [c.model_dump() for c in fleet.analysis.checks] if fleet.analysis else []
+            rollout.on_event("start", {"hosts": list(fleet.hosts), "waves": [list(w) for w in waves],
+                                       "checks": checks})
         try:
             final = rollout.abort() if abort else rollout.run()
         except KeyboardInterrupt:  # hosts in flight finished first; their outcome is recorded

@@ -186,6 +186,7 @@ class RolloutState:
     analysis: dict = field(default_factory=dict)  # host -> {baseline, samples, verdict}
     paused_at: int | None = None  # index of the wave after which the rollout waits
     approved: tuple[int, ...] = ()  # pauses already approved (so a resume does not stop again)
+    timeline: tuple = ()  # {time, host, status, detail} and {time, event, ...}, in order (reports)
 
     @classmethod
     def start(cls, plan: RolloutPlan, waves: tuple[tuple[str, ...], ...],
@@ -213,6 +214,9 @@ class RolloutState:
     def approve(self) -> "RolloutState":
         return replace(self, status=RUNNING, paused_at=None,
                        approved=(*self.approved, self.paused_at))
+
+    def logged(self, entry: dict) -> "RolloutState":
+        return replace(self, timeline=(*self.timeline, entry))
 
     def with_analysis(self, host: str, kind: str, data: dict) -> "RolloutState":
         """kind: baseline or verdict (set), sample (appended)."""
@@ -243,14 +247,15 @@ class RolloutState:
         return {"plan_digest": self.plan_digest, "profile": self.profile, "status": self.status,
                 "canary": self.canary, "waves": [list(w) for w in self.waves],
                 "hosts": {h: asdict(s) for h, s in self.hosts.items()}, "analysis": self.analysis,
-                "paused_at": self.paused_at, "approved": list(self.approved)}
+                "paused_at": self.paused_at, "approved": list(self.approved),
+                "timeline": list(self.timeline)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RolloutState":
         return cls(data["plan_digest"], data["profile"], tuple(tuple(w) for w in data["waves"]),
                    {h: HostState(**s) for h, s in data["hosts"].items()}, data["status"],
                    data.get("canary", 0), data.get("analysis", {}), data.get("paused_at"),
-                   tuple(data.get("approved", ())))
+                   tuple(data.get("approved", ())), tuple(data.get("timeline", ())))
 
 
 def exit_code(state: RolloutState) -> int:

@@ -75,6 +75,9 @@ def test_cli_compare_saves_results_and_exits_by_verdict(servers, tmp_path, monke
     saved = json.loads(open(doc["results_file"]).read())
     assert saved["comparison"]["token_equality"] == doc["comparison"]["token_equality"] < 1.0
     assert len(saved["comparison"]["per_prompt"]) == 2
+    report = open(doc["report_file"]).read()  # the HTML report beside the saved results
+    assert doc["report_file"] == doc["results_file"].removesuffix(".json") + ".html"
+    assert "<h1>Shadow comparison</h1>" in report and report.count("<svg") == 2
 
 
 def test_unreachable_shadow_fails_the_verdict_not_the_tool(servers):

@@ -54,7 +54,9 @@ def test_pause_after_canary_then_approve_continues_and_abort_reverts(tmp_path):
     assert paused.status == PAUSED and paused.paused_at == 0 and exit_code(paused) == 5
     assert store.load() == paused and hosts.calls == [("deploy", "h1")]
 
-    approved = rollout(store.load().approve(), store, hosts, pauses=(0,)).run()
+    resumed = rollout(store.load(), store, hosts, pauses=(0,))
+    resumed.approve()
+    approved = resumed.run()
     assert approved.status == "succeeded" and approved.approved == (0,)
     assert [c[1] for c in hosts.calls] == ["h1", "h2", "h3"]  # the canary was not deployed again
 

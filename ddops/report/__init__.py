@@ -1,0 +1,1 @@
+"""`ddops report`: self-contained HTML pages for shadow comparisons and rollouts."""
