@@ -102,8 +102,7 @@ def _emitter(out: Output, notifier: Notifier, plan):
         event = {"event": kind, "time": round(time.time(), 3), "profile": plan.profile,
                  "plan": plan.source, **fields}
         notifier.send(event)
-        out.event("rollout", text_of(event), kind=kind,
-                  **{k: v for k, v in fields.items() if k != "verdicts"})
+        out.event(kind, text_of(event), **fields)
     return emit
 
 
