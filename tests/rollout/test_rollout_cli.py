@@ -61,3 +61,15 @@ def test_refused_before_any_host_is_contacted(fleet, fields, flags, message):
     code, lines = run(fleet(**fields), *flags, "--json-events")
     assert code == 2 and message in lines[-1]["error"]
     assert not [e for e in lines if e.get("event") == "host"]
+
+
+def test_profile_rollout_policy_supplies_analysis_and_pauses(fleet, tmp_path):
+    profile = tmp_path / "watched.yaml"
+    profile.write_text(yaml.safe_dump({"extends": "cpu-ar", "rollout": {
+        "bake_s": 10, "pause_after": ["canary"],
+        "analysis": {"checks": [{"metric": "itl_p95", "max_ratio": 1.5}]}}}))
+    code, lines = run(fleet(profile=str(profile)), "--yes", "--json-events")
+    start = next(e for e in lines if e["event"] == "start")
+    assert code == 1 and [c["metric"] for c in start["checks"]] == ["itl_p95"]
+    code, lines = run(fleet(profile=str(profile), pause_after=[3]), "--yes", "--json-events")
+    assert code == 2 and "pause_after: 3" in lines[-1]["error"]  # the plan's own replaces the profile's
