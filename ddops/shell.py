@@ -21,6 +21,10 @@ from ddops import exits
 SCHEMA_VERSION = 1
 
 
+class BadInput(ValueError):
+    """Refused before touching any host: exit 2 with this one line."""
+
+
 @dataclass
 class Options:
     debug: bool = False
@@ -63,13 +67,14 @@ def _error_table() -> list[tuple[type, int, str]]:
     from ddops.preflight import PreflightError
     from ddops.profile.yamlfile import ConfigError
     from ddops.remote import RemoteError
-    from ddops.rollout.ci import BadInput
     from ddops.rollout.compare import SettingsError
+    from ddops.rollout.notify import NotifyError
     from ddops.rollout.prompts import PromptFileError
     from ddops.rollout.waves import PlanError
     return [
         (ConfigError, exits.BAD_INPUT, "fix the lines above, then `ddops validate`; `ddops show PROFILE` prints what a profile resolves to"),
-        ((BadInput, OpsError, PreflightError, ModelFactsError, PlanError, PromptFileError, SettingsError),
+        ((BadInput, OpsError, PreflightError, ModelFactsError, PlanError, PromptFileError, SettingsError,
+          NotifyError),
          exits.BAD_INPUT, ""),
         (LockHeld, exits.LOCKED, "wait for the holder to finish: `ddops status --host NAME` shows it"),
         (RecoveryFailed, exits.NEEDS_OPERATOR, "`ddops status --host NAME`, then `ddops rollback --host NAME`"),

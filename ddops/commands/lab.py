@@ -1,15 +1,16 @@
 """`ddops lab up|status|down`, `ddops install-runtime`, `ddops push-model`: thin commands over
-ddops.lab and ddops.install (parse, call, print, exit code)."""
+ddops.lab and ddops.install (parse, call, print). Errors become exit codes in ddops.shell.guard:
+lab and install errors carry their own (1, or 2 for bad input)."""
 
-import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from ddops import exits
 from ddops.lab.errors import LabError
+from ddops.shell import print_json
 
 HOST_HELP = "host name from the inventory (lab hosts: lab-1, bare-1, ...)"
 INVENTORY_HELP = "inventory file (default: $DDOPS_INVENTORY, else lab/inventory.yaml)"
@@ -32,7 +33,7 @@ def lab_up(count: int = typer.Option(2, "-n", "--count", help="hosts lab-1..lab-
     from ddops.lab import lifecycle
     from ddops.lab.layout import LabLayout
     start = time.monotonic()
-    slots = guarded(debug, lambda: lifecycle.up(LabLayout.from_env(), count, bare))
+    slots = lifecycle.up(LabLayout.from_env(), count, bare)
     typer.echo(f"lab: {len(slots)} host(s) up in {time.monotonic() - start:.1f} s: "
                f"{', '.join(f'{s.name}={s.address}' for s in slots)}")
 
@@ -42,11 +43,11 @@ def lab_status(as_json: bool = typer.Option(False, "--json"),
     """Show each lab host: address, state, supervisor PID, whether SSH answers."""
     from ddops.lab import lifecycle
     from ddops.lab.layout import LabLayout
-    states = guarded(debug, lambda: lifecycle.status(LabLayout.from_env()))
+    states = lifecycle.status(LabLayout.from_env())
     rows = [{"host": h.slot.name, "address": h.slot.address, "state": h.state, "pid": h.pid,
              "runtime": "none" if h.slot.bare else "bundled"} for h in states]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        print_json(exits.OK, hosts=rows)
     elif not rows:
         typer.echo("lab: no hosts (run `ddops lab up`)")
     else:
@@ -59,7 +60,7 @@ def lab_down(debug: bool = typer.Option(False, "--debug", help="show tracebacks"
     """Halt and remove every lab host, namespace, veth, the bridge and the lab's state."""
     from ddops.lab import lifecycle
     from ddops.lab.layout import LabLayout
-    removed = guarded(debug, lambda: lifecycle.down(LabLayout.from_env()))
+    removed = lifecycle.down(LabLayout.from_env())
     typer.echo(f"lab: down ({len(removed)} host(s) removed)")
 
 
@@ -79,7 +80,7 @@ def install_runtime(host: str = typer.Option(..., "--host", help=HOST_HELP),
         with connect(target) as remote:
             return install(remote, bundle)
     start = time.monotonic()
-    report = guarded(debug, work)
+    report = work()
     deps = f"{len(report.dependencies_installed)} dependency wheel(s) installed" if report.dependencies_installed \
         else "dependencies already installed"
     project = "ddops installed" if report.project_installed else "ddops already current"
@@ -101,7 +102,7 @@ def push_model(directory: Path = typer.Argument(..., help="local model directory
         with connect(target) as remote:
             return push(remote, directory, dest)
     start = time.monotonic()
-    report = guarded(debug, work)
+    report = work()
     typer.echo(f"{host}:{report.dest}: copied {len(report.copied)} file(s) ({report.bytes_copied / 1e6:.1f} MB), "
                f"skipped {len(report.skipped)} unchanged, {time.monotonic() - start:.1f} s")
 
@@ -112,16 +113,3 @@ def find_host(name: str, inventory: Optional[Path]):
     if name not in hosts:
         raise LabError(f"--host {name}: not in the inventory (hosts: {', '.join(sorted(hosts)) or 'none'})")
     return hosts[name]
-
-
-def guarded(debug: bool, work: Callable):
-    """Run work; a known failure becomes one line on stderr and its exit code (traceback with --debug)."""
-    from ddops.inventory import InventoryError
-    from ddops.remote import RemoteError
-    try:
-        return work()
-    except (LabError, RemoteError, InventoryError) as exc:
-        if debug:
-            raise
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(getattr(exc, "exit_code", 1)) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -12,8 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_REVERT_FAILED, Holder, LockHeld,
-                          RecoveryFailed, execute, show)
+from ddops import exits
+from ddops.deploy import Holder, execute, show
 from ddops.deploy import history as host_history
 from ddops.deploy import ops
 from ddops.deploy.facts import journal
@@ -21,6 +20,7 @@ from ddops.diagnose import diagnose as diagnose_text
 from ddops.inventory import load_inventory
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
+from ddops.shell import BadInput, print_json
 
 HOST = typer.Option(..., "--host", help="inventory host name")
 UNIT = typer.Option(None, "--unit", help="unit name (default: the one ddops deployed there)")
@@ -53,8 +53,7 @@ def _open(name: str, inventory: Path | None):
 
 
 def _bad(message: str) -> None:
-    show.error(message)
-    raise typer.Exit(EXIT_BAD_INPUT)
+    raise BadInput(message)
 
 
 def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
@@ -73,7 +72,7 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
         except (RemoteError, ops.OpsError) as err:
             rows.append({"host": h.name, "unit": None, "error": str(err)})
     if as_json:
-        print(json.dumps({"units": rows}, indent=1))
+        print_json(exits.OK, units=rows)
         return
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for col in ("host", "unit", "state", "profile", "runtime", "health", "accept", "url", "lock"):
@@ -115,7 +114,7 @@ def history(host: str = HOST, unit: Optional[str] = UNIT, as_json: bool = JSON,
              "finished": e.meta.get("finished"), "by": (e.meta.get("holder") or {}).get("user"),
              "diagnosis": [d["cause"] for d in e.meta.get("diagnosis", [])]} for e in entries]
     if as_json:
-        print(json.dumps({"host": host, "entries": rows}, indent=1))
+        print_json(exits.OK, host=host, entries=rows)
         return
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for col in ("id", "unit", "profile", "hash", "result", "when", "diagnosis"):
@@ -143,19 +142,13 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
         if not as_json:
             show.stage("rollback", f"{name} on {host} to entry {entry.id} ({desired.profile})")
         if not yes and not typer.confirm("Apply?", default=False):
-            raise typer.Exit(EXIT_BAD_INPUT)
+            raise BadInput("rollback declined")
         holder = Holder.here(f"ddops rollback --host {host} --to {entry.id}")
-        try:
-            outcome = execute(remote, desired, spec, holder,
-                              progress=(lambda *a: None) if as_json else show.progress)
-        except LockHeld as err:
-            show.error(str(err))
-            raise typer.Exit(EXIT_LOCKED)
-        except RecoveryFailed as err:
-            show.error(str(err))
-            raise typer.Exit(EXIT_REVERT_FAILED)
+        # LockHeld (exit 4) and RecoveryFailed (exit 3) reach the shell's one mapping
+        outcome = execute(remote, desired, spec, holder,
+                          progress=(lambda *a: None) if as_json else show.progress)
     if as_json:
-        print(json.dumps({**outcome.as_dict(), "rolled_back_to": entry.id}, indent=1))
+        print_json(outcome.code, **outcome.as_dict(), rolled_back_to=entry.id)
     else:
         show.outcome(outcome)
     raise typer.Exit(outcome.code)
@@ -169,8 +162,7 @@ def diagnose(host: str = HOST, unit: Optional[str] = UNIT,
         name = _unit(remote, unit)
         findings = diagnose_text(journal(remote, name, lines=lines))
     if as_json:
-        print(json.dumps({"host": host, "unit": name, "findings": [f.as_dict() for f in findings]},
-                         indent=1))
+        print_json(exits.OK, host=host, unit=name, findings=[f.as_dict() for f in findings])
         return
     if not findings:
         show.console.print(f"{host} {name}: no known failure in the last {lines} journal lines")

@@ -6,7 +6,6 @@ host's installed runtime knows (its own --help, so renamed SGLang flags are caug
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from pathlib import Path
@@ -23,6 +22,7 @@ from ddops.profile import load_profile
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
 from ddops.render import command_line
+from ddops.shell import print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -82,8 +82,8 @@ def check_flags(remote, argv: list[str]) -> list[Problem]:
 def _finish(as_json: bool, profile: str, host: str | None, problems: list[Problem]) -> None:
     code = EXIT_BAD_INPUT if problems else EXIT_OK
     if as_json:
-        print(json.dumps({"profile": profile, "host": host, "ok": not problems, "exit_code": code,
-                          "problems": [{"key": p.key, "reason": p.reason} for p in problems]}, indent=1))
+        print_json(code, error=f"{len(problems)} problem(s)" if problems else None, profile=profile, host=host,
+                   problems=[{"key": p.key, "reason": p.reason} for p in problems])
         raise typer.Exit(code)
     where = f"on {host}" if host else "locally"
     for p in problems:

@@ -11,7 +11,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from ddops.rollout.ci import BAD_INPUT, GATE_FAILED, NEEDS_OPERATOR, OK, BadInput, Output
+from ddops.rollout.ci import BAD_INPUT, GATE_FAILED, OK, BadInput, Output
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (required without a TTY).")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at the end.")]
@@ -22,32 +22,11 @@ Inventory = Annotated[Optional[Path], typer.Option("--inventory", help="Inventor
 shadow_app = typer.Typer(no_args_is_help=True, help="Run a candidate profile beside production and compare.")
 
 
-def _bad_input_types() -> tuple[type, ...]:
-    from ddops.deploy.ops import OpsError
-    from ddops.profile import ConfigError
-    from ddops.rollout.compare import SettingsError
-    from ddops.rollout.prompts import PromptFileError
-    from ddops.rollout.notify import NotifyError
-    from ddops.rollout.waves import PlanError
-    return (BadInput, ConfigError, OpsError, PromptFileError, PlanError, SettingsError, NotifyError)
-
-
 def _run(out: Output, body: Callable[[Output], int]) -> None:
-    """Runs a command body; bad input becomes exit 2 with one line, in every channel. An SSH
-    failure after the first contact may have left a host mid-change: exit 3, said so."""
-    from ddops.remote import RemoteError
-    try:
-        code = body(out)
-    except _bad_input_types() as exc:
-        code = out.fail(BAD_INPUT, _one_line(exc))
-    except RemoteError as exc:
-        code = out.fail(NEEDS_OPERATOR, _one_line(exc), "the host may be mid-change: `ddops status --host NAME`")
-    raise typer.Exit(code)
-
-
-def _one_line(exc: Exception) -> str:
-    problems = getattr(exc, "problems", None)
-    return "; ".join(problems) if problems else str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    """Runs a command body and exits with its code. Bad input (exit 2) and an SSH failure after
+    the first contact (exit 3: the host may be mid-change) escape to ddops.shell.guard, which
+    reports them in the command's channel."""
+    raise typer.Exit(body(out))
 
 
 def _output(json_doc: bool, json_events: bool) -> Output:

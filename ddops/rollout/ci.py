@@ -15,12 +15,9 @@ from typing import Any, Callable
 from rich.console import Console
 
 from ddops.exits import BAD_INPUT, MEANING, NEEDS_OPERATOR, OK
+from ddops.shell import BadInput, envelope
 from ddops.exits import FAILED as GATE_FAILED
 from ddops.exits import LOCKED as LOCK_HELD
-
-
-class BadInput(ValueError):
-    """Refused before touching any host: exit 2 with this one line."""
 
 
 class Output:
@@ -30,6 +27,7 @@ class Output:
             raise BadInput("--json and --json-events: choose one")
         self.mode = "json" if json_doc else "events" if json_events else "human"
         self.console = console or Console(highlight=False)
+        self.errors = Console(stderr=True, highlight=False) if console is None else console
         self.stream = stream or sys.stdout
         self.events: list[dict] = []
 
@@ -54,8 +52,7 @@ class Output:
 
     def finish(self, code: int, doc: dict, meaning: str | None = None) -> int:
         """Writes the result document (JSON channels) and returns the exit code."""
-        body = {"ok": code == OK, "exit_code": code, "meaning": meaning or MEANING.get(code, "error"),
-                **doc}
+        body = envelope(code, meaning=meaning, **doc)
         if self.mode == "json":
             self._write(body)
         elif self.mode == "events":
@@ -64,8 +61,8 @@ class Output:
 
     def fail(self, code: int, message: str, hint: str = "") -> int:
         if self.human:
-            self.console.print(f"[red]error:[/red] {message}" + (f"\n[dim]hint: {hint}[/dim]" if hint else ""))
-        return self.finish(code, {"error": message, **({"hint": hint} if hint else {})})
+            self.errors.print(f"[red]error:[/red] {message}" + (f"\n[dim]hint: {hint}[/dim]" if hint else ""))
+        return self.finish(code, {"error": message, "hint": hint or None})
 
     def _write(self, record: dict) -> None:
         self.stream.write(json.dumps(record, default=str) + "\n")

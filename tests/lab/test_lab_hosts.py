@@ -41,12 +41,12 @@ def test_a_host_missing_from_known_hosts_is_refused(lab_hosts, tmp_path):
 
 
 def test_lab_up_again_keeps_the_running_hosts(lab_hosts):
-    before = json.loads(lab_hosts.ddops("lab", "status", "--json").stdout)
+    before = json.loads(lab_hosts.ddops("lab", "status", "--json").stdout)["hosts"]
     known_hosts = lab_hosts.host(lab_hosts.hosts[0]).known_hosts.read_text()
     again = lab_hosts.ddops("lab", "up", "-n", str(len(lab_hosts.hosts)))
     assert again.returncode == 0, again.stderr
     assert "already running" in again.stdout
-    after = json.loads(lab_hosts.ddops("lab", "status", "--json").stdout)
+    after = json.loads(lab_hosts.ddops("lab", "status", "--json").stdout)["hosts"]
     assert [(h["host"], h["pid"]) for h in after] == [(h["host"], h["pid"]) for h in before]
     assert lab_hosts.host(lab_hosts.hosts[0]).known_hosts.read_text() == known_hosts
 
@@ -54,7 +54,7 @@ def test_lab_up_again_keeps_the_running_hosts(lab_hosts):
 def test_lab_status_shows_every_host_running_at_its_inventory_address(lab_hosts):
     status = lab_hosts.ddops("lab", "status", "--json")
     assert status.returncode == 0, status.stderr
-    rows = {row["host"]: row for row in json.loads(status.stdout)}
+    rows = {row["host"]: row for row in json.loads(status.stdout)["hosts"]}
     for name in lab_hosts.hosts:
         assert rows[name]["state"] == "running" and rows[name]["runtime"] == "bundled"
         assert rows[name]["address"] == lab_hosts.host(name).address and rows[name]["pid"] > 0

@@ -73,7 +73,7 @@ def test_lab_down_leaves_no_namespace_bridge_link_cgroup_mount_or_process(bare_l
     assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if readable(p) and str(STATE).encode() in readable(p)]
     assert [p.name for p in STATE.iterdir()] in ([], [".lock"])
     assert not Path(ENV["DDOPS_INVENTORY"]).exists()
-    status = json.loads(ddops(ENV, "lab", "status", "--json").stdout)
+    status = json.loads(ddops(ENV, "lab", "status", "--json").stdout)["hosts"]
     assert status == []
 
 

@@ -14,8 +14,8 @@ def test_json_channel_writes_exactly_one_document():
     out.event("stage", "connecting", host="h1")
     assert out.finish(GATE_FAILED, {"hosts": {"h1": "failed"}}) == 1
     doc = json.loads(stream.getvalue())
-    assert doc == {"ok": False, "exit_code": 1, "meaning": "gate failed and reverted",
-                   "hosts": {"h1": "failed"}}
+    assert doc == {"schema_version": 1, "ok": False, "exit_code": 1, "meaning": "gate failed and reverted",
+                   "error": None, "hint": None, "hosts": {"h1": "failed"}}
 
 
 def test_events_channel_writes_json_lines_ending_in_result():
