@@ -37,7 +37,7 @@ class Service:
     models: tuple[str, ...]          # directories under $DDOPS_CACHE/models, pushed by their last name
 
 
-MODEL_TOOLS = ("tiny.py", "tiny_draft.py", "train_draft.py")   # under serving/tools
+MODEL_TOOLS = ("tiny.py", "draft_files.py", "tiny_draft.py", "train_draft.py")   # under serving/tools
 TINY_MODELS = ("tiny-llama", "tiny-llama-dflash")
 
 

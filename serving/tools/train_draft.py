@@ -221,7 +221,7 @@ def stdlib_sources(limit_chars: int) -> str:
 
 
 def smollm_draft_config(target_raw: dict) -> dict:
-    from serving.tools.tiny_draft import draft_config
+    from serving.tools.draft_files import draft_config
 
     # 2 draft layers fed by 3 taps spread over the 30 target layers; block 16 as released drafts.
     n = target_raw["num_hidden_layers"]
@@ -232,7 +232,7 @@ def smollm_draft_config(target_raw: dict) -> dict:
 def main(argv=None) -> None:
     import json
 
-    from serving.tools.tiny_draft import random_model, save_draft
+    from serving.tools.draft_files import random_model, save_draft
 
     ap = argparse.ArgumentParser(prog="python -m serving.tools.train_draft", description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
