@@ -3,7 +3,7 @@
 
 Baselines: `before` compares each host with its own figures read just before its change
 (everything its previous process served); `unchanged` compares with the hosts not changed
-yet, over the same window. With `probe:` the watcher sends chat requests itself, to the
+yet, over the same window, and falls back to `before` when none is left (the last wave). With `probe:` the watcher sends chat requests itself, to the
 changed hosts and to the unchanged baseline hosts, so a quiet fleet still gets judged.
 Every sample and verdict goes to `record(host, kind, data)`, which keeps it in the rollout
 state. Network problems are data: a changed host whose /metrics fails twice in a row fails.
@@ -85,7 +85,7 @@ class Watcher:
             return {"time": at, "verdict": FAIL if failed else "wait", "reason": problem, "checks": []}
         errors[host] = 0
         window = now.since(start[host]).summary()
-        base = baseline if self.spec.baseline == "unchanged" and baseline else self.before.get(host)
+        base = baseline if baseline is not None else self.before.get(host)
         return {"time": at, "window": window, "baseline": base, **judge(self.spec, window, base)}
 
     def _pooled(self, pool: list[str], start: dict) -> dict | None:

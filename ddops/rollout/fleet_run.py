@@ -87,7 +87,7 @@ def _rollout(fleet, state, store, pauses, out, view, emit, command) -> Rollout:
         watcher = Watcher(fleet.analysis, fleet.limits.bake_s, endpoints(fleet),
                           lambda host, kind, data: rollout.record(host, kind, data))
     deploy_one = deployer(fleet, command)
-    if watcher is not None and fleet.analysis.baseline == "before":
+    if watcher is not None:  # `unchanged` falls back to it when no host is left unchanged
         def deploy_one(host, deploy=deploy_one):  # noqa: F811 - the same deploy, after a baseline
             watcher.capture_before(host)
             return deploy(host)
