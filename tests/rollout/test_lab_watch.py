@@ -84,7 +84,14 @@ def test_canary_regressing_after_its_gate_is_halted_during_bake_and_reverted(lab
     reports = {r["webhook"]: r for r in doc["notifications"]}
     assert reports[f"http://127.0.0.1:{dead.split(':')[2].split('/')[0]}"]["sent"] == 0
     assert sum(r["sent"] for r in reports.values()) == 2 * len(kinds)
-    print(f"\nanalysis samples of lab-1: {json.dumps(record['samples'], indent=1)[:2000]}")
+    result = tmp_path / "rollout.json"
+    result.write_text(json.dumps(doc))
+    reported = lab.ddops("report", str(result))
+    page = (tmp_path / "rollout.html").read_text()
+    assert reported.stdout.strip() == str(tmp_path / "rollout.html") and "Analysis of lab-1" in page
+    figures = [(round(s["time"] - record["samples"][0]["time"], 1), s["window"].get("requests"),
+                s["window"].get("error_ratio"), s["verdict"]) for s in record["samples"] if "window" in s]
+    print(f"\nlab-1 samples (s, requests, error_ratio, verdict): {figures}; report: {result.with_suffix('.html')}")
 
 
 def test_paused_rollout_continues_with_approve_and_reverts_with_abort(lab, tmp_path):
