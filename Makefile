@@ -9,7 +9,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                 python3-venv python3-dev gcc curl ca-certificates rsync \
                 chromium  # the report test opens pages in it (Playwright, never downloads browsers)
 
-.PHONY: setup apt venv models drafter bench test demo clean lab-down
+.PHONY: setup apt venv models drafter bench fuzz abuse test demo clean lab-down
 
 setup: apt venv
 
@@ -44,6 +44,14 @@ bench: drafter
 	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
 	  --methods none,dflash,ddtree:16,ddtree:64 --threads 1 --json $(DDOPS_CACHE)/bench/spec.json
 	$(PY) -m serving.bench.ar --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1
+
+# Long HTTP robustness runs against a runtime on loopback (tiny random checkpoint):
+# schemathesis + hostile bodies, then latency under slow connections and unkeyed probes.
+fuzz: venv
+	nice -n 10 $(PY) -m serving.tools.fuzz --examples 500
+
+abuse: models
+	nice -n 10 $(PY) -m serving.bench.abuse --model-path $(DDOPS_CACHE)/models/smollm2-135m-instruct
 
 test: setup models
 	$(PY) -m pytest -q tests
