@@ -28,6 +28,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[serving,dev]"
+	# z-lab's dflash (the draft-loading oracle in tests/speculative) pins tqdm/datasets/requests
+	# it does not need for its model code: installed without its dependencies
+	$(PY) -m pip install -q --no-deps "dflash==0.1.0"
 	touch $@
 
 models: venv

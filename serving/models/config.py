@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True,
 # hybrid Gated DeltaNet + gated attention (layer_types, zero-centred norms, partial rotary)
 HYBRID = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration")
 LAYER_TYPES = ("linear_attention", "full_attention")
-ROPE_TYPES = ("default", "linear", "llama3")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 log = logging.getLogger("serving.models")
 
@@ -34,7 +35,11 @@ class RopeConfig:
     factor: float = 1.0
     low_freq_factor: float = 1.0      # llama3 only
     high_freq_factor: float = 4.0     # llama3 only
-    original_max_position: int = 8192  # llama3 only
+    original_max_position: int = 8192  # llama3, yarn
+    beta_fast: float = 32.0           # yarn: rotations above which a band is extrapolated
+    beta_slow: float = 1.0            # yarn: rotations below which a band is interpolated
+    truncate: bool = True             # yarn: round the ramp's band edges outwards
+    attention_factor: float = 1.0     # yarn: cos and sin are scaled by this
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,7 @@ def parse_model_config(raw: dict, where: str = "config.json") -> ModelConfig:
         head_dim=int(head_dim),
         rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
         max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
-        rope=_rope(raw, where),
+        rope=read_rope(raw, where),
         tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         qk_norm=ARCHITECTURES[arch],
         attention_bias=bool(raw.get("attention_bias", False)),
@@ -212,20 +217,44 @@ def _getter(raw: dict, where: str):
     return get
 
 
-def _rope(raw: dict, where: str) -> RopeConfig:
-    # transformers v5 writes `rope_parameters` (theta inside); older files `rope_theta` + `rope_scaling`
+def read_rope(raw: dict, where: str = "config.json") -> RopeConfig:
+    """The RoPE facts of any config.json, target or draft (one reader for both).
+
+    transformers v5 writes `rope_parameters` (theta inside); older files `rope_theta` +
+    `rope_scaling` (`type` before `rope_type`). Unknown scaling kinds are refused: loading
+    anyway would give wrong logits silently."""
     params = dict(raw.get("rope_scaling") or {})
     params.update(raw.get("rope_parameters") or {})
     theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in ROPE_TYPES:
         raise ModelError(f"{where}: rope_scaling.rope_type={kind!r} unsupported; supported: {', '.join(ROPE_TYPES)}")
+    factor = float(params.get("factor") or 1.0)
+    default_original = 8192 if kind == "llama3" else raw.get("max_position_embeddings", 2048)
+    original = int(params.get("original_max_position_embeddings") or default_original)
+    if kind == "yarn" and params.get("factor") is None:
+        factor = raw.get("max_position_embeddings", original) / original
     return RopeConfig(
-        theta=theta, kind=kind, factor=float(params.get("factor", 1.0)),
+        theta=theta, kind=kind, factor=factor,
         low_freq_factor=float(params.get("low_freq_factor", 1.0)),
         high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-        original_max_position=int(params.get("original_max_position_embeddings", 8192)),
+        original_max_position=original,
+        beta_fast=float(params.get("beta_fast") or 32.0),
+        beta_slow=float(params.get("beta_slow") or 1.0),
+        truncate=bool(params.get("truncate", True)),
+        attention_factor=_yarn_attention_factor(params, factor) if kind == "yarn" else 1.0,
     )
+
+
+def _yarn_attention_factor(params: dict, factor: float) -> float:
+    # YaRN's "mscale": 0.1 ln(s) + 1, or a ratio of two such terms when both mscales are given
+    if params.get("attention_factor") is not None:
+        return float(params["attention_factor"])
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+    m, m_all = params.get("mscale"), params.get("mscale_all_dim")
+    return mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
 
 
 def _ids(value) -> tuple[int, ...]:

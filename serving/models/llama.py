@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.bias import causal_lower_right
 
 from serving.models.config import ModelConfig
 from serving.models.kv_cache import KVCache
@@ -44,19 +45,36 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int, mask):
-        T, G, KV, D = x.shape[0], self.heads // self.kv_heads, self.kv_heads, self.head_dim
+        T, KV, D = x.shape[0], self.kv_heads, self.head_dim
         q, k, v = self.qkv_proj(x).split(self.splits, dim=-1)
         q, k, v = q.view(T, self.heads, D), k.view(T, KV, D), v.view(T, KV, D)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         keys, values = cache.write(layer, k.transpose(0, 1), v.transpose(0, 1))  # [KV, L, D]
-        # query head h = kv * G + g  ->  rows [1, KV, G * T, D], row g * T + t
-        # (4-D inputs: the CPU flash kernel takes them; 3-D falls back to the slow math path)
-        q = q.view(T, KV, G, D).permute(1, 2, 0, 3).reshape(1, KV, G * T, D)
-        out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask)
-        out = out.view(KV, G, T, D).permute(2, 0, 1, 3).reshape(T, self.heads * D)
-        return self.o_proj(out)
+        return self.o_proj(attend(q, keys, values, mask))
+
+
+def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
+    """q [T, heads, D] over keys/values [KV, L, D] (the last T are the new rows) -> [T, heads * D].
+
+    mask: None, CAUSAL or a bool [G * T, L] from attention_mask."""
+    T, heads, D = q.shape
+    KV = keys.shape[0]
+    G = heads // KV
+    if mask is CAUSAL:
+        # prefill chunk or chain verify: SDPA's own causal path (flash kernels apply), with
+        # the diagonal aligned to the newest key when earlier chunks sit in the cache
+        past = keys.shape[1] - T
+        bias = None if past == 0 else causal_lower_right(T, past + T)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys[None], values[None],
+                                             attn_mask=bias, is_causal=past == 0, enable_gqa=True)
+        return out[0].transpose(0, 1).reshape(T, heads * D)
+    # query head h = kv * G + g  ->  rows [1, KV, G * T, D], row g * T + t
+    # (4-D inputs: the CPU flash kernel takes them; 3-D falls back to the slow math path)
+    q = q.reshape(T, KV, G, D).permute(1, 2, 0, 3).reshape(1, KV, G * T, D)
+    out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=mask)
+    return out.view(KV, G, T, D).permute(2, 0, 1, 3).reshape(T, heads * D)
 
 
 class MLP(nn.Module):
@@ -122,7 +140,7 @@ class CausalLM(nn.Module):
         """tokens, positions [T]; returns logits [T or 1, vocab] fp32 and hidden [T, len(capture) * H] or None."""
         x = self.embed(tokens)
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        mask = attention_mask(tokens.shape[0], cache.length, tree_mask, self.config.kv_groups, x.device)
+        mask = attention_mask(tokens.shape[0], cache.length, tree_mask, self.config.kv_groups, x.device, cache)
         captured = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, cache, i, mask)
@@ -134,12 +152,17 @@ class CausalLM(nn.Module):
         return self.lm_head(self.norm(x)), hidden
 
 
-def attention_mask(T: int, past: int, tree_mask, groups: int, device):
-    """Bool [groups * T, past + T] (True = visible), or None when every key is visible."""
+CAUSAL = "causal"  # mask marker: plain causal attention over the cache and the new rows
+
+
+def attention_mask(T: int, past: int, tree_mask, groups: int, device, cache=None):
+    """What a layer attends with: None (one new row sees every key), CAUSAL, or a bool mask
+    [groups * T, past + T] (True = visible) from a [T, T] tree mask; with a KVCache, its
+    preallocated mask (only the [T, T] block is written per verify)."""
     if tree_mask is None:
-        if T == 1:
-            return None
-        tree_mask = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        return None if T == 1 else CAUSAL
+    if cache is not None:
+        return cache.visibility(tree_mask, groups)
     mask = torch.ones(T, past + T, dtype=torch.bool, device=device)
     mask[:, past:] = tree_mask
     return mask.repeat(groups, 1)

@@ -37,7 +37,7 @@ def inspect_checkpoint(model_dir) -> Checkpoint:
     if not directory.is_dir():
         raise ModelError(f"{directory}: model directory does not exist")
     config = read_model_config(directory)
-    files = _tensor_files(directory)
+    files = tensor_files(directory)
     shapes = _shapes(files)
     prefix = qwen3_5_weights.text_prefix(files) if config.hybrid else "model."
     if config.hybrid:
@@ -82,7 +82,7 @@ def load_model(checkpoint: Checkpoint, dtype: torch.dtype, device, positions: in
     model = model.to_empty(device=device)
     if checkpoint.config.tie_word_embeddings:
         model.lm_head_weight = model.embed_tokens.weight
-    with _Reader(checkpoint.files) as read:
+    with TensorReader(checkpoint.files) as read:
         with torch.no_grad():
             if hybrid:
                 qwen3_5_weights.fill(model, checkpoint.config, read, checkpoint.prefix)
@@ -114,7 +114,8 @@ def _fill(model: CausalLM, c: ModelConfig, read) -> None:
         layer.mlp.down_proj.weight.copy_(read(p + "mlp.down_proj.weight"))
 
 
-def _tensor_files(directory: Path) -> dict[str, Path]:
+def tensor_files(directory: Path) -> dict[str, Path]:
+    """Tensor name -> file holding it, from model.safetensors.index.json or model.safetensors."""
     index = directory / INDEX
     if index.is_file():
         try:
@@ -150,7 +151,7 @@ def _open(file: Path):
         raise ModelError(f"{file}: not a readable safetensors file ({e})") from None
 
 
-class _Reader:
+class TensorReader:
     """Reads tensors by HF name, keeping one handle per shard open."""
 
     def __init__(self, files: dict[str, Path]):

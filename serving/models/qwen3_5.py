@@ -19,7 +19,7 @@ from serving.models.config import ModelConfig
 from serving.models.gated_deltanet import GatedDeltaNet
 from serving.models.hybrid_cache import HybridCache
 from serving.models.linear_rows import plan_rows
-from serving.models.llama import MLP, attention_mask
+from serving.models.llama import MLP, attend, attention_mask
 from serving.models.rope import apply_rope, rope_tables
 
 # The recurrence and the conv run in plain PyTorch on every device (the tree step has no
@@ -58,15 +58,12 @@ class GatedAttention(nn.Module):
 
     def forward(self, x, ctx):
         T, KV, D = x.shape[0], self.kv_heads, self.head_dim
-        G = self.heads // KV
         qg, k, v = self.qkv_proj(x).split(self.splits, dim=-1)
         q, gate = qg.view(T, self.heads, 2 * D).split(D, dim=-1)
         q, k = self.q_norm(q), self.k_norm(k.view(T, KV, D))
         q, k = self._rope(q, ctx.cos, ctx.sin), self._rope(k, ctx.cos, ctx.sin)
         keys, values = ctx.cache.write(self.slot, k.transpose(0, 1), v.view(T, KV, D).transpose(0, 1))
-        q = q.reshape(T, KV, G, D).permute(1, 2, 0, 3).reshape(1, KV, G * T, D)
-        out = F.scaled_dot_product_attention(q, keys[None], values[None], attn_mask=ctx.mask)
-        out = out.view(KV, G, T, D).permute(2, 0, 1, 3).reshape(T, self.heads * D)
+        out = attend(q, keys, values, ctx.mask)
         return self.o_proj(out * torch.sigmoid(gate.reshape(T, -1)))
 
 

@@ -1,4 +1,8 @@
-"""Rotary position embedding tables (default, linear and llama3 frequency scaling)."""
+"""Rotary position embedding (default, linear, llama3 and YaRN frequency scaling).
+
+One implementation for the target and the draft: both read `RopeConfig` (config.read_rope)
+and rotate with `apply_rope`.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ def inverse_frequencies(rope: RopeConfig, head_dim: int) -> torch.Tensor:
         inv = inv / rope.factor
     elif rope.kind == "llama3":
         inv = _llama3_scale(inv, rope)
+    elif rope.kind == "yarn":
+        inv = _yarn_scale(inv, rope, head_dim)
     return inv.float()
 
 
@@ -32,15 +38,39 @@ def _llama3_scale(inv: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
     return torch.where(middle, blended, out)
 
 
-def rope_tables(rope: RopeConfig, head_dim: int, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin: [positions, head_dim] float32, halves repeated (HF rotate-half layout)."""
-    angles = torch.outer(torch.arange(positions, dtype=torch.float32), inverse_frequencies(rope, head_dim))
+def _yarn_scale(inv: torch.Tensor, rope: RopeConfig, head_dim: int) -> torch.Tensor:
+    # dimensions turning more than beta_fast times over the original context keep their
+    # frequency, those turning fewer than beta_slow times are slowed by `factor`, a linear
+    # ramp blends the band between (YaRN, arXiv 2309.00071)
+    def dim_at(rotations: float) -> float:
+        return head_dim * math.log(rope.original_max_position / (rotations * 2 * math.pi)) / (2 * math.log(rope.theta))
+
+    low, high = dim_at(rope.beta_fast), dim_at(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    return inv / rope.factor * ramp + inv * (1 - ramp)
+
+
+def cos_sin(rope: RopeConfig, inv: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [...] -> cos, sin [..., head_dim] float32, halves repeated (rotate-half layout).
+
+    inv: inverse_frequencies(rope, head_dim) on the positions' device."""
+    angles = positions.to(torch.float32)[..., None] * inv
     angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos(), angles.sin()
+    return angles.cos() * rope.attention_factor, angles.sin() * rope.attention_factor
+
+
+def rope_tables(rope: RopeConfig, head_dim: int, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin: [positions, head_dim] float32 for positions 0 .. positions-1."""
+    return cos_sin(rope, inverse_frequencies(rope, head_dim), torch.arange(positions))
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, heads, head_dim]; cos, sin [T, head_dim]."""
+    """x [..., T, heads, head_dim]; cos, sin [..., T, head_dim] (shared by the heads)."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
+    return x * cos.unsqueeze(-2) + rotated * sin.unsqueeze(-2)

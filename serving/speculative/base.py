@@ -44,10 +44,13 @@ class Drafter(Protocol):
     needs: Needs
     feature_width: int
 
+    def reserve(self, capacity: int) -> None:
+        """Preallocate room for `capacity` positions (done once, before serving)."""
+
     def reset(self) -> None: ...
 
-    def extend(self, features: Any, positions: Any) -> None:
-        """Queue target features [n, feature_width] of newly committed tokens."""
+    def extend(self, features: Any) -> None:
+        """Queue target features [n, feature_width] of the next n committed tokens."""
 
     def propose(self, bonus: int, start: int, depth: int) -> Any:
         """Draft logits [depth, vocab] for positions start+1 .. start+depth."""

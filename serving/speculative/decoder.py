@@ -18,7 +18,7 @@ import torch
 from serving.sampling import SamplingParams, choose
 
 from .base import Method
-from .tree import chain_tree, visibility, walk
+from .tree import Tree, ancestors, chain_tree, walk
 
 
 @dataclass
@@ -38,12 +38,18 @@ class RoundTimes:
 
 
 class SpecDecoder:
-    """Owns one target KV cache (with room for a full tree) reused by every sequence."""
+    """Owns one target KV cache (with room for a full tree) reused by every sequence.
 
-    def __init__(self, target, method: Method, capacity: int, seed: int = 0):
+    Device traffic per round: one upload (the tree's tokens, depths and parents packed in one
+    tensor) and one download (the target's choice per row); the bonus token and the accepted
+    path stay on the device, so the draft block and KV compaction need no further upload."""
+
+    def __init__(self, target, method: Method, capacity: int, seed: int = 0, prefill_chunk: int = 512):
         self.target, self.method, self.needs = target, method, method.needs
-        self.capacity = capacity
-        self.cache = target.new_cache(capacity + self.needs.draft_tokens)
+        self.capacity, self.prefill_chunk = capacity, prefill_chunk
+        rows = capacity + self.needs.draft_tokens
+        self.cache = target.new_cache(rows)
+        method.drafter.reserve(rows)
         self.generator = torch.Generator(device=target.device)
         self.default_seed, self.sequences = seed, 0
         self.sampling = SamplingParams()
@@ -58,7 +64,7 @@ class SpecDecoder:
                 "speculative_ddtree_budget": getattr(self.method.verifier, "budget", None)}
 
     def start(self, prompt_ids: list[int], sampling: SamplingParams, max_new_tokens: int) -> list[int]:
-        """Prefill the prompt (capturing the drafter's target layers); return the first token."""
+        """Prefill the prompt in chunks (capturing the drafter's target layers); return the first token."""
         target, drafter, n = self.target, self.method.drafter, len(prompt_ids)
         if not prompt_ids:
             raise ValueError("prompt must contain at least one token")
@@ -69,47 +75,68 @@ class SpecDecoder:
         self.generator.manual_seed(sampling.seed if sampling.seed is not None
                                    else self.default_seed * 1_000_003 + self.sequences)
         self.cache.truncate(0)
-        tokens = torch.tensor(prompt_ids, dtype=torch.long, device=target.device)
-        positions = torch.arange(n, device=target.device)
-        logits, hidden = target.forward(tokens, positions, self.cache, capture=self.needs.target_layers,
-                                        last_only=True)
-        self.cache.commit(n)
         drafter.reset()
-        drafter.extend(hidden[:, : drafter.feature_width], positions)
-        self.bonus, self.start_pos = self._choose(logits)[0], n
+        tokens = torch.tensor(prompt_ids, dtype=torch.long, device=target.device)
+        for begin in range(0, n, self.prefill_chunk):
+            end = min(begin + self.prefill_chunk, n)
+            logits, hidden = target.forward(tokens[begin:end], torch.arange(begin, end, device=target.device),
+                                            self.cache, capture=self.needs.target_layers, last_only=True)
+            self.cache.commit(end - begin)
+            drafter.extend(hidden[:, : drafter.feature_width])
+        choice = self._choose(logits)
+        self.bonus, self.bonus_on_device, self.start_pos = int(choice[0]), choice, n
         self.remaining = max_new_tokens - 1
         self.last_accept_length = 1
         return [self.bonus]
 
-    def _choose(self, logits: torch.Tensor) -> list[int]:
-        """One independent target draw (or argmax) per row: [T, vocab] -> T tokens."""
-        return choose(logits, self.sampling, self.generator).tolist()
+    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
+        """One independent target draw (or argmax) per row: [T, vocab] -> [T] on the device."""
+        return choose(logits, self.sampling, self.generator)
 
     def _depth(self) -> int:
         # Never draft past max_new_tokens (the round would be wasted) or the trained block.
         return max(0, min(self.method.drafter.needs.draft_tokens - 1, self.remaining - 1))
 
+    def _verify_inputs(self, tree: Tree):
+        """tokens [T], positions [T], mask (None: causal) and ancestor table, from one upload."""
+        packed = torch.tensor((tree.tokens, tree.depths, tree.parents), device=self.target.device)  # [3, T]
+        tokens, positions = packed[0], packed[1] + self.start_pos
+        if tree.is_chain:
+            return tokens, positions, None, None
+        table = ancestors(packed[2], max(tree.depths))  # [T, depth + 1]
+        vis = torch.zeros(len(tree), len(tree), dtype=torch.bool, device=table.device).scatter_(1, table, True)
+        return tokens, positions, vis, table
+
+    def _commit(self, tree: Tree, path: list[int], table, hidden: torch.Tensor) -> None:
+        """Keep the accepted rows' KV and give their features to the drafter."""
+        width = self.method.drafter.feature_width
+        if path[-1] == len(path) - 1:  # rows 0..k: already in place, nothing to move
+            self.cache.commit(len(path))
+            self.method.drafter.extend(hidden[: len(path), :width])
+            return
+        rows = table[path[-1], : len(path)].flip(0)  # root .. last accepted row, on the device
+        self.cache.keep(rows)
+        self.method.drafter.extend(hidden[rows, :width])
+
     def step(self) -> list[int]:
         target, drafter, verifier, times = self.target, self.method.drafter, self.method.verifier, self.times
         t0 = time.perf_counter()
         depth = self._depth()
-        draft_logits = drafter.propose(self.bonus, self.start_pos, depth) if depth else None
+        draft_logits = drafter.propose(self.bonus_on_device, self.start_pos, depth) if depth else None
         t1 = time.perf_counter()
         rows = self.cache.capacity - self.cache.length
         tree = verifier.plan(self.bonus, draft_logits, rows) if depth else chain_tree(self.bonus, [])
-        mask = visibility(tree).to(target.device) if self.needs.tree_attention else None
-        positions = torch.tensor(tree.positions(self.start_pos), device=target.device)
-        tokens = torch.tensor(tree.tokens, device=target.device)
+        tokens, positions, mask, table = self._verify_inputs(tree)
         t2 = time.perf_counter()
         logits, hidden = target.forward(tokens, positions, self.cache, tree_mask=mask,
                                         capture=self.needs.target_layers)
         t3 = time.perf_counter()
-        path, bonus = walk(tree, self._choose(logits))
-        self.cache.keep(path)
-        index = torch.tensor(path, device=target.device)
-        drafter.extend(hidden[index, : drafter.feature_width], positions[index])
+        choices = self._choose(logits)
+        path, bonus = walk(tree, choices.tolist())
+        self._commit(tree, path, table, hidden)
         committed = [tree.tokens[i] for i in path[1:]] + [bonus]
-        self.bonus, self.start_pos = bonus, self.start_pos + len(path)
+        self.bonus, self.bonus_on_device = bonus, choices[path[-1]: path[-1] + 1]
+        self.start_pos += len(path)
         self.remaining -= len(committed)
         self.last_accept_length = len(committed)
         t4 = time.perf_counter()

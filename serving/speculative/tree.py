@@ -1,6 +1,6 @@
 """Draft trees: the heap builder, flattening, the ancestor-only mask and the walk.
 
-Pure: lists in, lists out (the mask is the one torch tensor, built row by row).
+Pure: lists in, lists out, except the masks (torch, built per depth level on the device).
 Row 0 of every tree is the root, the bonus token the target chose last round; rows
 1..n are nodes in heap-pop order, so a parent's row is always before its children's.
 """
@@ -74,17 +74,25 @@ def heap_tree(root: int, top_logp: Sequence[Sequence[float]], top_tok: Sequence[
     return _assemble(root, nodes)
 
 
-def visibility(tree: Tree):
+def ancestors(parents, max_depth: int):
+    """parents [n] long (root -1) -> A [n, max_depth + 1]: A[r, k] = k-th ancestor of row r,
+    saturating at the root. One gather per depth level, none per node (runs on the device)."""
+    import torch
+
+    up = parents.clamp(min=0)  # the root is its own parent: the walk up stops there
+    levels = [torch.arange(parents.numel(), device=parents.device)]
+    for _ in range(max_depth):
+        levels.append(up[levels[-1]])
+    return torch.stack(levels, 1)
+
+
+def visibility(tree: Tree, device=None):
     """Ancestor-only mask V [n+1, n+1] bool: row i sees its ancestors and itself."""
     import torch
 
+    table = ancestors(torch.tensor(tree.parents, device=device), max(tree.depths))
     n = len(tree)
-    mask = torch.zeros(n, n, dtype=torch.bool)
-    mask[0, 0] = True
-    for i in range(1, n):
-        mask[i, :i] = mask[tree.parents[i], :i]
-        mask[i, i] = True
-    return mask
+    return torch.zeros(n, n, dtype=torch.bool, device=table.device).scatter_(1, table, True)
 
 
 def walk(tree: Tree, choices: Sequence[int]) -> tuple[list[int], int]:

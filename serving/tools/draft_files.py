@@ -56,7 +56,7 @@ def draft_config(target: dict, layers: int = TINY_LAYERS, block_size: int = TINY
 
 def random_model(config: dict, seed: int):
     """A DFlashDraftModel with seeded weights (std 1/sqrt(fan_in), norms near 1)."""
-    from serving.speculative.dflash import DFlashDraftModel, DraftConfig
+    from serving.speculative.draft_model import DFlashDraftModel, DraftConfig
 
     torch.manual_seed(seed)  # nn.Linear init draws from the global generator
     model = DFlashDraftModel(DraftConfig.from_dict(config))

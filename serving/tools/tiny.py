@@ -47,6 +47,7 @@ ROPE_SCALING = {
     "linear": {"rope_type": "linear", "factor": 2.0},
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 8.0},
 }
 
 

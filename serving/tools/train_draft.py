@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from serving.speculative.dflash import DFlashDraftModel, visible
+from serving.speculative.draft_model import DFlashDraftModel, visible
 
 CACHE = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
 
@@ -62,15 +62,19 @@ def block_hidden(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: t
     x = target.embed(ids)  # [m, B, H]
     ctx_pos = torch.arange(feats.shape[0])
     ctx = model.project(feats[None])  # [1, S, H]
+    ctx_rot, x_rot = model.rotary(ctx_pos), model.rotary(x_pos)  # cos, sin [S, hd] and [m, B, hd]
     seen = (ctx_pos[None, :] < anchors[:, None])[:, None, :].expand(m, block, -1)  # [m, B, S]
     for i, layer in enumerate(model.layers):
-        k, v = layer.context_kv(ctx, ctx_pos)
+        k, v = layer.context_kv(ctx, *ctx_rot)
         k, v = k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)
         rule_ctx = visible(x_pos, ctx_pos.expand(m, -1), cfg.causal[i], cfg.window[i])
         rule_blk = visible(x_pos, x_pos, cfg.causal[i], cfg.window[i])
         ctx_ok = seen & rule_ctx if rule_ctx is not None else seen
         blk_ok = rule_blk if rule_blk is not None else torch.ones(m, block, block, dtype=torch.bool)
-        x = layer(x, x_pos, k, v, ctx_pos, mask=torch.cat([ctx_ok, blk_ok], -1)[:, None])
+
+        def store(kb, vb, k=k, v=v):
+            return torch.cat([k, kb], 2), torch.cat([v, vb], 2)
+        x = layer(x, *x_rot, store, mask=torch.cat([ctx_ok, blk_ok], -1)[:, None])
     return model.norm(x[:, 1:])
 
 

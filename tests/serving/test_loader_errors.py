@@ -59,8 +59,8 @@ def test_unsupported_architecture(llama_copy):
 
 
 def test_unsupported_rope_scaling(llama_copy):
-    edit_config(llama_copy, rope_scaling={"rope_type": "yarn", "factor": 4.0})
-    assert "rope_type='yarn'" in fails(llama_copy)
+    edit_config(llama_copy, rope_scaling={"rope_type": "longrope", "factor": 4.0})
+    assert "rope_type='longrope'" in fails(llama_copy)
 
 
 def test_wrong_tensor_shape_names_file_and_tensor(llama_copy):

@@ -26,7 +26,7 @@ def our_logits(model, tokens=PROMPT, capture=()):
 
 
 @pytest.mark.parametrize("arch,rope", [("llama", "none"), ("llama", "llama3"), ("llama", "linear"),
-                                       ("qwen3", "none")])
+                                       ("llama", "yarn"), ("qwen3", "none")])
 def test_logits_match_transformers(tmp_path, arch, rope):
     path = write_tiny(tmp_path / arch, arch=arch, rope_scaling=rope)
     ours, _ = our_logits(load(path))

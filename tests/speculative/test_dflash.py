@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from serving.speculative import PreflightError
-from serving.speculative.dflash import DFlashDrafter, DraftConfig, load_model, visible
+from serving.speculative.dflash import DFlashDrafter, load_model
+from serving.speculative.draft_model import DraftConfig, visible
 from serving.tools import train_draft
 from serving.tools.tiny_draft import draft_config, random_model, save_draft
 
@@ -31,12 +32,12 @@ def test_round_by_round_drafting_equals_one_batched_pass(targets, random_drafts)
     with torch.no_grad():
         batched = train_draft.block_logits(model, target, tokens, feats, torch.tensor([5, 9]))
     drafter = DFlashDrafter(model, target)
-    drafter.extend(feats[:5], torch.arange(5))
+    drafter.extend(feats[:5])
     first = drafter.propose(int(tokens[5]), 5, model.cfg.block_size - 1)
-    assert drafter.cache.positions.tolist() == list(range(5))  # the block's K/V were not kept
-    drafter.extend(feats[5:9], torch.arange(5, 9))
+    assert drafter.length == 5  # the block's K/V were not kept
+    drafter.extend(feats[5:9])
     second = drafter.propose(int(tokens[9]), 9, model.cfg.block_size - 1)
-    assert drafter.cache.positions.tolist() == list(range(9))
+    assert drafter.length == 9
     torch.testing.assert_close(first, batched[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(second, batched[1], atol=1e-4, rtol=1e-4)
 
@@ -44,7 +45,8 @@ def test_round_by_round_drafting_equals_one_batched_pass(targets, random_drafts)
 def test_sliding_and_causal_layers_follow_the_config():
     raw = draft_config({"num_hidden_layers": 8, "hidden_size": 16, "num_attention_heads": 2, "vocab_size": 32},
                        layers=3)
-    raw.update(layer_types=["sliding_attention", "sliding_attention", "full_attention"], sliding_window=4)
+    raw.update(layer_types=["sliding_attention", "sliding_attention", "full_attention"], sliding_window=4,
+               use_sliding_window=True)
     cfg = DraftConfig.from_dict(raw)
     assert cfg.causal == (True, True, False) and cfg.window == (4, 4, None)
     assert DraftConfig.from_dict(dict(raw, is_causal=False)).causal == (False, False, False)
@@ -58,7 +60,7 @@ def test_captured_width_is_checked_at_the_first_forward(targets, random_drafts):
     model = load_model(random_drafts["llama"], torch.float32, "cpu")
     drafter = DFlashDrafter(model, targets["llama"])
     with pytest.raises(PreflightError, match=r"draft expects 128 = 2 layers x 64 but the target captured 64"):
-        drafter.extend(torch.zeros(3, 64), torch.arange(3))
+        drafter.extend(torch.zeros(3, 64))
 
 
 def test_weight_names_and_shapes_are_checked(tmp_path, random_drafts):
