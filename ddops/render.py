@@ -26,11 +26,12 @@ from ddops.profile.rules import API_KEY_VAR, value_at
 from ddops.profile.runtimes import Flag
 from ddops.profile.sglang_versions import Flags, flags_for, spell
 from ddops.profile.yamlfile import ConfigError
+from ddops.unitsyntax import env_value, exec_word, parse_env, path_word, setting, setting_value, \
+    split_exec, unsafe_text
 
 REPO_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 UNIT_DIR = "/etc/systemd/system"
 ENV_DIR = "/etc/ddops"
-API_KEY_REF = "${" + API_KEY_VAR + "}"  # systemd substitutes it from EnvironmentFile= at start
 ZERO_HASH = "0" * 64
 HEADER = re.compile(r"^# ddops-(profile|hash|version): (\S+)$", re.MULTILINE)
 
@@ -56,8 +57,10 @@ def templates_dir() -> Path:
 
 @functools.lru_cache(maxsize=4)
 def _jinja(folder: str) -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(folder), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    env.filters["setting"] = setting  # every value in a plain setting: specifiers escaped
+    return env
 
 
 def render(profile: Profile, host: Host | None = None, *, unit_name: str | None = None,
@@ -68,7 +71,7 @@ def render(profile: Profile, host: Host | None = None, *, unit_name: str | None 
     unit = _unit_name(unit_name or profile.service.unit)
     stem = unit.removesuffix(".service")
     env_path = f"{ENV_DIR}/{stem}.env"
-    args = command_line(profile, port=port)
+    args = command_line(profile, port=port, unit=unit)
     context = _context(profile, unit, stem, env_path, args)
     env_public = _render("env.j2", context, secret_lines=_secret_lines(profile, None))
     env_text = _render("env.j2", context, secret_lines=_secret_lines(profile, secrets))
@@ -76,7 +79,23 @@ def render(profile: Profile, host: Host | None = None, *, unit_name: str | None 
     draft = _render(template, context, content_hash=ZERO_HASH)
     digest = content_hash(draft, env_public)
     unit_text = draft.replace(f"# ddops-hash: {ZERO_HASH}", f"# ddops-hash: {digest}", 1)
+    _read_back(unit_text, env_text, args, profile, secrets or {})
     return Rendered(unit, f"{UNIT_DIR}/{unit}", unit_text, env_path, env_text, args, digest)
+
+
+def _read_back(unit_text: str, env_text: str, args: list[str], profile: Profile,
+               secrets: Mapping[str, str]) -> None:
+    """The written files read back (unitsyntax's readers, systemd's rules) as exactly the
+    values rendered, or no files at all: a value that would change meaning is a RenderError."""
+    exec_line = setting_value(unit_text, "ExecStart")
+    wanted_env = {**profile.service.environment, **secrets}
+    found = []
+    if split_exec(exec_line or "") != args:
+        found.append(f"profile {profile.name}: ExecStart= would not read back as the command line")
+    if parse_env(env_text) != wanted_env:
+        found.append(f"profile {profile.name}: the env file would not read back as the environment")
+    if found:
+        raise RenderError(found)
 
 
 def content_hash(unit_text_zeroed: str, env_public: str) -> str:
@@ -88,18 +107,25 @@ def read_header(unit_text: str) -> dict[str, str]:
     return {key: value for key, value in HEADER.findall(unit_text)}
 
 
-def command_line(profile: Profile, *, port: int | None = None) -> list[str]:
+def command_line(profile: Profile, *, port: int | None = None, unit: str | None = None) -> list[str]:
     """`<python> -m <runtime module> <flags>`, walking the runtime's flag table in order, each
-    flag spelled as the profile's declared SGLang version spells it."""
+    flag spelled as the profile's declared SGLang version spells it. A runtime that takes its
+    key from a config file gets `--config <file>`: a path, never the key."""
     runtime = RUNTIMES[profile.runtime]
     spelling = _spelling(profile)
     args = [profile.service.python, "-m", runtime.module]
     for flag in runtime.flags:
         value = port if (flag.key == "service.port" and port is not None) else value_at(profile, flag.key)
         args += spell(spelling, _flag_args(flag, value))
-    if runtime.api_key_in_argv and profile.service.secrets.has_api_key:
-        args += ["--api-key", API_KEY_REF]
+    if runtime.api_key_via == "config_file" and profile.service.secrets.has_api_key:
+        args += ["--config", key_config_path(_unit_name(unit or profile.service.unit))]
     return args
+
+
+def key_config_path(unit: str) -> str:
+    """Where ExecStartPre= writes the key for a runtime that reads it from a config file: the
+    unit's RuntimeDirectory= (mode 0700, its user's, removed when the service stops)."""
+    return f"/run/{unit.removesuffix('.service')}/api-key.yaml"
 
 
 def _spelling(profile: Profile) -> Flags | None:
@@ -147,17 +173,21 @@ def _secret_lines(profile: Profile, secrets: Mapping[str, str] | None) -> list[t
         return [(name, None) for name in declared]
     extra = sorted(set(secrets) - set(declared))
     missing = [name for name in declared if name not in secrets]
-    bad = [name for name in declared if name in secrets and not _one_line(secrets[name])]
+    bad = {name: _secret_problem(secrets[name]) for name in declared if name in secrets}
     problems = [f"secret {n}: not declared by profile {profile.name}" for n in extra]
     problems += [f"secret {n}: required by profile {profile.name}, not given" for n in missing]
-    problems += [f"secret {n}: must be one non-empty line" for n in bad]
+    problems += [f"secret {n}: {reason}" for n, reason in bad.items() if reason]
     if problems:
         raise RenderError(problems)
     return [(name, env_value(secrets[name])) for name in declared]
 
 
-def _one_line(value: str) -> bool:
-    return bool(value) and "\n" not in value and "\r" not in value and "\0" not in value
+def _secret_problem(value: str) -> str | None:
+    """Why a secret cannot be written (never quoting the value)."""
+    if not value:
+        return "is empty"
+    reason = unsafe_text(value)
+    return reason.split(" (")[0] if reason else None
 
 
 def _context(profile: Profile, unit: str, stem: str, env_path: str, args: list[str]) -> dict:
@@ -165,7 +195,8 @@ def _context(profile: Profile, unit: str, stem: str, env_path: str, args: list[s
     method = profile.method
     return dict(
         profile=profile, service=service, version=__version__, unit_name=unit, unit_stem=stem,
-        env_path=env_path, exec_start=exec_start(args),
+        env_path=env_path, exec_start=exec_start(args), read_write=path_word(service.working_dir),
+        key_writer=_key_writer(profile, unit, args),
         models_label="target and draft" if method.needs_draft else "the model",
         api_key_ref=service.secrets.has_api_key,
         method_label=profile.speculative.algorithm if method.is_speculative else "plain decoding",
@@ -177,19 +208,30 @@ def _context(profile: Profile, unit: str, stem: str, env_path: str, args: list[s
 
 def _secret_source(profile: Profile) -> str:
     secrets = profile.service.secrets
-    return f"${secrets.api_key_env}" if secrets.api_key_env else f"file {secrets.api_key_file}"
+    return f"${secrets.api_key_env}" if secrets.api_key_env else "service.secrets.api_key_file"
+
+
+# Run by ExecStartPre= as the service's user: the key from the environment (EnvironmentFile=)
+# into a 0600 YAML file (JSON is YAML) that SGLang's --config reads, so it is not in argv.
+KEY_WRITER = ("import json, os, sys; "
+              "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600); "
+              "os.write(fd, json.dumps({'api-key': os.environ['" + API_KEY_VAR + "']}).encode()); "
+              "os.close(fd)")
+
+
+def _key_writer(profile: Profile, unit: str, args: list[str]) -> str | None:
+    if "--config" not in args:
+        return None
+    return " ".join(exec_word(w) for w in (profile.service.python, "-c", KEY_WRITER, key_config_path(unit)))
 
 
 def _render(template: str, context: dict, **extra: object) -> str:
     return _jinja(str(templates_dir())).get_template(template).render(**context, **extra)
 
 
-SAFE_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
-
-
 def exec_start(args: list[str]) -> str:
     """ExecStart value, one flag (with its value) per continued line so diffs read per flag."""
-    words = [systemd_word(arg) for arg in args]
+    words = [exec_word(arg) for arg in args]
     lines = [" ".join(words[:3])]  # <python> -m <module>
     for arg, word in zip(args[3:], words[3:]):
         if arg.startswith("--"):
@@ -197,24 +239,6 @@ def exec_start(args: list[str]) -> str:
         else:
             lines[-1] += f" {word}"
     return " \\\n    ".join(lines)
-
-
-def systemd_word(arg: str) -> str:
-    """One ExecStart word: `%` and `$` taken literally, quoted when it has other characters."""
-    if arg == API_KEY_REF:
-        return arg
-    text = arg.replace("%", "%%").replace("$", "$$")
-    if SAFE_WORD.fullmatch(text.replace("%", "").replace("$", "")) and text:
-        return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def env_value(value: str) -> str:
-    """A value for an EnvironmentFile= line, double-quoted unless plainly safe."""
-    if SAFE_WORD.fullmatch(value):
-        return value
-    escaped = "".join("\\" + c if c in '\\"$`' else c for c in value)
-    return f'"{escaped}"'
 
 
 def resolve_secrets(profile: Profile, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from ddops.deploy.desired import gate_spec
+from ddops.deploy.desired import env_value, gate_spec
 from ddops.deploy.facts import UnitState
 from ddops.deploy.gate import run_gate
 from ddops.profile import list_profiles, load_profile
-from ddops.render import render
+from ddops.render import render, resolve_secrets
 from serving.config import parse_args
 from tests.rollout import lab_models
 from tests.server_process import ServerProcess
@@ -63,7 +63,8 @@ def test_every_rendered_bundled_command_line_parses_in_the_runtime(name):
 def test_the_gate_passes_on_the_runtime_started_from_a_rendered_ddtree_unit(tmp_path, cache_dir):
     models = lab_models.build(cache_dir)
     profile = load_profile("cpu-ddtree")
-    flags = without(runtime_flags(render(profile).argv), LOCAL_FLAGS)
+    rendered = render(profile, secrets=resolve_secrets(profile))   # the key, as deploy writes it
+    flags = without(runtime_flags(rendered.argv), LOCAL_FLAGS)
     flags += ["--speculative-draft-model-path", str(models["tiny-llama-dflash"])]
     server = ServerProcess(models["tiny-llama"], tmp_path / "server.log", *flags)
     argv = ["python", "-m", "serving", "--model-path", str(models["tiny-llama"]),
@@ -74,7 +75,10 @@ def test_the_gate_passes_on_the_runtime_started_from_a_rendered_ddtree_unit(tmp_
         return UnitState("loaded", "active" if alive else "failed", "running" if alive else "dead")
 
     try:
-        report = run_gate(gate_spec(profile, argv, "127.0.0.1"), watch)
+        # the runtime reads DDOPS_API_KEY from its environment (inherited here, EnvironmentFile=
+        # under systemd); the gate sends what the env file holds, as apply does
+        report = run_gate(gate_spec(profile, argv, "127.0.0.1"), watch,
+                          api_key=env_value(rendered.env_text, "DDOPS_API_KEY"))
     finally:
         server.stop()
     assert report.passed, report.as_dict()

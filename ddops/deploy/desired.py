@@ -4,11 +4,9 @@ the METHODS table through `profile.method`; no method name is compared here."""
 
 from __future__ import annotations
 
-import re
-import shlex
-
 from ddops.deploy.gate import GateSpec, endpoint, flag_value
 from ddops.deploy.plan import Desired
+from ddops.unitsyntax import parse_env, setting_value, split_exec
 
 API_KEY_ENV = "DDOPS_API_KEY"
 
@@ -44,18 +42,14 @@ def gate_spec(profile, argv: list[str], host_address: str) -> GateSpec:
 
 
 def env_value(env_text: str | None, key: str) -> str | None:
-    for line in (env_text or "").splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name.strip() == key:
-            return value.strip().strip('"')
-    return None
+    """A value of an env file as systemd hands it to the service (the one reader, unitsyntax)."""
+    return parse_env(env_text or "").get(key)
 
 
 def unit_argv(unit_text: str | None) -> list[str]:
-    """ExecStart's command line from a unit file (continuation lines joined)."""
-    text = (unit_text or "").replace("\\\n", " ")
-    match = re.search(r"^ExecStart=[-@:+!]*(.*)$", text, re.MULTILINE)
-    return shlex.split(match.group(1)) if match else []
+    """ExecStart's command line from a unit file, as systemd hands it to the process."""
+    line = setting_value(unit_text or "", "ExecStart")
+    return split_exec(line) if line else []
 
 
 def health_spec(unit_text: str | None, host_address: str, timeout_s: float) -> GateSpec | None:

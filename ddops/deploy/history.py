@@ -1,15 +1,25 @@
 """Deploy history, kept on the host: history/<unit>/NNNN-<timestamp>/ holding the unit file,
-the env file (0600), and meta.json (profile, hash, result, gate spec, diagnosis).
-Entry ids are the NNNN part; they only grow."""
+the env file (0600) with each secret replaced by its fingerprint, and meta.json (profile, hash,
+result, gate spec, diagnosis, secret fingerprints). Entry ids are the NNNN part; they only grow.
+
+History is kept forever, so it never holds a secret: a rollback takes the key from the env
+file the host has now (the key clients use now) and says so when its fingerprint differs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shlex
 import time
 from dataclasses import dataclass
 
 from ddops.deploy.facts import history_dir
+from ddops.profile.rules import API_KEY_VAR
+from ddops.unitsyntax import env_value, parse_env
+
+SECRET_VARS = (API_KEY_VAR,)  # what ddops writes from service.secrets
+WITHHELD = re.compile(r"^# (\w+)=<withheld, (sha256:[0-9a-f]+)>$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -38,11 +48,47 @@ def next_dirname(existing: tuple[str, ...], now: float) -> str:
 
 def record(remote, unit_name: str, existing: tuple[str, ...], unit_text: str, env_text: str,
            meta: dict) -> Entry:
-    entry = Entry(unit_name, next_dirname(existing, time.time()), meta)
+    env_kept, prints = withhold_secrets(env_text)
+    entry = Entry(unit_name, next_dirname(existing, time.time()), {**meta, "secrets": prints})
     remote.write(f"{entry.path}/unit", unit_text)
-    remote.write(f"{entry.path}/env", env_text, mode=0o600)
-    remote.write(f"{entry.path}/meta.json", json.dumps(meta, indent=1, sort_keys=True))
+    remote.write(f"{entry.path}/env", env_kept, mode=0o600)
+    remote.write(f"{entry.path}/meta.json", json.dumps(entry.meta, indent=1, sort_keys=True))
     return entry
+
+
+def fingerprint(value: str) -> str:
+    """Tells two keys apart without keeping either (64 bits of SHA-256)."""
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def withhold_secrets(env_text: str) -> tuple[str, dict[str, str]]:
+    """The env file with each secret line replaced by a comment naming its fingerprint."""
+    values = parse_env(env_text)
+    prints = {name: fingerprint(values[name]) for name in SECRET_VARS if name in values}
+    lines = []
+    for line in env_text.split("\n"):
+        name = line.partition("=")[0].strip()
+        lines.append(f"# {name}=<withheld, {prints[name]}>" if name in prints and "=" in line
+                     and not line.lstrip().startswith("#") else line)
+    return "\n".join(lines), prints
+
+
+class SecretMissing(Exception):
+    """A history entry needs a secret the host's current env file does not hold."""
+
+
+def restore_secrets(env_kept: str, env_now: str | None) -> str:
+    """Fill withheld secrets from the host's current env file (a rotated key stays rotated)."""
+    current = parse_env(env_now or "")
+
+    def fill(match: re.Match) -> str:
+        name, print_ = match.group(1), match.group(2)
+        if name not in current:
+            raise SecretMissing(f"{name} ({print_}) is not in the host's env file now; "
+                                "deploy the profile instead, with the key")
+        return f"{name}={env_value(current[name])}"
+
+    return WITHHELD.sub(fill, env_kept)
 
 
 def update_result(remote, entry: Entry, **fields) -> Entry:

@@ -122,8 +122,12 @@ def previous_good(entries: list[history.Entry], current_hash: str | None) -> his
 
 
 def desired_of(remote, entry: history.Entry) -> tuple[Desired, GateSpec]:
-    unit_text, env_text = history.files(remote, entry)
+    unit_text, env_kept = history.files(remote, entry)
     meta = entry.meta
+    try:    # history keeps fingerprints, not keys: the key comes from the host's env file now
+        env_text = history.restore_secrets(env_kept, remote.read_text(meta["env_path"]))
+    except history.SecretMissing as err:
+        raise OpsError(f"{remote.host.name}: history entry {entry.id} of {entry.unit_name}: {err}") from None
     desired = Desired(entry.unit_name, meta["unit_path"], unit_text, meta["env_path"], env_text,
                       meta.get("profile", "?"), meta.get("hash", ""))
     return desired, GateSpec.from_dict(meta["gate_spec"])

@@ -18,6 +18,11 @@ VENV = "/opt/ddops/venv"
 PYTHON = f"{VENV}/bin/python"
 WHEEL_DIR = "/var/lib/ddops/wheelhouse"
 MARKER = f"{VENV}/.ddops-source-sha256"
+# The services run as this unprivileged system user (the profile's service.user default):
+# no login shell, no home, no password.
+SERVICE_USER = "ddops"
+ADD_USER = (f"id -u {SERVICE_USER} >/dev/null 2>&1 || useradd --system --user-group --no-create-home "
+            f"--home-dir /nonexistent --shell /usr/sbin/nologin {SERVICE_USER}")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ def missing_wheels(bundle: Bundle, installed: set[tuple[str, str]]) -> list:
 
 
 def install_runtime(remote: Remote, bundle: Bundle, log=print) -> InstallReport:
+    remote.run(ADD_USER)
     venv_created = not remote.exists(PYTHON)
     if venv_created:
         log(f"  {remote.host.name}: creating {VENV}")

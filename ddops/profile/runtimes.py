@@ -29,8 +29,10 @@ class Runtime:
     module: str  # run as `<python> -m <module>`
     template: str  # unit template under templates/
     flags: tuple[Flag, ...]
-    # SGLang reads the API key only from --api-key; the bundled runtime reads DDOPS_API_KEY.
-    api_key_in_argv: bool
+    # How the API key reaches the process without being in argv: "env" = the runtime reads
+    # DDOPS_API_KEY (bundled); "config_file" = SGLang, which takes it only as --api-key or as
+    # `api-key:` in its --config YAML, turned into arguments inside the process.
+    api_key_via: Literal["env", "config_file"]
     needs_gpu: bool
     # Flag spellings change between releases, so a profile may pin the version it targets.
     versioned_flags: bool
@@ -77,7 +79,7 @@ SGLANG = Runtime(
         Flag("service.enable_metrics", "--enable-metrics", "switch"),
         Flag("service.log_level", "--log-level"),
     ),
-    api_key_in_argv=True,
+    api_key_via="config_file",
     needs_gpu=True,
     versioned_flags=True,
 )
@@ -96,7 +98,7 @@ BUNDLED = Runtime(
     ) + _SPECULATIVE + (
         Flag("service.log_level", "--log-level"),
     ),
-    api_key_in_argv=False,
+    api_key_via="env",
     needs_gpu=False,
     versioned_flags=False,
     memory_model="exact",

@@ -7,19 +7,44 @@ tree budget on a chain method, a setting the chosen runtime has no flag for) liv
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ddops.profile.analysis import AnalysisSpec
 from ddops.profile.methods import METHODS, Method, method_key
+from ddops.unitsyntax import unsafe_text
+
+
+def _unit_text(value: str) -> str:
+    """Every string that reaches a unit, env file or command line passes here (unitsyntax)."""
+    reason = unsafe_text(value)
+    if reason:
+        raise ValueError(reason)
+    return value
+
+
+def _abs_path(value: str) -> str:
+    _unit_text(value)
+    if not value.startswith("/") or len(value) < 2:
+        raise ValueError("must be an absolute path (starting with /)")
+    normal = "/" + posixpath.normpath(value).lstrip("/")
+    if normal != value:
+        raise ValueError(f"must be a normalized path (systemd refuses others): write {normal!r}")
+    if value != value.rstrip() or value.endswith("\\"):
+        raise ValueError("must not end in a blank or a backslash (a unit line would drop or join it)")
+    return value
+
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-AbsPath = Annotated[str, Field(pattern=r"^/", min_length=2)]
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+UnitText = Annotated[str, AfterValidator(_unit_text)]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 class Section(BaseModel):
@@ -87,7 +112,7 @@ class SecretsSpec(Section):
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not ENV_NAME.match(value):
+        if value is not None and not ENV_NAME.fullmatch(value):
             raise ValueError(f"{value!r} is not an environment variable name")
         return value
 
@@ -100,10 +125,11 @@ class ServiceSpec(Section):
     unit: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]*\.service$")] = "llm.service"
     port: Port = 30000
     host: Annotated[str, Field(pattern=r"^[0-9A-Za-z.:\[\]-]+$")] = "127.0.0.1"
-    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] | None = None
+    # Created by `ddops install-runtime` (a system user with no login and no home).
+    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]*$")] = "ddops"
     working_dir: AbsPath = "/var/lib/ddops"
     python: AbsPath = "/opt/ddops/venv/bin/python"
-    environment: dict[str, str] = Field(default_factory=dict)
+    environment: dict[str, UnitText] = Field(default_factory=dict)
     secrets: SecretsSpec = Field(default_factory=SecretsSpec)
     start_timeout_s: PositiveInt = 900  # weight load + graph capture + warm-up, with margin
     stop_timeout_s: PositiveInt = 120  # in-flight requests drain on SIGTERM
@@ -118,11 +144,9 @@ class ServiceSpec(Section):
     @field_validator("environment")
     @classmethod
     def _env_entries(cls, env: dict[str, str]) -> dict[str, str]:
-        for name, value in env.items():
-            if not ENV_NAME.match(name):
+        for name in env:
+            if not ENV_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not an environment variable name")
-            if "\n" in value or "\x00" in value:
-                raise ValueError(f"{name}: value must be one line")
         return env
 
     @property
@@ -167,6 +191,14 @@ class Profile(Section):
 
     name: str
     extends: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _file_name(cls, value: str) -> str:
+        if not PROFILE_NAME.fullmatch(value):
+            raise ValueError("a profile's file name may hold only letters, digits and . _ + - "
+                             "(it is written into the unit's header and Description=)")
+        return value
     description: str = ""
     runtime: Literal["sglang", "bundled"]
     sglang_version: str | None = None

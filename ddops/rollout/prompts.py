@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from ddops.profile.yamlfile import load_data, read_text
+
 DEFAULT_SET = "shadow_prompts.yaml"
 
 
@@ -27,23 +29,27 @@ def load_prompts(path: Path | None = None) -> tuple[Prompt, ...]:
     if path is None:
         text = resources.files("ddops.data").joinpath(DEFAULT_SET).read_text()
         return parse_prompts(yaml.safe_load(text), DEFAULT_SET)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise PromptFileError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_prompts(_decode(text, str(path)), str(path))
+    if str(path).endswith(".jsonl"):
+        return parse_prompts(_json_lines(Path(path)), str(path))
+    data, _, problems = load_data(Path(path))   # YAML is a superset of JSON; bounded reader
+    if problems:
+        raise PromptFileError(problems[0])
+    return parse_prompts(data, str(path))
 
 
-def _decode(text: str, source: str) -> object:
-    if source.endswith(".jsonl"):
+def _json_lines(path: Path) -> list:
+    text, problems = read_text(path)
+    if problems:
+        raise PromptFileError(problems[0])
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
         try:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError as exc:
-            raise PromptFileError(f"{source}: line {exc.lineno}: not JSON ({exc.msg})") from None
-    try:
-        return yaml.safe_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise PromptFileError(f"{source}: not YAML ({str(exc).splitlines()[0]})") from None
+            entries += [json.loads(line)] if line.strip() else []
+        except (ValueError, RecursionError) as exc:   # JSONDecodeError, an over-long integer
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else \
+                "nested too deep" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+            raise PromptFileError(f"{path}: line {number}: not JSON ({reason})") from None
+    return entries
 
 
 def parse_prompts(data: object, source: str) -> tuple[Prompt, ...]:

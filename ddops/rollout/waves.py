@@ -13,11 +13,11 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from ddops import exits
 from ddops.profile.analysis import AnalysisSpec
+from ddops.profile.yamlfile import load_data
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 REVERTED, REVERT_FAILED, LOCKED = "reverted", "revert_failed", "locked"
@@ -53,12 +53,9 @@ class RolloutPlan:
 
 
 def load_plan(path: Path) -> RolloutPlan:
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise PlanError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+    data, _, problems = load_data(Path(path))   # the bounded reader every config file goes through
+    if problems:
+        raise PlanError(problems[0])
     return parse_plan(data, str(path))
 
 

@@ -31,7 +31,7 @@ def test_entry_point_renders_a6000_balanced_with_its_values():
     for fragment in ("-m sglang.launch_server", "--mem-fraction-static 0.85", "--context-length 8192",
                      "--cuda-graph-backend-decode disabled", "--mamba-radix-cache-strategy extra_buffer",
                      "--speculative-algorithm DDTREE", "--speculative-ddtree-budget 16",
-                     "--tp-size 2", "# ddops-profile: a6000-balanced", "--api-key ${DDOPS_API_KEY}"):
+                     "--tp-size 2", "# ddops-profile: a6000-balanced", "--config /run/llm/api-key.yaml"):
         assert fragment in proc.stdout, fragment
     assert "# --- /etc/ddops/llm.env (mode 0600) ---" in proc.stdout
 

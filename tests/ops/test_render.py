@@ -15,7 +15,8 @@ import pytest
 
 from ddops.inventory import Gpu, Host
 from ddops.profile import list_profiles, load_profile
-from ddops.render import RenderError, exec_start, read_header, render, resolve_secrets, systemd_word
+from ddops.render import RenderError, exec_start, key_config_path, read_header, render, resolve_secrets
+from ddops.unitsyntax import exec_word
 from tests.ops.helpers import BASE, REPO, SHIPPED, write
 
 GOLDEN = REPO / "tests" / "ops" / "golden"
@@ -93,9 +94,10 @@ def test_secret_lands_only_in_the_env_file():
         assert "EnvironmentFile=/etc/ddops/llm.env" in rendered.unit_text
 
 
-def test_sglang_gets_the_key_by_reference_and_bundled_from_its_environment(tmp_path):
+def test_sglang_gets_the_key_from_a_config_file_and_bundled_from_its_environment(tmp_path):
     sglang = render(load_profile("a6000-base", SHIPPED), secrets={"DDOPS_API_KEY": SECRET})
-    assert sglang.argv[-2:] == ["--api-key", "${DDOPS_API_KEY}"]
+    assert sglang.argv[-2:] == ["--config", key_config_path("llm.service")] == ["--config", "/run/llm/api-key.yaml"]
+    assert "--api-key" not in sglang.argv and "RuntimeDirectory=llm\n" in sglang.unit_text
     write(tmp_path, "p", BASE + "service:\n  secrets:\n    api_key_env: MY_KEY\n")
     bundled = render(load_profile("p", tmp_path), secrets={"DDOPS_API_KEY": SECRET})
     assert "--api-key" not in bundled.argv and f"DDOPS_API_KEY={SECRET}" in bundled.env_text
@@ -153,14 +155,14 @@ def test_host_checks(tmp_path):
     assert render(load_profile("cpu-ar", SHIPPED), cpu_host).argv
 
 
-def test_secrets_must_match_what_the_profile_declares():
+def test_secrets_must_match_what_the_profile_declares(tmp_path):
     declared = load_profile("a6000-base", SHIPPED)
     with pytest.raises(RenderError, match="required by profile"):
         render(declared, secrets={})
-    with pytest.raises(RenderError, match="one non-empty line"):
+    with pytest.raises(RenderError, match="contains a newline"):
         render(declared, secrets={"DDOPS_API_KEY": "a\nb"})
     with pytest.raises(RenderError, match="not declared"):
-        render(load_profile("cpu-ar", SHIPPED), secrets={"DDOPS_API_KEY": SECRET})
+        render(load_profile(write(tmp_path, "nokey", BASE).stem, tmp_path), secrets={"DDOPS_API_KEY": SECRET})
 
 
 def test_resolve_secrets_from_env_and_file(tmp_path):
@@ -172,19 +174,19 @@ def test_resolve_secrets_from_env_and_file(tmp_path):
     key_file.write_text(SECRET + "\n")
     write(tmp_path, "p", BASE + f"service:\n  secrets:\n    api_key_file: {key_file}\n")
     assert resolve_secrets(load_profile("p", tmp_path), {}) == {"DDOPS_API_KEY": SECRET}
-    assert resolve_secrets(load_profile("cpu-ar", SHIPPED), {}) == {}
+    assert resolve_secrets(load_profile(write(tmp_path, "nokey", BASE).stem, tmp_path), {}) == {}
 
 
 @pytest.mark.parametrize("arg,word", [
     ("/plain/path-1.0", "/plain/path-1.0"),
     ("/models/my model", '"/models/my model"'),
-    ("50%", "50%%"),
-    ("$HOME", "$$HOME"),
+    ("50%", '"50%%"'),
+    ("$HOME", '"$$HOME"'),
     ('say "hi"', '"say \\"hi\\""'),
     ("", '""'),
 ])
 def test_systemd_quoting_keeps_arguments_literal(arg, word):
-    assert systemd_word(arg) == word
+    assert exec_word(arg) == word
 
 
 def test_exec_start_puts_one_flag_per_line():

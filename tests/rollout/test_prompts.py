@@ -25,7 +25,7 @@ def test_user_file_accepts_strings_mappings_and_json_lines(tmp_path):
     ("- {prompt: ''}", "entry 0: 'prompt' must be a non-empty string"),
     ("- {id: a, prompt: x}\n- {id: a, prompt: y}", "id 'a': duplicate id"),
     ("- {prompt: x, temperature: 1}", "entry 0: unknown key 'temperature'"),
-    ("- [unclosed", "not YAML"),
+    ("- [unclosed", "bad YAML"),
 ])
 def test_bad_prompt_files_name_file_entry_and_reason(tmp_path, body, message):
     path = tmp_path / "bad.yaml"
