@@ -4,7 +4,8 @@ lab up (one systemd-nspawn host with the runtime) -> tiny target + distilled DFl
 (made once into $DDOPS_CACHE/models/demo-<digest of the runtime's model tools> by those tools,
 run as commands, so a change to the tools rebuilds them instead of pushing a stale draft) -> push
 them -> deploy the DDTree CPU profile (facts, plan, lock, push, restart, gate) -> a chat
-request answered from outside the host. SmolLM2-135M is deployed as well when `make models`
+request answered from outside the host, with the API key the cpu-* profiles require
+($DDOPS_API_KEY, or one made once into $DDOPS_CACHE/demo-api-key, mode 0600). SmolLM2-135M is deployed as well when `make models`
 has converted it (and its draft when one is cached)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import httpx
 from ddops import server_info
 from ddops.deploy import show
 from ddops.deploy.apply import Outcome, execute
+from ddops.deploy.desired import API_KEY_ENV, env_value
 from ddops.deploy.facts import read_facts
 from ddops.deploy.lock import Holder
 from ddops.deploy.plan import make_plan
@@ -56,6 +59,19 @@ def tools_key() -> str:
         path = tools / name
         digest.update(path.read_bytes() if path.is_file() else b"-")
     return digest.hexdigest()[:12]
+
+
+def api_key() -> str:
+    """$DDOPS_API_KEY when set, else the demo's own key, made once and kept 0600 in the cache."""
+    if os.environ.get(API_KEY_ENV):
+        return os.environ[API_KEY_ENV]
+    path = cache() / "demo-api-key"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, secrets.token_urlsafe(24).encode())
+        os.close(fd)
+    return path.read_text().strip()
 
 
 def tiny_root() -> Path:
@@ -124,15 +140,16 @@ def deploy(service: Service, host: str, inventory: Path) -> Outcome:
         outcome = execute(remote, desired, target.spec, holder, progress=show.progress)
     show.outcome(outcome)
     if outcome.code == 0:
-        ask(target.spec.base_url, target.spec.served_model)
+        ask(target.spec.base_url, target.spec.served_model, env_value(desired.env_text, API_KEY_ENV))
     return outcome
 
 
-def ask(base_url: str, model: str) -> None:
-    """A request from outside the host, as a client would send it."""
+def ask(base_url: str, model: str, key: str | None) -> None:
+    """A request from outside the host, as a client would send it (with the service's key)."""
     body = {"model": model, "max_tokens": 24, "temperature": 0,
             "messages": [{"role": "user", "content": "What is the capital of France?"}]}
-    with httpx.Client(base_url=base_url, trust_env=False, timeout=120) as client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(base_url=base_url, headers=headers, trust_env=False, timeout=120) as client:
         answer = client.post("/v1/chat/completions", json=body).json()
         info = server_info.read_or_empty(client)
     text = answer["choices"][0]["message"]["content"]
@@ -145,6 +162,7 @@ def ask(base_url: str, model: str) -> None:
 
 
 def run() -> int:
+    os.environ[API_KEY_ENV] = api_key()   # what the cpu-* profiles read (service.secrets.api_key_env)
     show.stage("lab", "one systemd-nspawn host with the runtime (kept if already running)")
     inventory, hosts = lab_up()
     make_tiny_models()

@@ -21,6 +21,7 @@ import pytest
 from ddops.deploy.facts import unit_state
 from ddops.deploy.lock import Holder, HostLock
 from ddops.remote import connect
+from tests.conftest import TEST_API_KEY
 from tests.deploy.models import tiny_pair, wide_draft
 
 pytestmark = pytest.mark.lab
@@ -62,14 +63,14 @@ class Site:
     def state(self):
         return unit_state(self.remote, UNIT)
 
-    def chat(self, key: str | None = None) -> httpx.Response:
+    def chat(self, key: str | None = TEST_API_KEY) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         body = {"model": "tiny-llama", "messages": [{"role": "user", "content": "Name a capital."}],
                 "max_tokens": 8, "temperature": 0}
         return httpx.post(f"{self.url}/v1/chat/completions", json=body, headers=headers, timeout=60,
                           trust_env=False)
 
-    def info(self, key: str | None = None) -> dict:
+    def info(self, key: str | None = TEST_API_KEY) -> dict:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.get(f"{self.url}/server_info", headers=headers, timeout=30, trust_env=False).json()
 
@@ -246,7 +247,7 @@ def test_secrets_reach_only_the_0600_env_file(site):
     code, out = site.deploy(WITH_KEY, env={"DDTEST_API_KEY": key})
     assert code == 0, out
     assert key not in json.dumps(out)
-    assert site.chat().status_code == 401 and site.chat(key).status_code == 200
+    assert site.chat(None).status_code == 401 and site.chat(key).status_code == 200
     env_file = site.remote.run(f"stat -c %a {ENV_PATH}; cat {ENV_PATH}").stdout
     assert env_file.startswith("600") and key in env_file
     assert key not in site.remote.run("ps -eo args").stdout

@@ -23,6 +23,7 @@ import yaml
 
 from ddops.remote import connect
 from ddops.render import read_header
+from tests.conftest import TEST_API_KEY
 from tests.rollout import lab_models
 
 pytestmark = pytest.mark.lab
@@ -107,7 +108,8 @@ class Ctx:
 
     def info(self, host, port=30000):
         address = self.lab.host(host).address
-        return httpx.get(f"http://{address}:{port}/server_info", timeout=10, trust_env=False).json()
+        return httpx.get(f"http://{address}:{port}/server_info", timeout=10, trust_env=False,
+                         headers={"Authorization": f"Bearer {TEST_API_KEY}"}).json()
 
     def main_pid(self, host, unit="llm.service"):
         with self.remote(host) as remote:
