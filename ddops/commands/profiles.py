@@ -20,6 +20,8 @@ from ddops.fit.profile_fit import local_reader
 from ddops.inventory import InventoryError, find_inventory, load_inventory
 from ddops.profile import ConfigError, Profile, list_profiles, load_profile, profiles_dir
 from ddops.profile.annotate import annotated_yaml, sources
+from ddops.profile.rules import exposures
+from ddops.profile.yamlfile import problem
 from ddops.render import Rendered, render
 from ddops.shell import print_json
 
@@ -97,6 +99,8 @@ def cmd_validate(profiles: Annotated[Optional[list[str]], typer.Argument(
            "problems": _problems(lambda: load_inventory(inv_path)) if inv_path else []}
     ok = not any(results.values()) and not inv["problems"]
     warnings, notes = _fit_warnings(names, results, profiles_dir_, inv_path, inv, models)
+    for name in (n for n in names if not results[n]):
+        warnings.setdefault(name, []).extend(_exposure_warnings(load_profile(name, profiles_dir_)))
     if as_json:
         print_json(exits.OK if ok else exits.BAD_INPUT,
                    error=None if ok else "profiles or inventory have problems (listed per file)",
@@ -111,6 +115,14 @@ def cmd_validate(profiles: Annotated[Optional[list[str]], typer.Argument(
             err.print(f"note: {line}", markup=False, style="dim")
     if not ok:
         raise typer.Exit(2)
+
+
+def _exposure_warnings(profile: Profile) -> list[str]:
+    """`<profile>: <file that set it>: <key>: <reason>` per exposure (rules.exposures)."""
+    def file_of(key: str) -> str:
+        source = profile.source_of(key)
+        return source if source != "default" else profile.files[0]
+    return [f"{profile.name}: {problem(file_of(key), key, reason)}" for key, reason in exposures(profile)]
 
 
 def _fit_warnings(names, results, folder, inv_path, inv, models) -> tuple[dict[str, list[str]], list[str]]:

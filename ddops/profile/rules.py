@@ -116,3 +116,22 @@ def default_at(key: str) -> object:
 
 def _is_set(profile: Profile, key: str) -> bool:
     return value_at(profile, key) != default_at(key)
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def exposures(profile: Profile) -> list[tuple[str, str]]:
+    """Valid settings that expose the service or its key, as (key, reason): warnings, not errors."""
+    service, runtime = profile.service, RUNTIMES[profile.runtime]
+    found = []
+    if service.secrets.has_api_key and runtime.api_key_via == "config_file":
+        found.append(("service.secrets", "SGLang logs its server arguments, the API key included, "
+                      "to the journal when it starts: anyone who can read the journal has the key"))
+    if not service.secrets.has_api_key and service.host not in LOOPBACK_HOSTS:
+        found.append(("service.host", f"{service.host} with no API key: anyone who reaches port "
+                      f"{service.port} can generate (set service.secrets or bind 127.0.0.1)"))
+    if service.user == "root":
+        found.append(("service.user", "root: the sandbox drops capabilities, but files the service "
+                      "writes belong to root"))
+    return found

@@ -137,3 +137,16 @@ def test_render_for_an_inventory_host(tmp_path):
 def test_unknown_profile_exits_2():
     result = invoke("show", "cpu-ddtre")
     assert result.exit_code == 2 and "did you mean 'cpu-ddtree'?" in result.stderr
+
+
+def test_validate_warns_where_a_valid_profile_exposes_the_service_or_its_key(tmp_path):
+    write(tmp_path, "open", BASE + "service:\n  host: 0.0.0.0\n")
+    write(tmp_path, "keyed", BASE + "service:\n  host: 0.0.0.0\n  secrets:\n    api_key_env: K\n")
+    proc = subprocess.run([*DDOPS, "validate", "a6000-base", str(tmp_path / "open.yaml"),
+                           str(tmp_path / "keyed.yaml")], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert any("a6000-base" in w and "SGLang logs its server arguments, the API key included" in w
+               for w in warnings), warnings
+    assert any("open.yaml: service.host: 0.0.0.0 with no API key" in w for w in warnings), warnings
+    assert not [w for w in warnings if "keyed" in w]

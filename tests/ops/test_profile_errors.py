@@ -157,3 +157,24 @@ def test_a_loaded_profile_is_frozen(tmp_path):
     profile = load_profile("p", tmp_path)
     with pytest.raises(Exception):
         profile.memory.context_length = 5
+
+
+@pytest.mark.parametrize("section,key,value,reason", [
+    # the injection: a newline in a path starts a unit line of its own
+    ("service", "working_dir", '"/var/lib/ddops\\nExecStartPre=/bin/sh -c \'id > /tmp/pwned\'"',
+     "contains a newline"),
+    ("speculative", "draft_model_path", '"/models/m\\nExecStart=/bin/sh"', "contains a newline"),
+    ("service", "environment", '{GREETING: "hi\\rthere"}', "control character U+000D"),
+    ("service", "python", '"/opt/../bin/python"', "must be a normalized path"),
+    ("service", "working_dir", '"/var/lib/ddops\\\\"', "must not end in a blank or a backslash"),
+])
+def test_values_that_would_become_unit_code_are_refused_naming_file_key_and_line(
+        tmp_path, section, key, value, reason):
+    write(tmp_path, "p", BASE + f"{section}:\n  {key}: {value}\n")
+    line = only_problem(tmp_path, "p")
+    assert f"p.yaml: {section}.{key}" in line and "(line 6)" in line and reason in line, line
+
+
+def test_a_profile_file_name_that_would_reach_the_unit_header_is_refused(tmp_path):
+    write(tmp_path, "bad name%", BASE)
+    assert "may hold only letters, digits" in only_problem(tmp_path, "bad name%")
