@@ -1,6 +1,6 @@
 """Render a profile with one hostile value in one rendered field and read the unit and env file
 back by systemd's rules (ddops.unitsyntax's readers): the value must come back unchanged, or be
-refused at validation naming its key. Shared by the property test and the report command:
+refused at validation naming its key, and refused exactly when `should_refuse` says so. Shared by the property test and the report command:
 
     python -m tests.ops.roundtrip --n 20000      # prints N values, refused, differing, verify
 """
@@ -8,6 +8,7 @@ refused at validation naming its key. Shared by the property test and the report
 from __future__ import annotations
 
 import argparse
+import posixpath
 import random
 import shutil
 import subprocess
@@ -19,11 +20,12 @@ from pydantic import ValidationError
 
 from ddops.profile import Profile
 from ddops.render import RenderError, command_line, render
-from ddops.unitsyntax import parse_env, setting_value, split_exec, unsetting
+from ddops.unitsyntax import parse_env, setting_value, split_exec, unsafe_text, unsetting
 
 # (field, where the value goes in the profile); the path fields get a leading "/".
 FIELDS = ("model.path", "speculative.draft_model_path", "service.working_dir", "service.python",
           "service.environment", "secret")
+PATH_FIELDS = FIELDS[:4]
 SPECIALS = "%$\"'\\;#` \t\n\r\x00\x7f\x85\u2028{}=*?[]~!@&|<>()\u00e9\u4e2d\U0001f600"
 
 
@@ -52,10 +54,25 @@ def check(field: str, value: str) -> str:
     except ValidationError as exc:
         named = field.split(".")[-1]
         locs = [".".join(str(part) for part in err["loc"]) for err in exc.errors()]
-        return "refused" if all(named in loc for loc in locs) else f"refused naming {locs}"
+        if not all(named in loc for loc in locs):
+            return f"refused naming {locs}"
+        return "refused" if should_refuse(field, value) else f"refused without cause: {exc.errors()[0]['msg']}"
     except RenderError as exc:
         return "refused" if field == "secret" and "secret DDOPS_API_KEY" in str(exc) else repr(exc)
+    if should_refuse(field, value):
+        return "accepted a value that cannot be written"
     return _compare(profile, rendered, secrets or {})
+
+
+def should_refuse(field: str, value: str) -> bool:
+    """The refusal rule, restated: control characters anywhere; for paths, anything systemd
+    would normalize or a unit line would drop (trailing blank) or join (trailing backslash)."""
+    if unsafe_text(value):
+        return True
+    if field not in PATH_FIELDS:
+        return False
+    path = "/" + value
+    return "/" + posixpath.normpath(path).lstrip("/") != path or path != path.rstrip() or path.endswith("\\")
 
 
 def _compare(profile: Profile, rendered, secrets: dict) -> str:
@@ -66,7 +83,7 @@ def _compare(profile: Profile, rendered, secrets: dict) -> str:
     service = profile.service
     if unsetting(setting_value(unit, "WorkingDirectory") or "") != service.working_dir:
         return "WorkingDirectory= differs"
-    if [unsetting(w) for w in split_exec_paths(setting_value(unit, "ReadWritePaths") or "")] != [service.working_dir]:
+    if split_exec_paths(setting_value(unit, "ReadWritePaths") or "") != [service.working_dir]:
         return "ReadWritePaths= differs"
     if parse_env(rendered.env_text) != {**service.environment, **secrets}:
         return "env file differs"
@@ -74,7 +91,7 @@ def _compare(profile: Profile, rendered, secrets: dict) -> str:
 
 
 def split_exec_paths(raw: str) -> list[str]:
-    """A path list setting's words (the same quoting as ExecStart, no `$` substitution)."""
+    """A path list setting's words: quoting and `%%` as in ExecStart, no `$` substitution."""
     return split_exec(raw.replace("$", "$$"))
 
 
