@@ -43,7 +43,7 @@ class Watcher:
     def capture_before(self, host: str) -> None:
         """The host's figures before its change (its process's whole life so far)."""
         try:
-            figures = self.read(self.endpoints[host].base_url).summary()
+            figures = self._read(host).summary()
         except scrape.ScrapeError as err:
             figures = None
             self.record(host, "baseline", {"source": "before", "error": str(err)})
@@ -99,9 +99,13 @@ class Watcher:
             total = window if total is None else _add(total, window)
         return total.summary() if total is not None else None
 
+    def _read(self, host: str) -> scrape.Scrape:
+        endpoint = self.endpoints[host]
+        return self.read(endpoint.base_url, endpoint.api_key)
+
     def _try_read(self, host: str):
         try:
-            return self.read(self.endpoints[host].base_url)
+            return self._read(host)
         except scrape.ScrapeError as err:
             return str(err)
 

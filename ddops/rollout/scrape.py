@@ -155,9 +155,11 @@ def _histogram(family) -> Histogram:
     return Histogram(bounds, tuple(buckets[b] for b in bounds), total)
 
 
-def read(base_url: str, timeout_s: float = 10.0) -> Scrape:
+def read(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> Scrape:
+    """The key goes along because a server may guard /metrics (`--metrics-require-api-key`)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(f"{base_url}/metrics", timeout=timeout_s, trust_env=False)
+        response = httpx.get(f"{base_url}/metrics", headers=headers, timeout=timeout_s, trust_env=False)
     except httpx.HTTPError as exc:
         raise ScrapeError(f"{base_url}/metrics: {type(exc).__name__}: {exc}") from None
     if response.status_code != 200:

@@ -10,8 +10,13 @@ import pytest
 
 from ddops.profile.analysis import AnalysisSpec
 from ddops.rollout.bake import Endpoint, Watcher
+from ddops.rollout.scrape import ScrapeError, read
+from tests.conftest import TEST_API_KEY
 from tests.rollout.serving_pair import Server, make_checkpoints
 
+KEY = TEST_API_KEY  # every runtime a test starts takes it from $DDOPS_API_KEY; the healthy one
+# also guards /metrics with it, so the watcher must send it
+AUTH = {"Authorization": f"Bearer {KEY}"}
 SPEC = AnalysisSpec.model_validate({
     "interval_s": 1.0, "min_requests": 4, "baseline": "unchanged",
     "probe": {"rate_per_s": 4, "max_tokens": 4},
@@ -26,25 +31,28 @@ def servers(tmp_path_factory):
     mp.setenv("DDOPS_SERVING_FAULTS", "after=2,error_ratio=0.5")
     faulty = Server(paths["target"], root / "faulty.log")
     mp.delenv("DDOPS_SERVING_FAULTS")
-    healthy = Server(paths["target"], root / "healthy.log")
+    healthy = None
     try:
-        yield {"faulty": faulty.wait_ready(), "healthy": healthy.wait_ready()}
+        faulty.wait_ready()  # before the next picks a free port: two must not race for one
+        healthy = Server(paths["target"], root / "healthy.log", "--metrics-require-api-key")
+        yield {"faulty": faulty, "healthy": healthy.wait_ready()}
     finally:
         mp.undo()
-        faulty.stop()
-        healthy.stop()
+        for server in (faulty, healthy):
+            if server is not None:
+                server.stop()
 
 
 def watch(servers, bake_s=8.0):
     records = []
-    endpoints = {name: Endpoint(s.url, "tiny") for name, s in servers.items()}
+    endpoints = {name: Endpoint(s.url, "tiny", KEY) for name, s in servers.items()}
     watcher = Watcher(SPEC, bake_s, endpoints, lambda host, kind, data: records.append((host, kind, data)))
     return watcher, records
 
 
 def test_faulty_host_fails_on_error_ratio_against_the_unchanged_host(servers):
     for _ in range(2):  # what a deploy gate sees: the first requests succeed
-        ok = httpx.post(servers["faulty"].url + "/v1/chat/completions", timeout=60,
+        ok = httpx.post(servers["faulty"].url + "/v1/chat/completions", timeout=60, headers=AUTH,
                         json={"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]})
         assert ok.status_code == 200
     watcher, records = watch(servers)
@@ -60,6 +68,8 @@ def test_faulty_host_fails_on_error_ratio_against_the_unchanged_host(servers):
 
 
 def test_healthy_host_passes_and_every_sample_is_recorded(servers):
+    with pytest.raises(ScrapeError, match="HTTP 401"):
+        read(servers["healthy"].url)  # without its key
     watcher, records = watch({"healthy": servers["healthy"]}, bake_s=4.0)
     verdicts = watcher.bake(["healthy"], [])
     assert verdicts == {"healthy": {"status": "passed", "passed": True, "reasons": []}}
