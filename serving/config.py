@@ -29,6 +29,8 @@ class ServerArgs:
     device: str | None = None
     mem_fraction_static: float | None = None
     max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int | None = None
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     random_seed: int = 0
@@ -70,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="auto")
     p.add_argument("--device", choices=("cpu", "cuda"))
     p.add_argument("--mem-fraction-static", type=_fraction)
-    p.add_argument("--max-running-requests", type=_positive_int)
+    p.add_argument("--max-running-requests", type=_positive_int, help="most sequences decoding at once (default 32)")
+    p.add_argument("--max-total-tokens", type=_positive_int,
+                   help="KV pool rows shared by running sequences (default: context length + verify rows)")
+    p.add_argument("--chunked-prefill-size", type=_positive_int, help="prompt tokens per prefill chunk (default 512)")
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=_positive_int)
     p.add_argument("--random-seed", type=int, default=0)

@@ -1,9 +1,11 @@
 """Memory the runtime holds, measured from its tensors, beside its own prediction from config.json.
 
 Allocation model (the same one ddops.fit uses for this runtime): every parameter in the
-runtime dtype, plus one preallocated target KV cache of `context_length + draft_tokens` slots
-over all layers (the extra slots hold one verify pass past the context). The draft's context
-K/V grows per sequence and is not preallocated, so neither side counts it. /server_info reports
+runtime dtype, plus one preallocated target KV pool of `context_length + draft_tokens` rows
+over all layers (the extra rows hold one verify pass past the context), or `--max-total-tokens`
+rows when set; running sequences share it (serving.engine.kv_pool). The draft's context K/V
+and the features kept for it grow per sequence and are not preallocated, so neither side
+counts them. /server_info reports
 both under `memory` so an operator (and a test) can compare prediction and measurement.
 """
 
@@ -68,7 +70,8 @@ def predict(args) -> dict:
     heads = target["num_attention_heads"]
     head_dim = target.get("head_dim") or target["hidden_size"] // heads
     kv_heads = target.get("num_key_value_heads") or heads
-    kv = target["num_hidden_layers"] * kv_heads * head_dim * 2 * (args.context_length + extra) * width
+    rows = args.max_total_tokens or args.context_length + extra
+    kv = target["num_hidden_layers"] * kv_heads * head_dim * 2 * rows * width
     return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
             "predicted_bytes": params * width + kv}
 

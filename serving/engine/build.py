@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from serving import speculative
+from serving.models import batched
 
 
 def build_decoder_factory(args, target, tokenizer):
-    """A zero-argument callable returning the Decoder the engine worker will use.
+    """A zero-argument callable returning what the engine worker decodes with.
 
     Routed through serving.speculative.METHODS: the method is built (and its draft preflighted
     against the target) here, so a mismatch stops start-up with one line naming both sides.
+    A target the batched step supports gets the batch runner (many sequences in flight);
+    any other gets the method's one-sequence Decoder.
     """
+    spec = speculative.resolve(args.speculative_algorithm)
     options = speculative.SpecOptions(draft_path=args.speculative_draft_model_path,
-                               block_size=args.speculative_num_draft_tokens,
-                               budget=args.speculative_ddtree_budget)
-    return speculative.decoder_factory(speculative.resolve(args.speculative_algorithm), target, options,
-                                capacity=args.context_length, seed=args.random_seed)
+                                      block_size=args.speculative_num_draft_tokens,
+                                      budget=args.speculative_ddtree_budget)
+    if not batched.supports(target):
+        return speculative.decoder_factory(spec, target, options, capacity=args.context_length,
+                                           seed=args.random_seed)
+    from serving.engine.batch import BatchRunner
+
+    return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=args.context_length,
+                   max_running=args.max_running_requests, max_total_tokens=args.max_total_tokens,
+                   seed=args.random_seed)

@@ -1,8 +1,14 @@
-"""Engine: a bounded request queue and one worker thread that runs one sequence at a time.
+"""Engine: a bounded request queue and one worker thread that keeps many sequences in flight.
 
 Requests carry an `emit` callback, called from the worker thread with `Delta` events and
 exactly one final `Finished` (or `Failed`). The server bridges those into asyncio; tests can
 use `Engine.generate` which blocks.
+
+The worker admits queued requests FIFO while the runner has room (running sequences and KV
+rows, serving.engine.scheduler), then runs one scheduler step; a request that does not fit
+waits at the head of the queue, and a full queue refuses new ones with `EngineBusy`. The
+decoder factory returns either a batch runner (serving.engine.batch) or a one-sequence
+`Decoder` (docs/contracts.md section 3), which runs one request at a time.
 """
 
 from __future__ import annotations
@@ -14,34 +20,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from serving.engine.stats import EngineStats, Usage
-from serving.engine.stops import StopRule, TextAssembler
+from serving.engine.events import Delta, Failed, Finished
+from serving.engine.scheduler import Scheduler
+from serving.engine.serial import SerialRunner
+from serving.engine.stats import EngineStats
+from serving.engine.stops import StopRule
 from serving.sampling import SamplingParams
 
 log = logging.getLogger("serving.engine")
+STOP = object()
+
+__all__ = ["Delta", "Engine", "EngineBusy", "Failed", "Finished", "GenerationRequest", "RequestTooLarge"]
 
 
 class EngineBusy(RuntimeError):
-    """The request queue is full (--max-running-requests)."""
+    """The request queue is full."""
 
 
-@dataclass(frozen=True)
-class Delta:
-    text: str
-    token_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Finished:
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: str
-    usage: Usage
-
-
-@dataclass(frozen=True)
-class Failed:
-    message: str
+class RequestTooLarge(ValueError):
+    """prompt + max_tokens can never fit the KV pool (--max-total-tokens)."""
 
 
 @dataclass
@@ -51,27 +48,40 @@ class GenerationRequest:
     rule: StopRule
     emit: Callable[[object], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    submitted: float = field(default_factory=time.perf_counter)   # TTFT counts the wait in the queue
 
 
 class Engine:
-    def __init__(self, decoder_factory: Callable[[], object], tokenizer, max_queued: int = 256):
+    def __init__(self, decoder_factory: Callable[[], object], tokenizer, max_queued: int = 256,
+                 chunk_tokens: int = 512):
         self.decoder_factory = decoder_factory
         self.tokenizer = tokenizer
+        self.chunk_tokens = chunk_tokens
         self.stats = EngineStats()
         self.queue: queue.Queue = queue.Queue(maxsize=max_queued)
         self.worker = threading.Thread(target=self._work, name="engine-worker", daemon=True)
-        self.decoder = None
+        self.decoder = self.scheduler = None
 
     def start(self) -> "Engine":
         self.decoder = self.decoder_factory()
+        runner = self.decoder if hasattr(self.decoder, "decode") else SerialRunner(self.decoder)
+        self.scheduler = Scheduler(runner, self.tokenizer, _deliver, self.stats.record, self.chunk_tokens)
         self.worker.start()
         return self
 
     def stop(self) -> None:
-        self.queue.put(None)
+        self.queue.put(STOP)
         self.worker.join(timeout=10)
 
+    @property
+    def running(self) -> int:
+        return len(self.scheduler.running) if self.scheduler else 0
+
     def submit(self, request: GenerationRequest) -> None:
+        fits = getattr(self.scheduler.runner, "fits", None) if self.scheduler else None
+        if fits is not None and not fits(len(request.prompt_ids), request.rule.max_new_tokens):
+            raise RequestTooLarge(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens "
+                                  f"({request.rule.max_new_tokens}) exceeds the KV pool")
         try:
             self.queue.put_nowait(request)
         except queue.Full:
@@ -85,37 +95,34 @@ class Engine:
         return done.get(timeout=timeout)
 
     def _work(self) -> None:
-        while (request := self.queue.get()) is not None:
-            if request.cancelled.is_set():
-                continue
-            try:
-                _deliver(request, self._run(request))
-            except Exception as e:  # one bad request must not take the worker down
-                log.exception("generation failed")
-                _deliver(request, Failed(f"generation failed: {e}"))
+        head = None
+        while True:
+            if head is None and not self.scheduler.running:
+                head = self.queue.get()
+            head = self._admit(head)
+            if head is STOP:
+                return
+            if self.scheduler.running:
+                self.scheduler.step()
+            elif head is not None:      # nothing runs and it still does not fit: it never will
+                _deliver(head, Failed("the request does not fit the KV pool"))
+                head = None
 
-    def _run(self, request: GenerationRequest) -> Finished:
-        began = time.perf_counter()
-        text = TextAssembler(request.rule, self.tokenizer.decode)
-        tokens = self.decoder.start(request.prompt_ids, request.sampling, request.rule.max_new_tokens)
-        ttft = time.perf_counter() - began
-        rounds = accepted = 0
-        self._emit_delta(request, text, tokens)
-        while not text.finish_reason and not request.cancelled.is_set():
-            tokens = self.decoder.step()
-            rounds, accepted = rounds + 1, accepted + self.decoder.last_accept_length
-            self._emit_delta(request, text, tokens)
-        usage = Usage(len(request.prompt_ids), len(text.ids), rounds, accepted,
-                      ttft, time.perf_counter() - began)
-        self.stats.record(usage)
-        return Finished(text.text, tuple(text.ids), text.finish_reason or "abort", usage)
-
-    @staticmethod
-    def _emit_delta(request, text: TextAssembler, tokens: list[int]) -> None:
-        before = len(text.ids)
-        delta = text.feed(tokens)
-        if delta:
-            _deliver(request, Delta(delta, tuple(text.ids[before:])))
+    def _admit(self, head):
+        """Admit queued requests FIFO; returns the one that must wait (or STOP, or None)."""
+        while True:
+            if head is None:
+                if len(self.scheduler.running) >= self.scheduler.runner.max_running:
+                    return None
+                try:
+                    head = self.queue.get_nowait()
+                except queue.Empty:
+                    return None
+            if head is STOP:
+                return STOP
+            if not head.cancelled.is_set() and not self.scheduler.admit(head, head.submitted):
+                return head
+            head = None
 
 
 def _deliver(request: GenerationRequest, event) -> None:

@@ -23,6 +23,13 @@ class KVCache:
         self._mask_visible_upto = 0  # its columns [0, upto) are all True
 
     @classmethod
+    def over(cls, k: torch.Tensor, v: torch.Tensor) -> "KVCache":
+        """A cache over existing storage k, v [layers, kv_heads, capacity, head_dim] (a pool's slice)."""
+        cache = cls.__new__(cls)
+        cache.k, cache.v, cache.capacity, cache.length = k, v, k.shape[2], 0
+        return cache
+
+    @classmethod
     def for_model(cls, config, capacity: int, dtype: torch.dtype, device) -> "KVCache":
         return cls(config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
                    capacity, dtype, device)

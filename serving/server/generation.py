@@ -14,7 +14,7 @@ from typing import AsyncIterator, Awaitable, Callable
 
 from starlette.requests import ClientDisconnect
 
-from serving.engine import Delta, EngineBusy, Failed, Finished, GenerationRequest, StopRule
+from serving.engine import Delta, EngineBusy, Failed, Finished, GenerationRequest, RequestTooLarge, StopRule
 from serving.sampling import SamplingParams
 from serving.server.protocol import APIError
 
@@ -41,6 +41,8 @@ class Admitted:
         except EngineBusy as e:
             raise APIError(503, f"server busy: {e}; retry later", code="server_busy", kind="server_error",
                            retry_after=RETRY_AFTER_S) from None
+        except RequestTooLarge as e:
+            raise APIError(400, str(e), "max_tokens", "context_length_exceeded") from None
         self.watch = asyncio.ensure_future(self._watch(receive)) if receive else None
 
     async def _watch(self, receive: Receive) -> None:

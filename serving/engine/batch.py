@@ -1,0 +1,106 @@
+"""BatchRunner: the scheduler's model work for every running sequence of a dense target.
+
+KV: one `KVPool` of `--max-total-tokens` rows (default: one full-context request plus its
+verify rows, the figure ddops' fit predicts). Admission reserves prompt + max_tokens + verify
+rows for the whole life of the sequence, so admitted sequences never run out of room and
+nothing is ever preempted; a request that does not fit yet waits.
+
+Plain decoding: one `batched.decode_step` for all decoding sequences per round. Prefill: the
+single-sequence `forward`, one chunk at a time (fixed chunk boundaries, so a prompt's numerics
+never depend on what runs beside it). Each sequence samples with its own generator, seeded
+from the request's seed (or the server seed and an arrival counter), as ARDecoder seeds.
+
+Speculative methods (policy, docs/serving.md "Batching"): a round in which exactly one
+sequence decodes is a speculative round for it (serving.speculative.lane); with two or more,
+all take one batched plain step and their drafter features are kept for later rounds.
+Both are lossless: every committed token is the target's own choice.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from serving.engine.kv_pool import KVPool
+from serving.models import batched
+from serving.sampling import choose
+
+DEFAULT_MAX_RUNNING = 32
+
+
+class BatchRunner:
+    def __init__(self, target, method=None, capacity: int = 2048, max_running: int | None = None,
+                 max_total_tokens: int | None = None, seed: int = 0):
+        from serving.speculative.lane import SpecLane
+
+        self.target, self.capacity = target, capacity
+        self.spec = SpecLane(target, method) if method is not None else None
+        self.verify_rows = method.needs.draft_tokens if method is not None else 0
+        rows = max_total_tokens or capacity + self.verify_rows
+        self.pool = KVPool(target.config, rows, target.dtype, target.device)
+        self.max_running = max_running or DEFAULT_MAX_RUNNING
+        self.default_seed, self.sequences = seed, 0
+
+    @property
+    def server_args(self) -> dict:
+        return self.spec.server_args if self.spec else {}
+
+    def fits(self, prompt_tokens: int, max_new_tokens: int) -> bool:
+        return prompt_tokens + max_new_tokens + self.verify_rows <= self.pool.capacity
+
+    def admit(self, seq) -> bool:
+        if not seq.prompt:
+            raise ValueError("prompt must contain at least one token")
+        cache = self.pool.reserve(len(seq.prompt) + seq.request.rule.max_new_tokens + self.verify_rows)
+        if cache is None:
+            return False
+        self.sequences += 1
+        seed = seq.request.sampling.seed
+        generator = torch.Generator(device=self.target.device)
+        # unseeded requests still differ from each other, yet a server run is reproducible
+        generator.manual_seed(seed if seed is not None else self.default_seed * 1_000_003 + self.sequences)
+        seq.state.update(cache=cache, generator=generator, next=None)
+        return True
+
+    def prefill(self, seq, chunk: int) -> list[int]:
+        cache, begin = seq.state["cache"], seq.prefilled
+        end = min(len(seq.prompt), begin + chunk)
+        device = self.target.device
+        tokens = torch.tensor(seq.prompt[begin:end], dtype=torch.long, device=device)
+        positions = torch.arange(begin, end, device=device)
+        capture = self.spec.layers if self.spec else ()
+        logits, hidden = self.target.forward(tokens, positions, cache, capture=capture, last_only=True)
+        cache.commit(end - begin)
+        seq.prefilled = end
+        if self.spec:
+            self.spec.record(seq, hidden, positions)
+        if end < len(seq.prompt):
+            return []
+        return [self._choose(seq, logits)]
+
+    def decode(self, seqs) -> list[list[int]]:
+        if self.spec and len(seqs) == 1:
+            return [self.spec.round(seqs[0])]
+        caches = [s.state["cache"] for s in seqs]
+        device = self.target.device
+        tokens = torch.tensor([s.state["next"] for s in seqs], dtype=torch.long, device=device)
+        positions = torch.tensor([c.length for c in caches], device=device)
+        capture = self.spec.layers if self.spec else ()
+        logits, hidden = batched.decode_step(self.target, tokens, positions, caches, capture)   # [B, vocab]
+        out = []
+        for b, seq in enumerate(seqs):
+            caches[b].commit(1)
+            if self.spec:
+                self.spec.record(seq, hidden[b:b + 1], positions[b:b + 1])
+            out.append([self._choose(seq, logits[b:b + 1])])
+        return out
+
+    def release(self, seq) -> None:
+        self.pool.release(seq.state.pop("cache"))
+        if self.spec:
+            self.spec.forget(seq)
+
+    @staticmethod
+    def _choose(seq, logits: torch.Tensor) -> int:
+        token = int(choose(logits, seq.request.sampling, seq.state["generator"])[0])
+        seq.state["next"] = token
+        return token

@@ -1,0 +1,72 @@
+"""Speculative rounds for one sequence at a time inside the batch runner (serving.engine.batch).
+
+The runner keeps, per sequence, the target features of every committed token (captured by
+prefill, batched plain steps and speculative rounds alike). Before a round, the one drafter
+catches up on what it has not seen of that sequence, or starts over from all of its features
+when it last drafted for another one; the round itself is `SpecDecoder.step` run on the
+sequence's own slice of the KV pool, its own sampling parameters and generator.
+"""
+
+from __future__ import annotations
+
+from .base import Method
+from .decoder import SpecDecoder
+
+
+class _Tee:
+    """The drafter, with every `extend` also kept in the current sequence's feature list."""
+
+    def __init__(self, drafter):
+        self.inner, self.needs, self.feature_width = drafter, drafter.needs, drafter.feature_width
+        self.sink: list | None = None
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def extend(self, features, positions) -> None:
+        self.sink.append((features, positions))
+        self.inner.extend(features, positions)
+
+    def propose(self, bonus, start, depth):
+        return self.inner.propose(bonus, start, depth)
+
+
+class SpecLane:
+    def __init__(self, target, method: Method):
+        self.tee = _Tee(method.drafter)
+        self.decoder = SpecDecoder(target, Method(method.name, self.tee, method.verifier), capacity=0)
+        self.decoder.cache = None               # rounds run on the sequence's slice of the pool
+        self.layers = method.needs.target_layers
+        self.width = method.drafter.feature_width
+        self.owner = None                       # the sequence the drafter's context belongs to
+
+    @property
+    def server_args(self) -> dict:
+        return self.decoder.server_args
+
+    def record(self, seq, hidden, positions) -> None:
+        """Target features hidden [n, >= width] of committed tokens at positions [n]."""
+        seq.state.setdefault("features", []).append((hidden[:, : self.width], positions))
+
+    def forget(self, seq) -> None:
+        if self.owner is seq:
+            self.owner = None
+
+    def round(self, seq) -> list[int]:
+        features = seq.state["features"]
+        seen = seq.state.get("seen", 0) if self.owner is seq else 0
+        if self.owner is not seq:
+            self.tee.reset()
+            self.owner = seq
+        for f, p in features[seen:]:
+            self.tee.inner.extend(f, p)
+        d = self.decoder
+        d.cache, d.sampling, d.generator = seq.state["cache"], seq.request.sampling, seq.state["generator"]
+        d.bonus, d.start_pos, d.remaining = seq.state["next"], d.cache.length, seq.remaining
+        self.tee.sink = features
+        try:
+            committed = d.step()
+        finally:
+            d.cache, self.tee.sink = None, None
+        seq.state["next"], seq.state["seen"] = d.bonus, len(features)
+        return committed
