@@ -31,6 +31,7 @@ class ServerArgs:
     max_running_requests: int | None = None
     max_total_tokens: int | None = None
     chunked_prefill_size: int | None = None
+    max_queued_requests: int | None = None
     disable_cuda_graph: bool = False
     cuda_graph_max_bs: int | None = None
     random_seed: int = 0
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total-tokens", type=_positive_int,
                    help="KV pool rows shared by running sequences (default: context length + verify rows)")
     p.add_argument("--chunked-prefill-size", type=_positive_int, help="prompt tokens per prefill chunk (default 512)")
+    p.add_argument("--max-queued-requests", type=_positive_int,
+                   help="waiting requests before 503 server_busy (default: --max-running-requests if set, else 256)")
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=_positive_int)
     p.add_argument("--random-seed", type=int, default=0)

@@ -68,7 +68,8 @@ def _load(state: AppState, checkpoint, server: uvicorn.Server, failure: list[str
         dtype = getattr(torch, args.dtype)
         model = load_model(checkpoint, dtype, args.device, args.context_length)
         factory = build_decoder_factory(args, model, state.tokenizer)
-        engine = Engine(factory, state.tokenizer, chunk_tokens=args.chunked_prefill_size or 512).start()
+        queued = args.max_queued_requests or args.max_running_requests or 256
+        engine = Engine(factory, state.tokenizer, max_queued=queued, chunk_tokens=args.chunked_prefill_size or 512).start()
         log.info("loaded %s (%s, %s) in %.1fs", args.model_path, args.dtype, args.device,
                  time.perf_counter() - began)
         state.engine = engine
