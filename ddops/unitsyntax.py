@@ -102,13 +102,16 @@ def split_exec(raw: str) -> list[str]:
     return [_unescape_dollars(word) for word in _split_words(text)]
 
 
+C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "s": " ", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+
+
 def _split_words(text: str) -> list[str]:
+    """Words split on blanks; quotes group; a backslash escapes one character (C escapes for
+    units ddops did not write; ddops itself writes only `\\\\` and `\\"` inside quotes)."""
     words, word, quote, escaped, started = [], [], None, False, False
     for char in text:
         if escaped:
-            if char not in "\\\"'":
-                raise ValueError(f"escape \\{char} in {text!r}: not one ddops writes")
-            word.append(char)
+            word.append(C_ESCAPES.get(char, char))
             escaped = False
         elif char == "\\":
             escaped = started = True
@@ -134,7 +137,7 @@ def _split_words(text: str) -> list[str]:
 
 
 def _unescape_dollars(word: str) -> str:
-    return re.sub(r"\$\$", "$", word)
+    return word.replace("$$", "$")
 
 
 def parse_env(text: str) -> dict[str, str]:

@@ -49,7 +49,10 @@ def env_value(env_text: str | None, key: str) -> str | None:
 def unit_argv(unit_text: str | None) -> list[str]:
     """ExecStart's command line from a unit file, as systemd hands it to the process."""
     line = setting_value(unit_text or "", "ExecStart")
-    return split_exec(line) if line else []
+    try:
+        return split_exec(line) if line else []
+    except ValueError:   # an unterminated quote in a hand-edited unit: no command line to read
+        return []
 
 
 def health_spec(unit_text: str | None, host_address: str, timeout_s: float) -> GateSpec | None:
