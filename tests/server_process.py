@@ -22,16 +22,21 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m serving --model-path MODEL ...flags` on 127.0.0.1; `stop` terminates and waits."""
+    """`python -m serving --model-path MODEL ...flags` on 127.0.0.1; `stop` terminates and waits.
 
-    def __init__(self, model: Path, log: Path, *flags: str):
+    The runtime reads its key from $DDOPS_API_KEY when --api-key is absent; the test session sets
+    that variable for the shipped profiles (tests/conftest.py), so a server gets a key through the
+    environment only when the test passes `api_key`."""
+
+    def __init__(self, model: Path, log: Path, *flags: str, api_key: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         cmd = [sys.executable, "-m", "serving", "--model-path", str(model), "--host", "127.0.0.1",
                "--port", str(self.port), "--device", "cpu", *flags]
-        self.process = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                                        env={**os.environ, **THREADS})
+        env = {k: v for k, v in os.environ.items() if k != "DDOPS_API_KEY"}
+        env.update(THREADS, **({"DDOPS_API_KEY": api_key} if api_key else {}))
+        self.process = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self, timeout_s: float = 120.0) -> "ServerProcess":
         deadline = time.monotonic() + timeout_s

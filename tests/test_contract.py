@@ -66,7 +66,8 @@ def test_the_gate_passes_on_the_runtime_started_from_a_rendered_ddtree_unit(tmp_
     rendered = render(profile, secrets=resolve_secrets(profile))   # the key, as deploy writes it
     flags = without(runtime_flags(rendered.argv), LOCAL_FLAGS)
     flags += ["--speculative-draft-model-path", str(models["tiny-llama-dflash"])]
-    server = ServerProcess(models["tiny-llama"], tmp_path / "server.log", *flags)
+    key = env_value(rendered.env_text, "DDOPS_API_KEY")
+    server = ServerProcess(models["tiny-llama"], tmp_path / "server.log", *flags, api_key=key)
     argv = ["python", "-m", "serving", "--model-path", str(models["tiny-llama"]),
             "--host", "127.0.0.1", "--port", str(server.port), *flags]
 
@@ -75,10 +76,9 @@ def test_the_gate_passes_on_the_runtime_started_from_a_rendered_ddtree_unit(tmp_
         return UnitState("loaded", "active" if alive else "failed", "running" if alive else "dead")
 
     try:
-        # the runtime reads DDOPS_API_KEY from its environment (inherited here, EnvironmentFile=
+        # the runtime reads DDOPS_API_KEY from its environment (given here, EnvironmentFile=
         # under systemd); the gate sends what the env file holds, as apply does
-        report = run_gate(gate_spec(profile, argv, "127.0.0.1"), watch,
-                          api_key=env_value(rendered.env_text, "DDOPS_API_KEY"))
+        report = run_gate(gate_spec(profile, argv, "127.0.0.1"), watch, api_key=key)
     finally:
         server.stop()
     assert report.passed, report.as_dict()

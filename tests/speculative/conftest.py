@@ -52,7 +52,10 @@ def distilled_drafts(tiny_dirs, cache_dir) -> dict[str, Path]:
         if not (path / "model.safetensors").exists():
             tmp = path.with_name(path.name + f".tmp{os.getpid()}")
             write_tiny_draft(target, tmp, seed=0, distill=True)
-            tmp.rename(path)  # atomic: a half-written draft is never picked up
+            try:
+                tmp.rename(path)  # atomic: a half-written draft is never picked up
+            except OSError:  # another test session built the same draft meanwhile: keep theirs
+                shutil.rmtree(tmp, ignore_errors=True)
             for stale in path.parent.glob(f"tiny-{arch}-dflash-distilled-*"):  # built by older tools
                 if stale != path and ".tmp" not in stale.name:
                     shutil.rmtree(stale, ignore_errors=True)
