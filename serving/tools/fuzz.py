@@ -4,7 +4,8 @@
 
 Without --url it starts a runtime on loopback (the tiny random checkpoint unless --model-path).
 Every case goes over one keep-alive connection; a case fails when the server answers 5xx,
-resets or closes the connection, or answers a status its OpenAPI document does not declare.
+resets or closes the connection, answers a status its OpenAPI document does not declare, or
+a body that does not match the document's models (errors, whole answers, complete streams).
 Prints the tally; exit status 1 when anything failed. `make test` runs a short seeded run
 (tests/serving/test_fuzz.py); `make fuzz` a long one.
 """
@@ -25,9 +26,13 @@ from hypothesis import HealthCheck, given, seed as hypothesis_seed, settings
 from schemathesis import GenerationMode
 from schemathesis.core import NotSet
 
+from pydantic import ValidationError
+
+from serving.server.openapi import ChatCompletionResponse, CompletionResponse, ErrorBody
 from serving.tools.hostile import hostile_bodies
 
 DEFAULT_KEY = "fuzz-key"
+ANSWERS = {"/v1/completions": CompletionResponse, "/v1/chat/completions": ChatCompletionResponse}
 
 
 @dataclass
@@ -60,7 +65,7 @@ class Wire:
         try:
             self.conn.request(method, path, body=body, headers=headers)
             response = self.conn.getresponse()
-            response.read()
+            answer = response.read()
         except (OSError, http.client.HTTPException) as e:
             tally.failed(f"reset ({type(e).__name__})", path, body or b"")
             self.conn.close()
@@ -71,8 +76,24 @@ class Wire:
             tally.failed(f"HTTP {response.status}", path, body or b"")
         elif declared and response.status not in declared:
             tally.failed(f"undeclared HTTP {response.status}", path, body or b"")
+        elif problem := nonconforming(path, response.status, response.getheader("content-type", ""), answer):
+            tally.failed(f"HTTP {response.status} body {problem}", path, body or b"")
         if self.conn.sock is None:              # the server asked to close: the next client pays
             tally.failed("closed", path, body or b"")
+
+
+def nonconforming(path: str, status: int, content_type: str, answer: bytes) -> str | None:
+    """Why the answer does not match the OpenAPI document's models, or None."""
+    if content_type.startswith("text/event-stream"):
+        return None if answer.endswith(b"data: [DONE]\n\n") else "is an unfinished stream"
+    model = ErrorBody if status >= 400 else ANSWERS.get(path)
+    if model is None or status == 503 and path == "/health_generate":
+        return None
+    try:
+        model.model_validate_json(answer)
+    except ValidationError as e:
+        return f"does not match {model.__name__}: {str(e).splitlines()[0]}"
+    return None
 
 
 def _quiet(examples: int):
