@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ddops import exits
-from ddops.deploy import Holder, execute, show
+from ddops.deploy import Holder, show
+from ddops.deploy import rollback as rollbacks
 from ddops.deploy import history as host_history
 from ddops.deploy import ops
 from ddops.deploy.facts import journal
@@ -134,21 +135,18 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
         _bad("refusing to roll back without --yes: no terminal to confirm on")
     with _open(host, inventory) as remote:
         try:
-            name = _unit(remote, unit)
-            entry = ops.rollback_entry(remote, name, to)
-            desired, spec = ops.desired_of(remote, entry)
+            back = rollbacks.find(remote, _unit(remote, unit), to)
         except (ops.OpsError, FileNotFoundError) as err:
             _bad(str(err))
         if not as_json:
-            show.stage("rollback", f"{name} on {host} to entry {entry.id} ({desired.profile})")
+            show.stage("rollback", f"{back.unit} on {host} to entry {back.entry.id} ({back.desired.profile})")
         if not yes and not typer.confirm("Apply?", default=False):
             raise BadInput("rollback declined")
-        holder = Holder.here(f"ddops rollback --host {host} --to {entry.id}")
+        holder = Holder.here(f"ddops rollback --host {host} --to {back.entry.id}")
         # LockHeld (exit 4) and RecoveryFailed (exit 3) reach the shell's one mapping
-        outcome = execute(remote, desired, spec, holder,
-                          progress=(lambda *a: None) if as_json else show.progress)
+        outcome = back.apply(remote, holder, progress=(lambda *a: None) if as_json else show.progress)
     if as_json:
-        print_json(outcome.code, **outcome.as_dict(), rolled_back_to=entry.id)
+        print_json(outcome.code, **outcome.as_dict(), rolled_back_to=back.entry.id)
     else:
         show.outcome(outcome)
     raise typer.Exit(outcome.code)

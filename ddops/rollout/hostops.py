@@ -18,6 +18,7 @@ from ddops import server_info
 from ddops.deploy import (EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, HostLock, LockHeld,
                           RecoveryFailed, execute, load_target)
 from ddops.deploy import history, ops
+from ddops.deploy import rollback as rollbacks
 from ddops.deploy.desired import unit_argv
 from ddops.deploy.facts import unit_state
 from ddops.deploy.gate import GateSpec, endpoint, run_health
@@ -73,9 +74,7 @@ def version_before(remote, unit: str) -> str | None:
 def rollback(remote, unit: str, entry_id: str, command: str, progress=lambda s, t: None) -> Result:
     """Put the unit back to a history entry, gated like a deploy."""
     try:
-        entry = ops.rollback_entry(remote, unit, entry_id)
-        desired, spec = ops.desired_of(remote, entry)
-        outcome = execute(remote, desired, spec, Holder.here(command), progress)
+        outcome = rollbacks.find(remote, unit, entry_id).apply(remote, Holder.here(command), progress)
     except LockHeld as err:
         return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
     except (RecoveryFailed, ops.OpsError, FileNotFoundError) as err:
