@@ -82,6 +82,8 @@ def test_validate_warns_when_a_profile_cannot_fit_its_hosts(tmp_path):
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr  # a warning, not a failure
     doc = json.loads(proc.stdout)
-    assert doc["profiles"]["a6000-balanced"]["warnings"] == []
-    [warning] = doc["profiles"]["greedy"]["warnings"]
+    def fit_warnings(name: str) -> list[str]:  # validate also warns about secrets; only fit matters here
+        return [w for w in doc["profiles"][name]["warnings"] if "predicted not to fit" in w]
+    assert fit_warnings("a6000-balanced") == []
+    [warning] = fit_warnings("greedy")
     assert "predicted not to fit gpu-a6000-1 (2 x RTX A6000)" in warning and "headroom" in warning
