@@ -72,7 +72,7 @@ class BatchRunner:
         cache.commit(end - begin)
         seq.prefilled = end
         if self.spec:
-            self.spec.record(seq, hidden, positions)
+            self.spec.record(seq, hidden)
         if end < len(seq.prompt):
             return []
         return [self._choose(seq, logits)]
@@ -90,7 +90,7 @@ class BatchRunner:
         for b, seq in enumerate(seqs):
             caches[b].commit(1)
             if self.spec:
-                self.spec.record(seq, hidden[b:b + 1], positions[b:b + 1])
+                self.spec.record(seq, hidden[b:b + 1])
             out.append([self._choose(seq, logits[b:b + 1])])
         return out
 

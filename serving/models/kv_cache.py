@@ -27,6 +27,7 @@ class KVCache:
         """A cache over existing storage k, v [layers, kv_heads, capacity, head_dim] (a pool's slice)."""
         cache = cls.__new__(cls)
         cache.k, cache.v, cache.capacity, cache.length = k, v, k.shape[2], 0
+        cache._mask, cache._mask_visible_upto = None, 0
         return cache
 
     @classmethod

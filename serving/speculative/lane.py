@@ -9,6 +9,8 @@ sequence's own slice of the KV pool, its own sampling parameters and generator.
 
 from __future__ import annotations
 
+import torch
+
 from .base import Method
 from .decoder import SpecDecoder
 
@@ -20,12 +22,15 @@ class _Tee:
         self.inner, self.needs, self.feature_width = drafter, drafter.needs, drafter.feature_width
         self.sink: list | None = None
 
+    def reserve(self, capacity: int) -> None:
+        self.inner.reserve(capacity)
+
     def reset(self) -> None:
         self.inner.reset()
 
-    def extend(self, features, positions) -> None:
-        self.sink.append((features, positions))
-        self.inner.extend(features, positions)
+    def extend(self, features) -> None:
+        self.sink.append(features)
+        self.inner.extend(features)
 
     def propose(self, bonus, start, depth):
         return self.inner.propose(bonus, start, depth)
@@ -44,9 +49,9 @@ class SpecLane:
     def server_args(self) -> dict:
         return self.decoder.server_args
 
-    def record(self, seq, hidden, positions) -> None:
-        """Target features hidden [n, >= width] of committed tokens at positions [n]."""
-        seq.state.setdefault("features", []).append((hidden[:, : self.width], positions))
+    def record(self, seq, hidden) -> None:
+        """Target features hidden [n, >= width] of the sequence's next n committed tokens."""
+        seq.state.setdefault("features", []).append(hidden[:, : self.width])
 
     def forget(self, seq) -> None:
         if self.owner is seq:
@@ -58,11 +63,12 @@ class SpecLane:
         if self.owner is not seq:
             self.tee.reset()
             self.owner = seq
-        for f, p in features[seen:]:
-            self.tee.inner.extend(f, p)
-        d = self.decoder
+        for f in features[seen:]:
+            self.tee.inner.extend(f)
+        d, bonus = self.decoder, seq.state["next"]
         d.cache, d.sampling, d.generator = seq.state["cache"], seq.request.sampling, seq.state["generator"]
-        d.bonus, d.start_pos, d.remaining = seq.state["next"], d.cache.length, seq.remaining
+        d.bonus, d.start_pos, d.remaining = bonus, d.cache.length, seq.remaining
+        d.bonus_on_device = torch.tensor([bonus], dtype=torch.long, device=d.cache.k.device)
         self.tee.sink = features
         try:
             committed = d.step()
