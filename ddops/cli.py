@@ -3,7 +3,11 @@
 Each module in ddops/commands defines `register(app)`; nothing imports this module. Global
 options (`--debug`, `--version`, shell completion) live here, and every command runs inside
 `ddops.shell.guard`, the one place an exception that escapes a command becomes an exit code.
+The SSH library's own log lines (paramiko reports banner errors, resets and EOFs itself) stay
+off stderr unless `--debug`: the command reports a lost connection once, as exit 3.
 """
+
+import logging
 
 from typing import Optional
 
@@ -30,6 +34,13 @@ def global_options(
 ) -> None:
     """Deploy speculative-decoding LLM servers from hardware profiles."""
     shell.OPTIONS.debug = debug
+    quiet_ssh_logs(not debug)
+
+
+def quiet_ssh_logs(quiet: bool) -> None:
+    logger = logging.getLogger("paramiko")
+    logger.propagate = not quiet
+    logger.handlers = [logging.NullHandler()] if quiet else []
 
 
 def _guard_all(typer_app: typer.Typer) -> None:
@@ -46,4 +57,5 @@ _guard_all(app)
 
 
 def main() -> None:
+    quiet_ssh_logs(True)
     app()

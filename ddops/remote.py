@@ -49,19 +49,24 @@ class Remote:
     def __init__(self, host: Host, connection: fabric.Connection):
         self.host = host
         self.connection = connection
+        self.cache: dict = {}    # per-connection memo (e.g. the runtime's --help)
 
     @property
     def label(self) -> str:
         return f"{self.host.name} ({self.host.address})"
 
-    def run(self, command: str, check: bool = True, timeout: float | None = None) -> Result:
-        """Run a shell command; check=True raises RemoteError on a non-zero exit, naming its stderr."""
+    def run(self, command: str, check: bool = True, timeout: float | None = None,
+            stream: bool = False) -> Result:
+        """Run a shell command; check=True raises RemoteError on a non-zero exit, naming its stderr.
+        A connection lost meanwhile always raises RemoteError. stream=True prints the output as it comes."""
         try:
-            out = self.connection.run(command, hide=True, warn=True, in_stream=False, timeout=timeout)
+            out = self.connection.run(command, hide=not stream, warn=True, in_stream=False, timeout=timeout)
         except invoke.CommandTimedOut:
             raise RemoteError(f"{self.label}: `{short(command)}` still running after {timeout} s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise RemoteError(f"{self.label}: `{short(command)}`: connection lost: {exc}") from None
+        if out.exited == -1 and not self.alive():    # the channel closed without an exit status
+            raise RemoteError(f"{self.label}: `{short(command)}`: connection lost")
         result = Result(command, out.exited, out.stdout, out.stderr)
         if check and not result.ok:
             reason = last_line(result.stderr) or last_line(result.stdout) or "(no output)"
@@ -75,8 +80,8 @@ class Remote:
                 return handle.read()
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise RemoteError(f"{self.label}: read {path}: {exc}") from None
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise RemoteError(f"{self.label}: read {path}: {exc or 'connection lost'}") from None
 
     def read_text(self, path: str) -> str | None:
         data = self.read(path)
@@ -88,6 +93,8 @@ class Remote:
             return True
         except FileNotFoundError:
             return False
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise RemoteError(f"{self.label}: stat {path}: {exc or 'connection lost'}") from None
 
     def write(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         """Replace path atomically with data (parent directories are created)."""
@@ -112,15 +119,22 @@ class Remote:
             sftp.chmod(tmp, mode)
             upload(sftp, tmp)
             sftp.posix_rename(tmp, path)
-        except (OSError, paramiko.SSHException) as exc:
+        except (OSError, EOFError, paramiko.SSHException) as exc:
             try:
                 sftp.remove(tmp)
-            except (OSError, paramiko.SSHException):
+            except (OSError, EOFError, paramiko.SSHException):
                 pass
             raise RemoteError(f"{self.label}: write {path}: {exc}") from None
 
+    def alive(self) -> bool:
+        transport = self.connection.client.get_transport()
+        return transport is not None and transport.is_active()
+
     def sftp(self) -> paramiko.SFTPClient:
-        return self.connection.sftp()
+        try:
+            return self.connection.sftp()
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise RemoteError(f"{self.label}: sftp: connection lost: {exc}") from None
 
     def close(self) -> None:
         self.connection.close()

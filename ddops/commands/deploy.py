@@ -11,9 +11,7 @@ import typer
 from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, LockHeld,
                           RecoveryFailed, execute, load_target, make_plan, read_facts)
 from ddops.deploy import show
-from ddops.fit.checks import check_on_host
-from ddops.commands.preflight import check_profile
-from ddops.preflight import PreflightError, RemoteFiles
+from ddops.deploy.apply import plan_change, refused
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
 from ddops.shell import print_json
@@ -41,7 +39,7 @@ def deploy(
     yes: bool = typer.Option(False, "--yes", "-y", help="apply without asking"),
     dry_run: bool = typer.Option(False, "--dry-run", help="stop after showing the plan"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
-    force: bool = typer.Option(False, "--force", help="deploy even if the profile is predicted not to fit"),
+    force: bool = typer.Option(False, "--force", help="apply even when planning knows it cannot start (recorded in history)"),
     unit: Optional[str] = typer.Option(None, "--unit", help="systemd unit name (default: the profile's)"),
     port: Optional[int] = typer.Option(None, "--port", help="port (default: the profile's)"),
     profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir", help="where profiles live"),
@@ -66,8 +64,17 @@ def deploy(
     except RemoteError as err:
         _fail(as_json, EXIT_BAD_INPUT, str(err))
     with remote:
-        code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
-                            force=force)
+        try:
+            code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
+                                force=force)
+        except RemoteError as err:     # the connection dropped outside the apply phase's own handling
+            message = (f"{err}; the host may hold a half-applied deploy: the next `ddops deploy` "
+                       "to it restores the backup first")
+            if not as_json:
+                show.error(message)
+            code, doc = EXIT_REVERT_FAILED, {"host": target.host.name, "profile": target.desired.profile,
+                                             "exit_code": EXIT_REVERT_FAILED, "result": "host-error",
+                                             "message": message}
     if as_json:
         print_json(code, **doc)
     raise typer.Exit(code)
@@ -76,24 +83,18 @@ def deploy(
 def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> tuple[int, dict]:
     desired = target.desired
     say = (lambda *a: None) if as_json else show.stage
-    fit = check_on_host(target.profile, target.host, remote)  # ddops.fit: memory on the host's GPUs
-    if fit is not None and not fit.fits and not force:
-        message = fit.line(target.profile.name)
-        if not as_json:
-            show.error(message, "--force deploys anyway")
-        return EXIT_BAD_INPUT, {"host": target.host.name, "profile": desired.profile, "exit_code": EXIT_BAD_INPUT,
-                                "result": "does-not-fit", "message": message, "reasons": list(fit.reasons)}
     say("facts", f"{desired.unit_name} on {target.host.name}")
     facts = read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
-    plan = make_plan(desired, facts)
-    warnings = _preflight_warnings(remote, target.profile)
+    plan = plan_change(remote, desired, facts, target.profile)
     say("plan", f"{desired.profile} ({desired.profile_hash[:12]}) -> {desired.unit_name}")
     if not as_json:
         show.plan(plan)
-        for line in warnings:
-            show.console.print(f"    [yellow]preflight warning[/yellow] {line} (the gate will decide)")
-    base = {"host": target.host.name, "profile": desired.profile, "plan": plan.as_dict(),
-            "preflight_warnings": warnings}
+    base = {"host": target.host.name, "profile": desired.profile, "plan": plan.as_dict()}
+    if plan.refused and not force:
+        outcome = refused(target.host.name, plan)
+        if not as_json:
+            show.error(outcome.message)
+        return outcome.code, {**base, **outcome.as_dict()}
     if dry_run:
         return EXIT_OK, {**base, "exit_code": EXIT_OK, "result": "dry-run"}
     if plan.noop:
@@ -101,10 +102,11 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
     if not yes and not typer.confirm(f"Apply to {target.host.name}?", default=False):
         return EXIT_BAD_INPUT, {**base, "exit_code": EXIT_BAD_INPUT, "result": "declined"}
     say("applying", "taking the host lock")
-    holder = Holder.here(f"ddops deploy {profile} --host {target.host.name}")
+    holder = Holder.here(f"ddops deploy {profile} --host {target.host.name}" + (" --force" if force else ""))
     try:
         outcome = execute(remote, desired, target.spec, holder,
-                          progress=(lambda *a: None) if as_json else show.progress)
+                          progress=(lambda *a: None) if as_json else show.progress,
+                          profile=target.profile, force=force)
     except LockHeld as err:
         if not as_json:
             show.error(str(err))
@@ -119,14 +121,6 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
         show.stage("results")
         show.outcome(outcome)
     return outcome.code, {**base, **outcome.as_dict()}
-
-
-def _preflight_warnings(remote, profile) -> list[str]:
-    """The ops-side draft/target check on the host's files, shown with the plan."""
-    try:
-        return [str(p) for p in check_profile(profile, RemoteFiles(remote))]
-    except PreflightError as err:
-        return [str(err)]
 
 
 def _fail(as_json: bool, code: int, message: str, hint: str = "") -> None:

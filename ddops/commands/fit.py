@@ -24,6 +24,7 @@ from ddops.fit.gpus import known_names
 from ddops.fit.memory import CUDA_CONTEXT
 from ddops.fit.model import ModelFactsError
 from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
+from ddops.fit.shape import bounded_window, kv_head_notes, tp_problems
 from ddops.fit.verdict import Assessment, gib
 from ddops.inventory import load_inventory
 from ddops.preflight import PreflightError
@@ -62,15 +63,21 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     if card is None:
         raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
                            "with a gpu in the inventory"])
+    bad_tp = tp_problems(loaded.target, loaded.draft, tp or resolved.model.tp_size)
+    if bad_tp:
+        raise ConfigError([f"fit {resolved.name}: {line}" for line in bad_tp])
     assessment = fit_profile(resolved, card, loaded, tp)
+    notes = kv_head_notes(loaded.target, loaded.draft)
     ok = assessment.verdict.fits and not (flags and flags.problems)
     code = EXIT_FITS if ok else EXIT_DOES_NOT_FIT
     if as_json:
         print_json(code, meaning=MEANING[code], **as_dict(resolved.name, assessment, loaded),
-                   sglang=_flags_dict(flags))
+                   sglang=_flags_dict(flags), notes=notes)
     else:
         _print(resolved.name, assessment, loaded)
         _print_flags(flags)
+        for line in notes:
+            out.print(f"  note: {line}", markup=False, style="yellow")
     raise typer.Exit(code)
 
 
@@ -110,7 +117,7 @@ def as_dict(name: str, a: Assessment, models: Models) -> dict:
         "warnings": list(v.warnings), "suggestions": list(v.suggestions),
         "gpu": {"kind": s.gpu.name, "memory_mib": s.gpu.memory_mib, "count": s.tp},
         "mem_fraction_static": p.fraction, "fraction_is_default": p.fraction_is_default,
-        "window": {"min": p.window[0], "max": p.window[1], "exists": p.window[0] <= p.window[1]},
+        "window": bounded_window(*p.window),
         "min_viable_fraction": round(p.min_viable, 4), "context_length": s.context_length,
         "kv_pool_tokens": p.kv_tokens, "one_request_fits": p.one_request_fits,
         "full_length_requests": p.full_length_requests, "max_running_requests": p.max_running_requests,
@@ -168,7 +175,8 @@ def _print(name: str, a: Assessment, models: Models) -> None:
 
 
 def _rows(s, p, models: Models) -> list[tuple[str, str]]:
-    window = (f"{p.window[0]:.3f} - {p.window[1]:.3f}" if p.window[0] <= p.window[1] else "none")
+    bounded = bounded_window(*p.window)
+    window = f"{bounded['min']:.3f} - {bounded['max']:.3f}" if bounded["exists"] else "none"
     rows = [("weights (target)", f"{gib(p.target_weights)} ({models.target.params_source})"),
             ("weights (draft)", gib(p.draft_weights)),
             ("KV bytes per token", f"{p.cell:,} (draft {p.draft_cell:,})"),

@@ -61,7 +61,9 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
            all_hosts: bool = typer.Option(False, "--all", help="every inventory host"),
            unit: Optional[str] = UNIT, as_json: bool = JSON,
            inventory: Optional[Path] = INVENTORY) -> None:
-    """Unit state, profile, version, health and accepted length of ddops services."""
+    """Unit state, profile, version, health and accepted length of ddops services.
+
+    Exit 0 when every host answered, 3 when any could not be reached (its row says why)."""
     if not host and not all_hosts:
         _bad("say which hosts: --host NAME or --all")
     rows = []
@@ -70,17 +72,26 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
             with connect(h) as remote:
                 units = [ops.pick_unit(remote, unit)] if unit else ops.units_on(remote)
                 rows += [ops.unit_status(remote, u).as_dict() for u in units]
-        except (RemoteError, ops.OpsError) as err:
-            rows.append({"host": h.name, "unit": None, "error": str(err)})
+        except RemoteError as err:
+            rows.append({"host": h.name, "unit": None, "error": str(err), "unreachable": True})
+        except ops.OpsError as err:
+            rows.append({"host": h.name, "unit": None, "error": str(err), "unreachable": False})
+    code = exits.NEEDS_OPERATOR if any(r.get("unreachable") for r in rows) else exits.OK
     if as_json:
-        print_json(exits.OK, units=rows)
-        return
+        print_json(code, units=rows)
+        raise typer.Exit(code)
+    _status_table(rows)
+    raise typer.Exit(code)
+
+
+def _status_table(rows: list[dict]) -> None:
     table = Table(box=None, padding=(0, 2), header_style="bold")
     for col in ("host", "unit", "state", "profile", "runtime", "health", "accept", "url", "lock"):
         table.add_column(col)
     for r in rows:
         if r.get("error"):
-            table.add_row(r["host"], "-", "[red]unreachable[/red]", escape(r["error"]), "", "", "", "", "")
+            state = "[red]unreachable[/red]" if r["unreachable"] else "-"
+            table.add_row(r["host"], "-", state, escape(r["error"]), "", "", "", "", "")
             continue
         accept = f"{r['accept_length']:.2f}" if r["accept_length"] else "-"
         lock = f"held by {r['lock'].get('user')}@{r['lock'].get('machine')}" if r["lock"] is not None else "-"
@@ -98,7 +109,7 @@ def logs(host: str = HOST, lines: int = typer.Option(100, "-n", help="lines to s
         cmd = ops.logs_command(name, lines, follow)
         if follow:
             try:
-                remote.connection.run(cmd, hide=False, warn=True, in_stream=False)
+                remote.run(cmd, check=False, stream=True)
             except KeyboardInterrupt:
                 pass
             return
@@ -129,8 +140,9 @@ def history(host: str = HOST, unit: Optional[str] = UNIT, as_json: bool = JSON,
 
 def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", help="history entry id"),
              unit: Optional[str] = UNIT, yes: bool = typer.Option(False, "--yes", "-y"),
+             force: bool = typer.Option(False, "--force", help="apply even when planning knows it cannot start"),
              as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
-    """Deploy an earlier history entry again (gated; reverted if it fails)."""
+    """Deploy an earlier history entry again (gated; reverted if it fails; exit 2 if it cannot start)."""
     if not (yes or sys.stdin.isatty()):
         _bad("refusing to roll back without --yes: no terminal to confirm on")
     with _open(host, inventory) as remote:
@@ -142,9 +154,9 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
             show.stage("rollback", f"{back.unit} on {host} to entry {back.entry.id} ({back.desired.profile})")
         if not yes and not typer.confirm("Apply?", default=False):
             raise BadInput("rollback declined")
-        holder = Holder.here(f"ddops rollback --host {host} --to {back.entry.id}")
+        holder = Holder.here(f"ddops rollback --host {host} --to {back.entry.id}" + (" --force" if force else ""))
         # LockHeld (exit 4) and RecoveryFailed (exit 3) reach the shell's one mapping
-        outcome = back.apply(remote, holder, progress=(lambda *a: None) if as_json else show.progress)
+        outcome = back.apply(remote, holder, progress=(lambda *a: None) if as_json else show.progress, force=force)
     if as_json:
         print_json(outcome.code, **outcome.as_dict(), rolled_back_to=back.entry.id)
     else:

@@ -6,8 +6,6 @@ host's installed runtime knows (its own --help, so renamed SGLang flags are caug
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -15,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from ddops.deploy import EXIT_BAD_INPUT, EXIT_OK, show
+from ddops.deploy.knowable import unknown_flags
 from ddops.inventory import load_inventory
 from ddops.preflight import (LocalFiles, PreflightError, Problem, RemoteFiles, check_model_dir,
                              check_pair, read_pair)
@@ -69,14 +68,7 @@ def check_profile(prof, files, models: Path | None = None) -> list[Problem]:
 
 def check_flags(remote, argv: list[str]) -> list[Problem]:
     """Every --flag in argv appears in the installed runtime's --help."""
-    runtime = " ".join(shlex.quote(a) for a in argv[:3])
-    result = remote.run(f"{runtime} --help", check=False, timeout=180)
-    if not result.ok:
-        return [Problem("runtime", f"`{runtime} --help` exited {result.exit_code} on the host: "
-                                   f"{(result.stderr or result.stdout).strip()[-200:]}")]
-    known = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9_-]*", result.stdout))
-    return [Problem("flag", f"{flag} is not accepted by the installed runtime ({runtime})")
-            for flag in argv[3:] if flag.startswith("--") and flag not in known]
+    return [Problem("flag", line) for line in unknown_flags(remote, argv)]
 
 
 def _finish(as_json: bool, profile: str, host: str | None, problems: list[Problem]) -> None:

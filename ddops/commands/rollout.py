@@ -17,6 +17,7 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (re
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at the end.")]
 Events = Annotated[bool, typer.Option("--json-events", help="Print JSON lines of events as they happen.")]
 Host = Annotated[str, typer.Option("--host", help="Inventory host name.")]
+Force = Annotated[bool, typer.Option("--force", help="Apply even when planning knows it cannot start (recorded in history).")]
 Inventory = Annotated[Optional[Path], typer.Option("--inventory", help="Inventory file (default: $DDOPS_INVENTORY or lab/inventory.yaml).")]
 
 shadow_app = typer.Typer(no_args_is_help=True, help="Run a candidate profile beside production and compare.")
@@ -107,6 +108,7 @@ def shadow_start(
     production_host: Annotated[Optional[str], typer.Option("--production-host", help="Where production runs (default: --host).")] = None,
     production_unit: Annotated[Optional[str], typer.Option("--production-unit", help="Production unit (default: the profile's unit).")] = None,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
+    force: Force = False,
 ) -> None:
     """Deploy PROFILE as <service>-shadow beside production, gated like a deploy."""
     from ddops.rollout import shadow
@@ -116,7 +118,7 @@ def shadow_start(
         _consent(yes, f"Start {profile} as a shadow on {host}?", out)
         done = shadow.start(profile, host, port=port, production_host=production_host,
                             production_unit=production_unit, inventory=inventory,
-                            connect=connect, progress=_progress(out))
+                            connect=connect, progress=_progress(out), force=force)
         return _lifecycle(out, done)
 
     _run(_output(json_doc, json_events), body)
@@ -183,6 +185,7 @@ def switch_command(
     gpu_timeout: Annotated[float, typer.Option("--gpu-timeout", help="Seconds to wait for the GPU to be free.")] = 60.0,
     results_dir: Annotated[Optional[Path], typer.Option("--results-dir", help="Where to save the JSON result.")] = None,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
+    force: Force = False,
 ) -> None:
     """Switch a single-GPU host to PROFILE: snapshot, stop, check the GPU, start, gate, revert on failure."""
     from ddops.rollout import hostops
@@ -194,7 +197,7 @@ def switch_command(
         _consent(yes, f"Switch {host} to {profile} (the running server stops first)?", out)
         with _connector(inventory)(host) as remote:
             report = switch(remote, target, unit=unit, command=f"ddops switch {profile} --host {host}",
-                            gpu_timeout_s=gpu_timeout, progress=_progress(out))
+                            gpu_timeout_s=gpu_timeout, progress=_progress(out), force=force)
         doc = report.as_dict()
         doc["results_file"] = str(save_result("switch", doc, results_dir))
         colour = "green" if report.code == OK else "red"

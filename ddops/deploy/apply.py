@@ -18,6 +18,7 @@ from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
 from ddops.deploy.facts import Facts, deploy_dir, journal, read_facts, unit_state
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
+from ddops.deploy.knowable import refusals
 from ddops.deploy.lock import Holder, HostLock, describe
 from ddops.deploy.plan import Desired, Plan, make_plan
 from ddops.deploy.revert import revert, take_backup
@@ -60,19 +61,24 @@ def noop_progress(stage: str, text: str) -> None:
 
 
 def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
-            progress=noop_progress) -> Outcome:
-    """The whole apply phase; returns an Outcome whose `code` is the CLI exit code."""
+            progress=noop_progress, *, profile=None, force: bool = False) -> Outcome:
+    """The whole apply phase; returns an Outcome whose `code` is the CLI exit code.
+
+    `profile` (when the change comes from one) adds the fit prediction to the planning checks;
+    `force` applies a plan with refusals anyway and records them in the history entry."""
     with HostLock(remote, holder) as lock:
         notes = [f"recovered a stale lock left by {describe(lock.stale)}"] if lock.stale else []
         facts = _facts(remote, desired)
         if facts.pending:
             notes.append(recover(remote, desired, facts, spec.timeout_s, progress))
             facts = _facts(remote, desired)
-        plan = make_plan(desired, facts)
+        plan = plan_change(remote, desired, facts, profile)
         if plan.noop:
             return Outcome(remote.host.name, EXIT_OK, "unchanged",
                            f"{desired.unit_name} already runs {desired.profile}; nothing restarted",
                            plan, notes=notes)
+        if plan.refused and not force:
+            return refused(remote.host.name, plan, notes)
         try:
             outcome = _apply(remote, plan, facts, spec, holder, progress)
         except RemoteError as err:
@@ -82,6 +88,21 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
                            "to it restores the backup first", plan, notes=notes)
         outcome.notes[:0] = notes
         return outcome
+
+
+def plan_change(remote, desired: Desired, facts: Facts, profile=None) -> Plan:
+    """make_plan fed with the knowable checks (run only when the plan would restart something)."""
+    plan = make_plan(desired, facts)
+    if not (plan.changed or plan.start_needed):
+        return plan
+    return make_plan(desired, facts, refusals(remote, desired.unit_text, profile))
+
+
+def refused(host: str, plan: Plan, notes: list[str] | None = None) -> Outcome:
+    why = "; ".join(str(r) for r in plan.refusals)
+    return Outcome(host, EXIT_BAD_INPUT, "refused",
+                   f"refused before touching the host: {why} (--force applies it anyway)",
+                   plan, notes=notes or [])
 
 
 def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=noop_progress) -> str:
@@ -153,6 +174,8 @@ def _apply(remote, plan: Plan, facts: Facts, spec: GateSpec, holder: Holder, pro
             "unit_path": desired.unit_path, "env_path": desired.env_path,
             "started": pending["started"], "finished": time.time(), "holder": holder.as_dict(),
             "gate_spec": spec.as_dict(), "gate": report.as_dict()}
+    if plan.refusals:
+        meta["forced"] = [r.as_dict() for r in plan.refusals]
     if report.passed:
         entry = history.record(remote, desired.unit_name, facts.history_ids, desired.unit_text,
                                desired.env_text, {**meta, "result": "passed"})
@@ -162,11 +185,24 @@ def _apply(remote, plan: Plan, facts: Facts, spec: GateSpec, holder: Holder, pro
     return _fail(remote, plan, facts, spec, report, meta, since, progress)
 
 
+def diagnose_since(remote, unit: str, since: int, settle_s: float = 3.0) -> list[Finding]:
+    """The catalog over every journal line since the restart. A unit that crashes and restarts
+    quickly may still have its traceback in journald's stream buffers: sync, and read again for
+    a few seconds while nothing matches."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        remote.run("journalctl --sync", check=False)
+        findings = diagnose(journal(remote, unit, since=since, lines=20000))
+        if findings or time.monotonic() >= deadline:
+            return findings
+        time.sleep(0.5)
+
+
 def _fail(remote, plan: Plan, facts: Facts, spec: GateSpec, report: GateReport, meta: dict,
           since: int, progress) -> Outcome:
     desired, name = plan.desired, remote.host.name
     progress("diagnose", "reading the journal")
-    findings = diagnose(journal(remote, desired.unit_name, since=since))
+    findings = diagnose_since(remote, desired.unit_name, since)
     meta = {**meta, "diagnosis": [f.as_dict() for f in findings]}
     entry = history.record(remote, desired.unit_name, facts.history_ids, desired.unit_text,
                            desired.env_text, {**meta, "result": "failed"})

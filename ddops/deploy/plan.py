@@ -41,16 +41,23 @@ class Plan:
     unit_diff: str
     env_diff: str
     steps: tuple[Step, ...]
+    refusals: tuple = ()    # knowable.Refusal: definite reasons the new unit cannot start
 
     @property
     def noop(self) -> bool:
         return not self.steps
 
+    @property
+    def refused(self) -> bool:
+        """Knowably bad and it would restart the service: stop before touching the host."""
+        return bool(self.refusals) and (self.changed or self.start_needed)
+
     def as_dict(self) -> dict:
         return {"unit": self.desired.unit_name, "profile": self.desired.profile,
                 "changed": self.changed, "start_needed": self.start_needed,
                 "unit_diff": self.unit_diff, "env_diff": self.env_diff,
-                "steps": [{"action": s.action, "detail": s.detail} for s in self.steps]}
+                "steps": [{"action": s.action, "detail": s.detail} for s in self.steps],
+                "refusals": [r.as_dict() for r in self.refusals]}
 
 
 def mask_env(text: str | None) -> list[str]:
@@ -74,7 +81,7 @@ def unified(old_lines: list[str], new_lines: list[str], path: str, existed: bool
     return "".join(difflib.unified_diff(old_lines, new_lines, before, f"b{path}"))
 
 
-def make_plan(desired: Desired, facts: Facts) -> Plan:
+def make_plan(desired: Desired, facts: Facts, refusals=()) -> Plan:
     unit_changed = facts.unit_text != desired.unit_text
     env_changed = facts.env_text != desired.env_text
     changed = unit_changed or env_changed
@@ -85,7 +92,7 @@ def make_plan(desired: Desired, facts: Facts) -> Plan:
                         desired.unit_path, facts.unit_text is not None) if unit_changed else ""
     env_diff = _env_diff(desired, facts) if env_changed else ""
     return Plan(desired, changed, start_needed, unit_diff, env_diff,
-                tuple(_steps(desired, facts, changed, start_needed)))
+                tuple(_steps(desired, facts, changed, start_needed)), tuple(refusals))
 
 
 def _env_diff(desired: Desired, facts: Facts) -> str:

@@ -20,9 +20,10 @@ class Rollback:
     desired: Desired
     spec: GateSpec
 
-    def apply(self, remote, holder: Holder, progress=noop_progress) -> Outcome:
-        """Raises LockHeld / RecoveryFailed like every deploy."""
-        return execute(remote, self.desired, self.spec, holder, progress)
+    def apply(self, remote, holder: Holder, progress=noop_progress, force: bool = False) -> Outcome:
+        """Raises LockHeld / RecoveryFailed like every deploy; refused (exit 2) when the entry
+        knowably cannot start, unless forced."""
+        return execute(remote, self.desired, self.spec, holder, progress, force=force)
 
 
 def find(remote, unit: str, to: str | None) -> Rollback:

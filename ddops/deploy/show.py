@@ -40,6 +40,8 @@ def plan(p: Plan) -> None:
     for diff in (p.unit_diff, p.env_diff):
         if diff:
             console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
+    for refusal in p.refusals:
+        console.print(f"    [red]cannot start[/red] {escape(str(refusal))}")
 
 
 class _Spinner:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ddops.fit.model import ModelFactsError
 from ddops.fit.profile_fit import Reader, fit_profile, host_gpu, needs_gpu, read_models
+from ddops.fit.shape import tp_problems
 from ddops.inventory import Host
 from ddops.preflight import PreflightError
 from ddops.profile import RUNTIMES, Profile
@@ -41,8 +42,13 @@ def check_host(profile: Profile, host: Host, read: Reader) -> FitCheck | None:
     if not applies(profile, host):
         return None
     gpu = host_gpu(host)
-    verdict = fit_profile(profile, gpu, read_models(profile, read)).verdict
-    return FitCheck(host.name, f"{profile.model.tp_size} x {gpu.name}", verdict.fits, verdict.reasons)
+    models = read_models(profile, read)
+    where = f"{profile.model.tp_size} x {gpu.name}"
+    bad_tp = tp_problems(models.target, models.draft, profile.model.tp_size)
+    if bad_tp:
+        return FitCheck(host.name, where, False, tuple(bad_tp))
+    verdict = fit_profile(profile, gpu, models).verdict
+    return FitCheck(host.name, where, verdict.fits, verdict.reasons)
 
 
 def check_hosts(profile: Profile, hosts: list[Host], read: Reader) -> tuple[list[FitCheck], list[str]]:

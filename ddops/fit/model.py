@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
-               "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5}
+               "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5,
+               # FP4 E2M1 recipes with one 1-byte scale per 16 elements (nvfp4, fp4_mx_block16)
+               "fp4_block16": 0.5 + 1 / 16}
 FULL = "full_attention"
 LINEAR = "linear_attention"
 
@@ -63,6 +65,8 @@ class ModelFacts:
     attention: Attention
     linear: LinearState | None = None
     block_size: int | None = None  # DFlash drafts: tokens drafted per block
+    attention_heads: int = 0  # num_attention_heads (query heads)
+    kv_heads_declared: bool = True  # False: no num_key_value_heads, read as num_attention_heads
 
     def weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes once loaded in `dtype` (default: the checkpoint's own)."""
@@ -109,6 +113,7 @@ def facts_from_config(config: dict, path: str, params: tuple[int, int] | None = 
         max_position_embeddings=int(c.get("max_position_embeddings") or 0),
         attention=attention, linear=linear,
         block_size=int(c["block_size"]) if c.get("block_size") else None,
+        attention_heads=int(heads), kv_heads_declared=c.get("num_key_value_heads") is not None,
     )
 
 

@@ -21,7 +21,7 @@ from ddops.profile import RUNTIMES, Profile
 DEFAULT_BLOCK = 16  # SGLang's fallback when the draft config has no block_size
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
 KV_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3",
-             "fp4_e2m1": "fp4_e2m1"}
+             "fp4_e2m1": "fp4_e2m1", "mxfp8": "fp8_e4m3", "nvfp4": "fp4_block16", "fp4_mx_block16": "fp4_block16"}
 
 Reader = Callable[[str], ModelFacts]  # model path -> facts (local, a copy, or over SSH)
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from ddops.profile.methods import METHODS
 from ddops.profile.runtimes import RUNTIME_KEYS, RUNTIMES
 from ddops.profile.schema import Profile
-from ddops.profile.sglang_versions import VersionError, flags_for, spell, unknown_flags
+from ddops.profile.sglang_versions import KV_DTYPE_RENAMES, VersionError, flags_for, spell, unknown_flags
 
 API_KEY_VAR = "DDOPS_API_KEY"
 
@@ -90,9 +90,12 @@ def _sglang_version(profile: Profile) -> list[tuple[str, str]]:
     if name is not None and name not in flags.algorithms:
         found.append(("speculative.algorithm", f"SGLang {version} has no --speculative-algorithm {name} "
                       f"(it accepts {', '.join(sorted(flags.algorithms))})"))
-    if profile.memory.kv_cache_dtype not in flags.kv_cache_dtypes:
-        found.append(("memory.kv_cache_dtype", f"SGLang {version} has no KV cache dtype "
-                      f"{profile.memory.kv_cache_dtype!r}"))
+    kv = profile.memory.kv_cache_dtype
+    if kv not in flags.kv_cache_dtypes:
+        replaced = KV_DTYPE_RENAMES.get(kv)
+        instead = f"; use {replaced[0]!r} (it rejects {kv!r} since {replaced[1]})" if replaced else ""
+        found.append(("memory.kv_cache_dtype", f"SGLang {version} has no KV cache dtype {kv!r} "
+                      f"(it accepts {', '.join(sorted(flags.kv_cache_dtypes))}){instead}"))
     for flag in runtime.flags:
         if flag.style == "value" and value_at(profile, flag.key) is not None:
             spelled = spell(flags, [flag.flag])[0]

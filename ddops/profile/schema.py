@@ -81,7 +81,8 @@ class MemorySpec(Section):
     context_length: PositiveInt | None = None
     max_running_requests: PositiveInt | None = None
     chunked_prefill_size: Annotated[int, Field(ge=-1)] | None = None  # -1 disables chunking
-    kv_cache_dtype: Literal["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"] = "auto"
+    kv_cache_dtype: Literal["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1",
+                            "mxfp8", "nvfp4", "fp4_mx_block16"] = "auto"
 
     @field_validator("chunked_prefill_size")
     @classmethod

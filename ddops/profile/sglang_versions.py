@@ -46,6 +46,10 @@ RENAMES: tuple[Rename, ...] = (
 )
 
 _KV_0515 = frozenset({"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"})
+# 0.5.23's --kv-cache-dtype choices (srt/arg_groups/fields/model.py) still list fp4_e2m1, but its
+# configure_kv_cache_dtype rejects it at start ("deprecated. Use --kv-cache-dtype=fp4_mx_block16").
+_KV_0523 = (_KV_0515 - {"fp4_e2m1"}) | {"mxfp8", "nvfp4", "fp4_mx_block16"}
+KV_DTYPE_RENAMES = {"fp4_e2m1": ("fp4_mx_block16", "0.5.23")}  # old value -> (replacement, rejected since)
 RELEASES: tuple[Release, ...] = (
     Release("0.5.15", frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"}),
             frozenset({"--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill",
@@ -53,7 +57,7 @@ RELEASES: tuple[Release, ...] = (
                        "--cuda-graph-backend-decode", "--cuda-graph-backend-prefill"}), _KV_0515),
     Release("0.5.23", frozenset({"DSPARK", "UNO"}),
             frozenset({"--speculative-draft-kv-cache-dtype"}),
-            _KV_0515 | {"mxfp8", "nvfp4", "fp4_mx_block16"}),
+            _KV_0523),
 )
 DDTREE_ALGORITHMS = frozenset({"DDTREE"})
 DDTREE_FLAGS = frozenset({"--speculative-ddtree-budget"})

@@ -19,7 +19,7 @@ from ddops.rollout.notify import NotifyError, webhooks
 from ddops.rollout.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, HostState,
                                  PlanError, RolloutPlan)
 
-RESULT_STATUS = {"deployed": DONE, "unchanged": DONE, "locked": LOCKED,
+RESULT_STATUS = {"deployed": DONE, "unchanged": DONE, "locked": LOCKED, "refused": FAILED,
                  "revert-failed": REVERT_FAILED}
 
 

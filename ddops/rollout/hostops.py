@@ -47,16 +47,25 @@ def unit_paths(unit: str) -> tuple[str, str]:
     return f"{UNIT_DIR}/{unit}", f"{ENV_DIR}/{unit.removesuffix('.service')}.env"
 
 
-def deploy(remote, target, command: str, progress=lambda stage, text: None) -> Result:
-    """execute() with its exceptions turned into exit codes."""
+def deploy(remote, target, command: str, progress=lambda stage, text: None, force: bool = False) -> Result:
+    """execute() with its exceptions turned into exit codes; a knowably bad target is refused
+    (exit 2, result `refused`) before the host changes unless forced."""
     name = remote.host.name
     try:
-        outcome = execute(remote, target.desired, target.spec, Holder.here(command), progress)
+        outcome = execute(remote, target.desired, target.spec, Holder.here(command), progress,
+                          profile=target.profile, force=force)
     except LockHeld as err:
         return Result(name, EXIT_LOCKED, "locked", str(err))
     except RecoveryFailed as err:
         return Result(name, EXIT_REVERT_FAILED, "revert-failed", str(err))
     return Result(name, outcome.code, outcome.result, outcome.message, outcome.entry)
+
+
+def refusals(remote, target) -> list:
+    """The planning checks for target on this host, for callers that must change the host
+    before they deploy (switch stops the running unit first)."""
+    from ddops.deploy.knowable import refusals as knowable
+    return knowable(remote, target.desired.unit_text, target.profile)
 
 
 def version_before(remote, unit: str) -> str | None:
@@ -164,5 +173,5 @@ def _server_info(url: str) -> dict:
 
 
 # load_target is re-exported so rollout code reaches the deploy engine through this module only.
-__all__ = ["NO_UNIT", "Result", "Snapshot", "deploy", "health_of", "load_target", "remove_unit",
+__all__ = ["NO_UNIT", "Result", "Snapshot", "deploy", "health_of", "load_target", "refusals", "remove_unit",
            "rollback", "snapshot", "start_unit", "stop_unit", "unit_paths", "version_before"]

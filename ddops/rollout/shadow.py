@@ -131,7 +131,8 @@ def refuse_unless_fits(remote, profile) -> None:
 
 
 def start(profile_name: str, host: str, *, port: int | None, production_host: str | None,
-          production_unit: str | None, inventory: Path | None, connect, progress) -> Lifecycle:
+          production_unit: str | None, inventory: Path | None, connect, progress,
+          force: bool = False) -> Lifecycle:
     """Deploy the candidate as <unit>-shadow beside production; record it on success."""
     existing = load_shadow()
     if existing:
@@ -145,12 +146,12 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
                                  unit_name=shadow_unit(prod_unit), port=port)
     with connect(prod_host) as prod_remote:
         prod = production_of(prod_remote, prod_unit)
-        if prod_host == host:
+        if prod_host == host and not force:
             refuse_unless_fits(prod_remote, profile)
     progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")
     with connect(host) as remote:
         result = hostops.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",
-                                progress)
+                                progress, force=force)
     if result.code != 0:
         return Lifecycle(result.code, "not started", result.message, None, (result,))
     record = ShadowRecord(profile=profile_name, host=host, unit=target.desired.unit_name, port=port,

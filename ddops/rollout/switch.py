@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddops.deploy import EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, LockHeld
+from ddops.deploy import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, LockHeld
 from ddops.deploy import ops
 from ddops.rollout import gpu, hostops
 from ddops.rollout.ci import BadInput
@@ -54,10 +54,18 @@ def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
 
 
 def switch(remote, target, *, unit: str | None = None, command: str = "ddops switch",
-           gpu_timeout_s: float = 60.0, progress=lambda stage, text: None) -> SwitchReport:
+           gpu_timeout_s: float = 60.0, progress=lambda stage, text: None,
+           force: bool = False) -> SwitchReport:
     new_unit = target.desired.unit_name
     report = SwitchReport(remote.host.name, target.desired.profile, new_unit)
     old_unit = current_unit(remote, new_unit, unit)
+    progress("plan", f"checking {target.desired.profile} can start on {remote.host.name}")
+    same = old_unit == new_unit and remote.read_text(target.desired.unit_path) == target.desired.unit_text
+    refusals = [] if same else hostops.refusals(remote, target)
+    if refusals and not force:
+        why = "; ".join(str(r) for r in refusals)
+        return _end(report, EXIT_BAD_INPUT, "refused", f"refused before touching the host: {why} "
+                    f"(--force switches anyway){'; ' + old_unit + ' left running' if old_unit else ''}")
     if old_unit:
         progress("snapshot", f"{old_unit}: unit, history entry and /server_info")
         report.before = hostops.snapshot(remote, old_unit)
@@ -74,7 +82,7 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
         return _restore(remote, report, old_unit, command, f"not starting {new_unit}: {report.gpu.detail}",
                         status="refused")
     progress("deploy", f"{target.desired.profile} as {new_unit}")
-    report.deploy = hostops.deploy(remote, target, command, progress)
+    report.deploy = hostops.deploy(remote, target, command, progress, force=force)
     return _after_deploy(remote, report, old_unit, command)
 
 

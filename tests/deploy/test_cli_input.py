@@ -46,3 +46,44 @@ def test_no_terminal_and_no_yes_refuses_before_connecting(tmp_path):
 def test_status_needs_a_host_or_all():
     done = ddops("status")
     assert done.returncode == 2 and "--host NAME or --all" in done.stderr
+
+
+def test_status_exits_3_when_a_host_cannot_be_reached_and_keeps_paramiko_quiet(tmp_path):
+    """One host refuses the connection, one answers with a broken SSH banner and hangs up (paramiko
+    logs its own 'Error reading SSH protocol banner' unless told not to)."""
+    import socket
+    import threading
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def hang_up():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"HTTP/1.0 400 not ssh\r\n")
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"hosts:\n  closed:\n    address: 127.0.0.1\n    ssh_port: 1\n"
+                    f"  garbled:\n    address: 127.0.0.1\n    ssh_port: {server.getsockname()[1]}\n")
+    try:
+        done = ddops("status", "--all", "--json", inventory=path)
+        plain = ddops("status", "--all", inventory=path)
+    finally:
+        server.close()
+    assert done.returncode == 3, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert [(r["host"], r["unreachable"]) for r in doc["units"]] == [("closed", True), ("garbled", True)]
+    assert plain.returncode == 3 and "unreachable" in plain.stdout
+    for out in (done.stderr, plain.stderr):
+        assert "Traceback" not in out and "Exception" not in out and "paramiko" not in out, out
+
+
+def test_deploy_port_out_of_range_is_bad_input_before_any_host(tmp_path):
+    for port in ("0", "70000"):
+        done = ddops("deploy", "cpu-ar", "--host", "far-1", "--port", port, "--yes", "--json",
+                     inventory=inventory(tmp_path))
+        assert done.returncode == 2
+        assert f"--port {port}: not a TCP port (1-65535" in json.loads(done.stdout)["error"]

@@ -130,13 +130,15 @@ def test_ddtree_deploy_passes_with_real_speculation(site):
     assert site.chat().status_code == 200
 
 
-def test_mismatched_draft_fails_the_gate_is_diagnosed_and_reverted(site):
+def test_a_forced_mismatched_draft_fails_the_gate_is_diagnosed_and_reverted(site):
     before, running = site.unit_bytes(), site.info()["speculative_algorithm"]
-    code, out = site.deploy(MISMATCH)
+    code, out = site.deploy(MISMATCH, "--force")   # planning refuses it without --force
     assert code == 1, out
     assert out["result"] == "reverted"
     assert out["diagnosis"][0]["cause"] == "draft-target-width-mismatch", out["diagnosis"]
-    assert "draft fc input width 192" in out["preflight_warnings"][0]
+    assert "draft fc input width 192" in out["plan"]["refusals"][0]["reason"]
+    meta = site.remote.run(f"cat /var/lib/ddops/history/{UNIT}/{out['history_entry']}-*/meta.json").stdout
+    assert json.loads(meta)["forced"][0]["check"] == "draft-target"
     assert site.unit_bytes() == before
     assert site.state().active == "active"
     assert site.chat().status_code == 200
@@ -145,7 +147,7 @@ def test_mismatched_draft_fails_the_gate_is_diagnosed_and_reverted(site):
 
 def test_a_crash_at_start_fails_fast_and_names_the_missing_model(site):
     before = site.unit_bytes()
-    code, out = site.deploy(MISSING_MODEL)
+    code, out = site.deploy(MISSING_MODEL, "--force")    # planning refuses it without --force
     assert code == 1, out
     [health] = out["gate"]["checks"]
     assert not health["ok"] and health["seconds"] < 60      # the unit was watched: no 180 s wait
@@ -229,7 +231,7 @@ def test_a_failed_revert_exits_3_and_says_what_the_host_holds(site):
     models = "/var/lib/ddops/models"
     site.remote.run(f"mv {models}/tiny-llama {models}/tiny-llama.away")
     try:
-        code, out = site.deploy("cpu-dflash")      # cannot start, and neither can cpu-ar any more
+        code, out = site.deploy("cpu-dflash", "--force")   # cannot start, and neither can cpu-ar any more
     finally:
         site.remote.run(f"mv {models}/tiny-llama.away {models}/tiny-llama")
     assert code == 3, out

@@ -62,9 +62,9 @@ def deploy(site, profile: str, *extra: str) -> tuple[int, dict]:
 
 def test_a_profile_that_cannot_fit_is_refused_before_anything_is_written(site, lab_hosts):
     code, doc = deploy(site, "a6000-greedy", "--yes")
-    assert code == 2 and doc["result"] == "does-not-fit"
-    assert "predicted not to fit" in doc["message"] and "2 x RTX A6000" in doc["message"]
-    assert any("headroom" in reason for reason in doc["reasons"])
+    assert code == 2 and doc["result"] == "refused"
+    [fit] = [r["reason"] for r in doc["plan"]["refusals"] if r["check"] == "fit"]
+    assert "predicted not to fit" in fit and "2 x RTX A6000" in fit and "headroom" in fit
     with connect(lab_hosts.host(site[0])) as remote:
         assert not remote.exists(f"/etc/systemd/system/{UNIT}")
 
@@ -75,9 +75,11 @@ def test_force_goes_on_to_the_plan(site):
     assert any(step["action"] == "write-unit" for step in doc["plan"]["steps"])
 
 
-def test_a_profile_that_fits_is_not_held_back(site):
+def test_a_profile_that_fits_is_not_held_back_by_the_fit_check(site):
     code, doc = deploy(site, "a6000-balanced", "--dry-run")
-    assert code == 0 and doc["result"] == "dry-run", doc
+    # refused only because no SGLang is installed on the lab host, never for memory
+    assert code == 2 and doc["result"] == "refused", doc
+    assert [r["check"] for r in doc["plan"]["refusals"]] == ["runtime"]
 
 
 def test_fit_on_the_host_reads_its_models_and_its_sglang(site):

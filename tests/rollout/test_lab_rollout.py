@@ -167,7 +167,11 @@ def test_switch_forward_then_automatic_revert_on_a_failing_profile(lab):
     assert lab.info("lab-2")["speculative_algorithm"] == "DDTREE"
     good_unit = lab.unit("lab-2")
 
-    failed = lab.json("switch", lab.profile("ro-missing"), "--host", "lab-2", "--yes", expect=1)
+    pid = lab.main_pid("lab-2")
+    refused = lab.json("switch", lab.profile("ro-missing"), "--host", "lab-2", "--yes", expect=2)
+    assert refused["status"] == "refused" and "not-pushed/config.json" in refused["detail"]
+    assert lab.unit("lab-2") == good_unit and lab.main_pid("lab-2") == pid  # not even stopped
+    failed = lab.json("switch", lab.profile("ro-missing"), "--host", "lab-2", "--yes", "--force", expect=1)
     assert failed["status"] == "reverted" and failed["from"]["profile"] == "ro-ddtree"
     assert lab.unit("lab-2") == good_unit  # the last good profile, byte for byte
     assert lab.info("lab-2")["speculative_algorithm"] == "DDTREE"  # and answering again

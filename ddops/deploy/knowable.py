@@ -1,0 +1,105 @@
+"""What can be known about a change before anything on the host starts: the planning checks.
+
+Every mutating command (deploy, rollback, switch, shadow start, each rollout host) reaches the
+host through `execute`, which feeds these findings into the plan; a plan with refusals stops
+with exit 2 before the host changes, unless forced (then the history entry records them).
+
+Read from the unit's own command line (so a rollback to a history entry is checked the same
+way as a fresh profile) and the host's files:
+  model-missing / draft-missing  the directory (its config.json) is not on the host
+  draft-target                   ddops.preflight's pair check (fc width, tapped layers, mask id)
+  unreadable                     a config or safetensors header that cannot be parsed
+  runtime                        the unit's interpreter/module cannot run `--help` on the host
+  flag                           a flag the installed runtime's own --help does not list
+  fit                            predicted not to fit the host's GPUs (needs the profile)
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from ddops.deploy.desired import unit_argv
+from ddops.deploy.gate import flag_value
+from ddops.preflight import PreflightError, RemoteFiles, check_model_dir, check_pair, read_pair
+
+DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    check: str      # model-missing | draft-missing | draft-target | unreadable | runtime | flag | fit
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.reason}"
+
+    def as_dict(self) -> dict:
+        return {"check": self.check, "reason": self.reason}
+
+
+def refusals(remote, unit_text: str, profile=None) -> list[Refusal]:
+    """Every definite reason the unit cannot start on this host; empty when none is known."""
+    argv = unit_argv(unit_text)
+    if not argv:
+        return []
+    found = _file_refusals(RemoteFiles(remote), argv)
+    runtime_ok = not isinstance(known_flags(remote, runtime_of(argv)), str)
+    found += [Refusal("flag" if runtime_ok else "runtime", reason) for reason in unknown_flags(remote, argv)]
+    if profile is not None:
+        found += _fit_refusals(remote, profile)
+    return found
+
+
+def _file_refusals(files, argv: list[str]) -> list[Refusal]:
+    target = flag_value(argv, "--model-path", "--model")
+    draft = flag_value(argv, *DRAFT_FLAGS)
+    found = [Refusal("model-missing", str(p)) for p in check_model_dir(files, target, "target")] if target else []
+    if draft:
+        found += [Refusal("draft-missing", str(p)) for p in check_model_dir(files, draft, "draft")]
+    if target and draft and not found:
+        try:
+            found += [Refusal("draft-target", str(p)) for p in check_pair(read_pair(files, target, draft))]
+        except (PreflightError, KeyError, ValueError) as err:
+            found.append(Refusal("unreadable", str(err)))
+    return found
+
+
+def _fit_refusals(remote, profile) -> list[Refusal]:
+    from ddops.fit.checks import check_on_host
+    fit = check_on_host(profile, remote.host, remote)
+    if fit is None or fit.fits:
+        return []
+    return [Refusal("fit", fit.line(profile.name))]
+
+
+def runtime_of(argv: list[str]) -> list[str]:
+    """The interpreter part of a command line: `python -m module` or a single executable."""
+    return argv[:3] if len(argv) >= 3 and argv[1] == "-m" else argv[:1]
+
+
+def known_flags(remote, runtime: list[str]) -> set[str] | str:
+    """The flags the host's runtime lists in --help (cached per connection), or why not."""
+    cache = remote.cache.setdefault("help", {})
+    key = tuple(runtime)
+    if key not in cache:
+        command = " ".join(shlex.quote(a) for a in runtime)
+        result = remote.run(f"{command} --help", check=False, timeout=180)
+        if result.ok:
+            cache[key] = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9_-]*", result.stdout))
+        else:
+            tail = (result.stderr or result.stdout).strip()[-200:]
+            cache[key] = f"`{command} --help` exited {result.exit_code} on the host: {tail}"
+    return cache[key]
+
+
+def unknown_flags(remote, argv: list[str]) -> list[str]:
+    """One line per flag of argv the installed runtime does not know (or why it cannot run)."""
+    runtime = runtime_of(argv)
+    known = known_flags(remote, runtime)
+    if isinstance(known, str):
+        return [known]
+    name = " ".join(runtime)
+    return [f"{flag} is not accepted by the installed runtime ({name})"
+            for flag in argv[len(runtime):] if flag.startswith("--") and flag.split("=")[0] not in known]

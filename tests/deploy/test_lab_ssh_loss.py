@@ -1,0 +1,65 @@
+"""SSH lost in the middle of a command: exit 3 with one JSON document (or one line), never a
+traceback, and no paramiko log lines on stderr. The connection to a real lab host goes through
+a loopback forwarder that cuts it a fixed time after it opened."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.deploy.cutting_proxy import CuttingProxy
+from tests.deploy.test_lab_deploy import HERE
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def cut_inventory(deploy_lab, tmp_path_factory):
+    """An inventory reaching the first lab host through a CuttingProxy; returns (path, proxy)."""
+    host = deploy_lab.host(deploy_lab.hosts[0])
+    made = []
+
+    def make(cut_after_s: float):
+        proxy = CuttingProxy((host.address, host.ssh_port), cut_after_s)
+        folder = tmp_path_factory.mktemp("cut")
+        keys = [line.split(None, 1)[1] for line in host.known_hosts.read_text().splitlines()
+                if line.startswith(host.address + " ")]
+        (folder / "known_hosts").write_text("".join(f"[127.0.0.1]:{proxy.port} {k}\n" for k in keys))
+        entry = {"address": "127.0.0.1", "ssh_port": proxy.port, "ssh_user": host.ssh_user,
+                 "ssh_key": str(host.ssh_key), "known_hosts": str(folder / "known_hosts")}
+        (folder / "inventory.yaml").write_text(yaml.safe_dump({"hosts": {host.name: entry}}))
+        made.append(proxy)
+        return folder / "inventory.yaml", host.name, proxy
+
+    yield make
+    for proxy in made:
+        proxy.close()
+
+
+def ddops(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddops", *args], cwd=HERE.parent.parent, env=os.environ,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("cut_after_s", [0.6, 1.2, 2.5])
+def test_a_deploy_losing_its_connection_exits_3_with_json(cut_inventory, cut_after_s):
+    inventory, name, proxy = cut_inventory(cut_after_s)
+    done = ddops("deploy", "cpu-ar", "--host", name, "--unit", "ddcut.service", "--port", "30120",
+                 "--yes", "--json", "--inventory", str(inventory))
+    assert proxy.cuts >= 1
+    assert done.returncode == 3, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["exit_code"] == 3 and doc["result"] in ("host-error", "revert-failed")
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
+
+
+def test_a_read_only_command_losing_its_connection_exits_3_in_one_line(cut_inventory):
+    inventory, name, proxy = cut_inventory(0.6)
+    done = ddops("logs", "--host", name, "--unit", "ddcut.service", "--follow", "--inventory", str(inventory))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
