@@ -1,8 +1,11 @@
 """The inventory: which hosts exist, how to reach them over SSH, what GPUs they have.
 
     defaults:            # merged into every host (labels merged key by key)
-      ssh_user: root
+      ssh_user: ops                   # unset: the ssh config's User, else root
+      become: sudo                    # ops runs every remote action through sudo
+      become_password_env: DDOPS_SUDO_PASSWORD   # or become_password_file; neither: sudo -n
       known_hosts: known_hosts        # relative paths are relative to this file
+      ssh_config: ssh_config          # default ~/.ssh/config: Host aliases, ProxyJump, ...
     hosts:
       lab-1:
         address: 10.77.0.11
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -51,6 +54,10 @@ class Host(_Strict):
     ssh_user: Annotated[str, Field(min_length=1)] = "root"
     ssh_key: Path | None = None
     known_hosts: Path | None = None
+    ssh_config: Path | None = None          # OpenSSH client config (default ~/.ssh/config)
+    become: Literal["sudo"] | None = None   # run as root through sudo (ssh_user is not root)
+    become_password_env: Annotated[str, Field(min_length=1)] | None = None
+    become_password_file: Path | None = None
     gpu: Gpu | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -139,7 +146,7 @@ def _host(name: str, entry: object, defaults: dict, doc: YamlDoc, where: dict,
     base_labels, own_labels = defaults.get("labels") or {}, entry.get("labels") or {}
     if isinstance(base_labels, dict) and isinstance(own_labels, dict):
         merged["labels"] = {**base_labels, **own_labels}
-    for key in ("ssh_key", "known_hosts"):
+    for key in ("ssh_key", "known_hosts", "ssh_config", "become_password_file"):
         if isinstance(merged.get(key), str):
             merged[key] = (doc.path.parent / Path(merged[key]).expanduser()).resolve()
     try:

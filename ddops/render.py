@@ -119,7 +119,7 @@ def command_line(profile: Profile, *, port: int | None = None, unit: str | None 
         args += spell(spelling, _flag_args(flag, value))
     if runtime.api_key_via == "config_file" and profile.service.secrets.has_api_key:
         args += ["--config", key_config_path(_unit_name(unit or profile.service.unit))]
-    return args
+    return args + list(profile.sglang.extra_args)   # unmodelled flags, as written (profile/extra_args.py)
 
 
 def key_config_path(unit: str) -> str:

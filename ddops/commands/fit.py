@@ -25,6 +25,7 @@ from ddops.fit.memory import CUDA_CONTEXT
 from ddops.fit.model import ModelFactsError
 from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
 from ddops.fit.shape import bounded_window, kv_head_notes, tp_problems
+from ddops.profile.extra_args import memory_warnings
 from ddops.fit.verdict import Assessment, gib
 from ddops.inventory import load_inventory
 from ddops.preflight import PreflightError
@@ -67,7 +68,7 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     if bad_tp:
         raise ConfigError([f"fit {resolved.name}: {line}" for line in bad_tp])
     assessment = fit_profile(resolved, card, loaded, tp)
-    notes = kv_head_notes(loaded.target, loaded.draft)
+    notes = kv_head_notes(loaded.target, loaded.draft) + memory_warnings(resolved)
     ok = assessment.verdict.fits and not (flags and flags.problems)
     code = EXIT_FITS if ok else EXIT_DOES_NOT_FIT
     if as_json:

@@ -1,6 +1,5 @@
-"""`ddops lab up|status|down`, `ddops install-runtime`, `ddops push-model`: thin commands over
-ddops.lab and ddops.install (parse, call, print). Errors become exit codes in ddops.shell.guard:
-lab and install errors carry their own (1, or 2 for bad input)."""
+"""`ddops lab up|status|down`: thin commands over ddops.lab (parse, call, print). Errors become
+exit codes in ddops.shell.guard: lab errors carry their own (1, or 2 for bad input)."""
 
 import time
 from pathlib import Path
@@ -22,18 +21,18 @@ def register(app: typer.Typer) -> None:
     lab.command("status")(lab_status)
     lab.command("down")(lab_down)
     app.add_typer(lab, name="lab")
-    app.command("install-runtime")(install_runtime)
-    app.command("push-model")(push_model)
 
 
 def lab_up(count: int = typer.Option(2, "-n", "--count", help="hosts lab-1..lab-N (or bare-1..bare-N)"),
            bare: bool = typer.Option(False, "--bare", help="hosts without the runtime (named bare-N)"),
+           ops: bool = typer.Option(False, "--ops", help="reach hosts as a non-root `ops` user with sudo"),
+           bastion: bool = typer.Option(False, "--bastion", help="--ops, and only through bastion bare-1 (ProxyJump)"),
            debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
     """Boot N lab hosts (kept if already running) and write their inventory and known_hosts."""
     from ddops.lab import lifecycle
     from ddops.lab.layout import LabLayout
     start = time.monotonic()
-    slots = lifecycle.up(LabLayout.from_env(), count, bare)
+    slots = lifecycle.up(LabLayout.from_env(), count, bare, ops=ops, bastion=bastion)
     typer.echo(f"lab: {len(slots)} host(s) up in {time.monotonic() - start:.1f} s: "
                f"{', '.join(f'{s.name}={s.address}' for s in slots)}")
 
@@ -62,49 +61,6 @@ def lab_down(debug: bool = typer.Option(False, "--debug", help="show tracebacks"
     from ddops.lab.layout import LabLayout
     removed = lifecycle.down(LabLayout.from_env())
     typer.echo(f"lab: down ({len(removed)} host(s) removed)")
-
-
-def install_runtime(host: str = typer.Option(..., "--host", help=HOST_HELP),
-                    inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
-                    debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
-    """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index)."""
-    from ddops.install.runtime import install_runtime as install
-    from ddops.install.wheelhouse import build_bundle
-    from ddops.lab.layout import LabLayout
-    from ddops.remote import connect
-
-    def work():
-        target = find_host(host, inventory)
-        bundle = build_bundle(LabLayout.from_env().cache_dir.parent)
-        typer.echo(f"connecting to {target.name} ({target.address})")
-        with connect(target) as remote:
-            return install(remote, bundle)
-    start = time.monotonic()
-    report = work()
-    deps = f"{len(report.dependencies_installed)} dependency wheel(s) installed" if report.dependencies_installed \
-        else "dependencies already installed"
-    project = "ddops installed" if report.project_installed else "ddops already current"
-    typer.echo(f"{report.host}: {deps}; {project}; pushed {report.bytes_pushed / 1e6:.1f} MB "
-               f"in {time.monotonic() - start:.1f} s; `python -m serving --help` ok: {report.check}")
-
-
-def push_model(directory: Path = typer.Argument(..., help="local model directory"),
-               host: str = typer.Option(..., "--host", help=HOST_HELP),
-               dest: Optional[str] = typer.Option(None, "--dest", help="default /var/lib/ddops/models/<dir name>"),
-               inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
-               debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
-    """Copy a model directory to a host; files whose sha256 already matches are skipped."""
-    from ddops.install.sync import push_model as push
-    from ddops.remote import connect
-
-    def work():
-        target = find_host(host, inventory)
-        with connect(target) as remote:
-            return push(remote, directory, dest)
-    start = time.monotonic()
-    report = work()
-    typer.echo(f"{host}:{report.dest}: copied {len(report.copied)} file(s) ({report.bytes_copied / 1e6:.1f} MB), "
-               f"skipped {len(report.skipped)} unchanged, {time.monotonic() - start:.1f} s")
 
 
 def find_host(name: str, inventory: Optional[Path]):

@@ -40,16 +40,17 @@ class Entry:
         return {"id": self.id, "unit": self.unit_name, **self.meta}
 
 
-def next_dirname(existing: tuple[str, ...], now: float) -> str:
+def next_dirname(existing: tuple[str, ...], now: float, number: int | None = None) -> str:
+    """NNNN-<UTC time>: the next number, or `number` (0 is an adopted unit, see adopt.py)."""
     numbers = [int(d.split("-", 1)[0]) for d in existing if d.split("-", 1)[0].isdigit()]
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    return f"{max(numbers, default=0) + 1:04d}-{stamp}"
+    return f"{max(numbers, default=0) + 1 if number is None else number:04d}-{stamp}"
 
 
 def record(remote, unit_name: str, existing: tuple[str, ...], unit_text: str, env_text: str,
-           meta: dict) -> Entry:
+           meta: dict, number: int | None = None) -> Entry:
     env_kept, prints = withhold_secrets(env_text)
-    entry = Entry(unit_name, next_dirname(existing, time.time()), {**meta, "secrets": prints})
+    entry = Entry(unit_name, next_dirname(existing, time.time(), number), {**meta, "secrets": prints})
     remote.write(f"{entry.path}/unit", unit_text)
     remote.write(f"{entry.path}/env", env_kept, mode=0o600)
     remote.write(f"{entry.path}/meta.json", json.dumps(entry.meta, indent=1, sort_keys=True))

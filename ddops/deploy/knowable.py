@@ -59,8 +59,12 @@ def _file_refusals(files, argv: list[str]) -> list[Refusal]:
     if draft:
         found += [Refusal("draft-missing", str(p)) for p in check_model_dir(files, draft, "draft")]
     if target and draft and not found:
+        block = flag_value(argv, "--speculative-num-draft-tokens", "--speculative-dflash-block-size")
+        budget = flag_value(argv, "--speculative-ddtree-budget")
         try:
-            found += [Refusal("draft-target", str(p)) for p in check_pair(read_pair(files, target, draft))]
+            pair = read_pair(files, target, draft)
+            found += [Refusal("draft-target", str(p)) for p in
+                      check_pair(pair, int(block) if block else None, int(budget) if budget else None)]
         except (PreflightError, KeyError, ValueError) as err:
             found.append(Refusal("unreadable", str(err)))
     return found

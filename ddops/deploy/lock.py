@@ -73,10 +73,8 @@ class HostLock:
         self._chan = None
 
     def __enter__(self) -> "HostLock":
-        self.remote.connection.open()
-        chan = self.remote.connection.transport.open_session()
         payload = base64.b64encode(json.dumps(self.holder.as_dict()).encode()).decode()
-        chan.exec_command(_HOLD + payload)
+        chan = self.remote.open_channel(_HOLD + payload)
         reader = chan.makefile("r")
         for line in reader:
             if line.startswith("stale "):

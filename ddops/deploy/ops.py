@@ -113,10 +113,13 @@ def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
     return entry
 
 
+GOOD = ("passed", "adopted")   # results a rollback may return to (adopted: hand-written, entry 0)
+
+
 def previous_good(entries: list[history.Entry], current_hash: str | None) -> history.Entry | None:
-    """Pure: the newest entry that passed its gate and is not what runs now."""
+    """Pure: the newest entry that passed its gate (or was adopted) and is not what runs now."""
     for entry in reversed(entries):
-        if entry.meta.get("result") == "passed" and entry.meta.get("hash") != current_hash:
+        if entry.meta.get("result") in GOOD and entry.meta.get("hash") != current_hash:
             return entry
     return None
 

@@ -51,7 +51,7 @@ def missing_wheels(bundle: Bundle, installed: set[tuple[str, str]]) -> list:
     return [w for w in bundle.wheelhouse.wheels if wheel_identity(w) not in installed]
 
 
-def install_runtime(remote: Remote, bundle: Bundle, log=print) -> InstallReport:
+def install_runtime(remote: Remote, bundle: Bundle, log=print, progress=None) -> InstallReport:
     remote.run(ADD_USER)
     venv_created = not remote.exists(PYTHON)
     if venv_created:
@@ -63,7 +63,7 @@ def install_runtime(remote: Remote, bundle: Bundle, log=print) -> InstallReport:
     if missing:
         files["requirements.txt"] = bundle.wheelhouse.requirements
     log(f"  {remote.host.name}: pushing {len(files)} wheel(s) to {WHEEL_DIR}")
-    pushed = sync_files(remote, files, WHEEL_DIR, log=lambda _: None)
+    pushed = sync_files(remote, files, WHEEL_DIR, log=lambda _: None, progress=progress)
     pip = f"{PYTHON} -m pip install -q --disable-pip-version-check --no-index"
     if missing:
         log(f"  {remote.host.name}: installing {len(missing)} dependency wheel(s) (torch takes ~40 s)")

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.lab import container, inventory_file, keys, network, rootfs, shell
+from ddops.lab import access, container, inventory_file, keys, network, rootfs, shell
 from ddops.lab.errors import LabError
 from ddops.lab.locks import file_lock
 from ddops.lab.layout import HOST_RE, HostSlot, LabLayout, host_names
@@ -53,12 +53,17 @@ def locked(layout: LabLayout) -> Iterator[None]:
         yield
 
 
-def up(layout: LabLayout, count: int, bare: bool = False, log: Log = print) -> list[HostSlot]:
-    """Ensure hosts lab-1..lab-N (or bare-1..bare-N) run; others already running are kept."""
+def up(layout: LabLayout, count: int, bare: bool = False, log: Log = print, ops: bool = False,
+       bastion: bool = False) -> list[HostSlot]:
+    """Ensure hosts lab-1..lab-N (or bare-1..bare-N) run; others already running are kept.
+    ops/bastion: reach them as a sudo user, through a bastion (lab/access.py)."""
     names = host_names(count, bare)
     shell.require_root("ddops lab up")
     with locked(layout):
         keys.ensure_keypair(layout.client_key, "ddops-lab")
+        reach = access.Access.load(layout, ops, bastion)
+        if reach.bastion and bare:
+            raise LabError("--bastion uses bare-1 as the bastion: bring up runtime hosts (no --bare)")
         clean_stale(layout, log)
         running = {s.name for s in running_slots(layout)}
         todo = [HostSlot.of(layout, n) for n in names if n not in running]
@@ -67,11 +72,16 @@ def up(layout: LabLayout, count: int, bare: bool = False, log: Log = print) -> l
         bundle = None if bare else build_bundle(layout, log)
         if todo:
             boot_hosts(layout, todo, tree_for(layout, bundle, log), log)
+        if reach.bastion and access.BASTION not in running:
+            boot_hosts(layout, [HostSlot.of(layout, access.BASTION)], tree_for(layout, None, log), log)
         slots = running_slots(layout)
         keys.write_known_hosts(layout, slots)
-        log(f"lab: inventory {inventory_file.write(layout, slots)}")
+        served = [s for s in slots if not (reach.bastion and s.name == access.BASTION)]
+        log(f"lab: inventory {inventory_file.write(layout, served)}")
         finish_hosts(layout, [s for s in slots if s.name in names], bundle, log)
-    return slots
+        if reach.ops:
+            grant_access(layout, slots, served, reach, log)
+    return served
 
 
 def build_bundle(layout: LabLayout, log: Log):
@@ -105,13 +115,34 @@ def boot_hosts(layout: LabLayout, slots: list[HostSlot], tree: Path, log: Log) -
         log(f"lab: {slot.name} answers SSH after {seconds:.1f} s")
 
 
+def grant_access(layout: LabLayout, slots: list[HostSlot], served: list[HostSlot], reach, log: Log) -> None:
+    """ops on every host (bastion too); with a bastion, ops only through it; the inventory says so."""
+    from ddops.remote import connect
+    jump = HostSlot.of(layout, access.BASTION) if reach.bastion else None
+    for slot in slots:
+        with connect(root_host(layout, slot)) as remote:
+            access.setup_ops(remote, layout)
+            if jump and slot.name != jump.name:
+                access.only_through(remote, jump, layout)
+    config = access.ssh_config(layout, served, jump)
+    entries = {s.name: access.inventory_entry(layout, s, config) for s in served}
+    inventory_file.write(layout, served, entries)
+    log(f"lab: hosts reached as {access.OPS} with sudo" + (f" through {jump.name} ({jump.address})" if jump else ""))
+
+
+def root_host(layout: LabLayout, slot: HostSlot):
+    """How the lab itself reaches a host: root, its client key, directly."""
+    from ddops.inventory import Host
+    return Host(name=slot.name, address=slot.address, ssh_port=22, ssh_user="root", ssh_key=layout.client_key,
+                known_hosts=layout.known_hosts)
+
+
 def finish_hosts(layout: LabLayout, slots: list[HostSlot], bundle, log: Log) -> None:
     """Wait until systemd inside is up; on runtime hosts install the current project wheel."""
     from ddops.install.runtime import install_runtime
     from ddops.remote import connect
-    hosts = lab_hosts(layout)
     for slot in slots:
-        with connect(hosts[slot.name]) as remote:
+        with connect(root_host(layout, slot)) as remote:
             state = remote.run("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip()
             if state not in ("running", "degraded"):
                 raise LabError(f"{slot.name}: systemd is {state or 'not answering'} after boot "
@@ -122,12 +153,6 @@ def finish_hosts(layout: LabLayout, slots: list[HostSlot], bundle, log: Log) -> 
                 log(f"lab: {slot.name} systemd {state}, runtime {what}")
             else:
                 log(f"lab: {slot.name} systemd {state} (bare: no runtime)")
-
-
-def lab_hosts(layout: LabLayout) -> dict:
-    """The Host objects of the inventory just written, read back the way every other command reads it."""
-    from ddops.inventory import load_inventory
-    return load_inventory(layout.inventory).hosts
 
 
 def clean_stale(layout: LabLayout, log: Log) -> None:

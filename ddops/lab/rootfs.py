@@ -17,7 +17,8 @@ from ddops.lab import shell
 from ddops.lab.errors import LabError
 from ddops.lab.layout import LabLayout
 
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv", "iproute2", "curl")
+PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv", "iproute2", "curl",
+            "sudo")   # `lab up --ops`: a non-root user reaching root through sudo
 # Bump when prepare() changes what goes into the tree, so stale caches are not reused.
 PREPARE_VERSION = "3"
 SSHD_DROPIN = """\

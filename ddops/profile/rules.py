@@ -17,8 +17,9 @@ API_KEY_VAR = "DDOPS_API_KEY"
 
 
 def contradictions(profile: Profile) -> list[tuple[str, str]]:
+    from ddops.profile import extra_args
     return [*_speculative(profile), *_runtime(profile), *_service(profile), *_misc(profile),
-            *_sglang_version(profile)]
+            *_sglang_version(profile), *extra_args.problems(profile)]
 
 
 def _names(predicate) -> str:

@@ -187,6 +187,12 @@ class RolloutSpec(Section):
     pause_after: list[Annotated[str, Field(pattern=r"^(canary|[0-9]+)$")]] = Field(default_factory=list)
 
 
+class SglangSpec(Section):
+    # Flags ddops does not model, appended as written: ["--tool-call-parser", "qwen25"]
+    # (checks: ddops/profile/extra_args.py).
+    extra_args: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+
 class Profile(Section):
     """A resolved profile: the `extends` chain merged, validated, never mutated."""
 
@@ -212,6 +218,7 @@ class Profile(Section):
     health: HealthSpec = Field(default_factory=HealthSpec)
     smoke: SmokeSpec = Field(default_factory=SmokeSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    sglang: SglangSpec = Field(default_factory=SglangSpec)
 
     # Set by the loader: the files of the extends chain (leaf first) and, per dotted key,
     # the file that set it ("default" when none did).

@@ -19,6 +19,7 @@ from ddops.deploy import (EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, Host
                           RecoveryFailed, execute, load_target)
 from ddops.deploy import history, ops
 from ddops.deploy import rollback as rollbacks
+from ddops.deploy.adopt import content_hash, env_file_of
 from ddops.deploy.desired import unit_argv
 from ddops.deploy.facts import unit_state
 from ddops.deploy.gate import GateSpec, endpoint, run_health
@@ -69,13 +70,16 @@ def refusals(remote, target) -> list:
 
 
 def version_before(remote, unit: str) -> str | None:
-    """The history entry the unit runs now, NO_UNIT when absent, None when ddops cannot tell."""
+    """The history entry the unit runs now, NO_UNIT when absent, None when ddops cannot tell.
+    A hand-written unit is known by its files' content hash once adopted (`ddops adopt`)."""
     text = remote.read_text(unit_paths(unit)[0])
     if text is None:
         return NO_UNIT
     current = read_header(text).get("hash")
+    if current is None:
+        current = content_hash(text, remote.read_text(env_file_of(text) or unit_paths(unit)[1]) or "")
     for entry in reversed(history.entries(remote, unit)):
-        if entry.meta.get("hash") == current and entry.meta.get("result") == "passed":
+        if entry.meta.get("hash") == current and entry.meta.get("result") in ops.GOOD:
             return entry.id
     return None
 

@@ -136,7 +136,7 @@ def test_a_forced_mismatched_draft_fails_the_gate_is_diagnosed_and_reverted(site
     assert code == 1, out
     assert out["result"] == "reverted"
     assert out["diagnosis"][0]["cause"] == "draft-target-width-mismatch", out["diagnosis"]
-    assert "draft fc input width 192" in out["plan"]["refusals"][0]["reason"]
+    assert "draft expects 192" in out["plan"]["refusals"][0]["reason"]
     meta = site.remote.run(f"cat /var/lib/ddops/history/{UNIT}/{out['history_entry']}-*/meta.json").stdout
     assert json.loads(meta)["forced"][0]["check"] == "draft-target"
     assert site.unit_bytes() == before
@@ -161,7 +161,7 @@ def test_preflight_catches_the_mismatch_without_starting_anything(site):
     before = site.state()
     done = site.ddops("preflight", MISMATCH, "--host", site.name)
     assert done.returncode == 2, done.stdout
-    assert "draft fc input width 192" in done.stdout and "= 128" in done.stdout
+    assert "draft expects 192" in done.stdout and "= 128" in done.stdout
     assert site.state().started_us == before.started_us
     ok = site.ddops("preflight", "cpu-ddtree", "--host", site.name)
     assert ok.returncode == 0, ok.stdout

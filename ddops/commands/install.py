@@ -1,0 +1,91 @@
+"""`ddops install-runtime` and `ddops push-model`: one host (--host) or many at once (--hosts
+a,b,c or --selector key=value), in parallel with a progress bar per host (ddops.install.many)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ddops import exits
+from ddops.commands.lab import HOST_HELP, INVENTORY_HELP, find_host
+from ddops.lab.errors import LabUsageError
+
+HOSTS = typer.Option(None, "--hosts", help="several inventory hosts, comma-separated")
+SELECTOR = typer.Option(None, "--selector", help="every inventory host with these labels: key=value[,key=value]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("install-runtime")(install_runtime)
+    app.command("push-model")(push_model)
+
+
+def pick_hosts(host: str | None, hosts: str | None, selector: str | None, inventory: Path | None) -> list:
+    if sum(bool(x) for x in (host, hosts, selector)) != 1:
+        raise LabUsageError("say which hosts: one of --host NAME, --hosts a,b,c, --selector key=value")
+    if host:
+        return [find_host(host, inventory)]
+    if hosts:
+        return [find_host(name.strip(), inventory) for name in hosts.split(",") if name.strip()]
+    from ddops.inventory import load_inventory
+    labels = dict(pair.split("=", 1) for pair in selector.split(",") if "=" in pair)
+    if not labels:
+        raise LabUsageError(f"--selector {selector!r}: expected key=value[,key=value]")
+    found = load_inventory(inventory).select(labels)
+    if not found:
+        raise LabUsageError(f"--selector {selector}: no inventory host has these labels")
+    return found
+
+
+def _summary(outcomes, line) -> None:
+    for outcome in outcomes:
+        typer.echo(line(outcome) if outcome.ok else f"{outcome.host}: FAILED: {outcome.detail}")
+    if not all(o.ok for o in outcomes):
+        raise typer.Exit(exits.NEEDS_OPERATOR)
+
+
+def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP), hosts: Optional[str] = HOSTS,
+                    selector: Optional[str] = SELECTOR,
+                    inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+                    debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
+    """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index)."""
+    from ddops.install.many import run_on_hosts
+    from ddops.install.runtime import install_runtime as install
+    from ddops.install.wheelhouse import build_bundle
+    from ddops.lab.layout import LabLayout
+
+    def work():
+        targets = pick_hosts(host, hosts, selector, inventory)
+        bundle = build_bundle(LabLayout.from_env().cache_dir.parent)
+        return run_on_hosts(targets, lambda remote, tick: install(remote, bundle, log=lambda _: None, progress=tick))
+    start = time.monotonic()
+    outcomes = work()
+    took = time.monotonic() - start
+
+    def line(o) -> str:
+        r = o.report
+        deps = f"{len(r.dependencies_installed)} dependency wheel(s) installed" if r.dependencies_installed \
+            else "dependencies already installed"
+        project = "ddops installed" if r.project_installed else "ddops already current"
+        return (f"{r.host}: {deps}; {project}; pushed {r.bytes_pushed / 1e6:.1f} MB in {took:.1f} s; "
+                f"`python -m serving --help` ok: {r.check}")
+    _summary(outcomes, line)
+
+
+def push_model(directory: Path = typer.Argument(..., help="local model directory"),
+               host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP), hosts: Optional[str] = HOSTS,
+               selector: Optional[str] = SELECTOR,
+               dest: Optional[str] = typer.Option(None, "--dest", help="default /var/lib/ddops/models/<dir name>"),
+               inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+               debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
+    """Copy a model directory to hosts in parallel; files whose sha256 already matches are skipped,
+    an interrupted upload resumes, every file is sha256-checked on the host."""
+    from ddops.install.many import push_model_many
+    start = time.monotonic()
+    outcomes = push_model_many(pick_hosts(host, hosts, selector, inventory), directory, dest)
+    took = time.monotonic() - start
+    _summary(outcomes, lambda o: (f"{o.host}:{o.report.dest}: copied {len(o.report.copied)} file(s) "
+                                  f"({o.report.bytes_copied / 1e6:.1f} MB), skipped {len(o.report.skipped)} "
+                                  f"unchanged, {took:.1f} s"))

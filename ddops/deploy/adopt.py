@@ -1,0 +1,79 @@
+"""Adopt a hand-written unit: record what the host runs now as history entry 0 (`adopted`), so
+deploys, rollbacks and halted rollouts can return to it byte for byte.
+
+The entry holds the unit file and its EnvironmentFile exactly as found, and a gate spec read
+from the unit's command line (or the named profile's), which a later rollback to the entry is
+gated with. A unit ddops already has history for is not adopted again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from ddops.deploy import history
+from ddops.deploy.desired import gate_spec, unit_argv
+from ddops.deploy.gate import GateSpec, endpoint, flag_value
+from ddops.deploy.lock import Holder, HostLock
+from ddops.profile.methods import method_for, reported_algorithm
+from ddops.render import ENV_DIR, UNIT_DIR
+
+ADOPTED = "adopted"
+
+
+class AdoptError(Exception):
+    """The unit cannot be adopted (missing, no command line, already has history): exit 2."""
+
+
+def content_hash(unit_text: str, env_text: str) -> str:
+    """Identity of hand-written files (they carry no ddops header): `adopted-<sha256>`."""
+    digest = hashlib.sha256(unit_text.encode() + b"\0" + env_text.encode()).hexdigest()
+    return f"{ADOPTED}-{digest}"
+
+
+def env_file_of(unit_text: str | None) -> str | None:
+    for line in (unit_text or "").splitlines():
+        if line.startswith("EnvironmentFile="):
+            return line.split("=", 1)[1].lstrip("-").strip()
+    return None
+
+
+def adopt(remote, unit: str, holder: Holder, profile=None) -> history.Entry:
+    unit = unit if unit.endswith(".service") else f"{unit}.service"
+    unit_path = f"{UNIT_DIR}/{unit}"
+    unit_text = remote.read_text(unit_path)
+    if unit_text is None:
+        raise AdoptError(f"{remote.host.name}: {unit_path} does not exist")
+    argv = unit_argv(unit_text)
+    if not argv:
+        raise AdoptError(f"{remote.host.name}: {unit_path} has no ExecStart= to gate a return to it")
+    env_path = env_file_of(unit_text) or f"{ENV_DIR}/{unit.removesuffix('.service')}.env"
+    env_text = remote.read_text(env_path) or ""
+    spec = gate_spec(profile, argv, remote.host.address) if profile else spec_from_argv(argv, remote.host.address)
+    with HostLock(remote, holder):
+        existing = history.entries(remote, unit)
+        if existing:
+            raise AdoptError(f"{remote.host.name}: {unit} already has {len(existing)} history entr"
+                             f"{'y' if len(existing) == 1 else 'ies'}; adopt records entry 0 of a unit "
+                             "ddops has never deployed")
+        now = time.time()
+        meta = {"profile": profile.name if profile else f"{unit} (hand-written)",
+                "hash": content_hash(unit_text, env_text),
+                "unit": unit, "unit_path": unit_path, "env_path": env_path, "started": now, "finished": now,
+                "holder": holder.as_dict(), "gate_spec": spec.as_dict(), "result": ADOPTED}
+        return history.record(remote, unit, (), unit_text, env_text, meta, number=0)
+
+
+def spec_from_argv(argv: list[str], address: str) -> GateSpec:
+    """The gate a hand-written unit is held to: what its own flags say it serves."""
+    algorithm = reported_algorithm(flag_value(argv, "--speculative-algorithm"))
+    try:
+        method = method_for(algorithm or "none")
+    except KeyError:
+        method = method_for("none")
+    model = flag_value(argv, "--model-path", "--model") or ""
+    return GateSpec(base_url=endpoint(argv, address), model_path=model,
+                    served_model=flag_value(argv, "--served-model-name") or model.rstrip("/").rsplit("/", 1)[-1],
+                    algorithm=algorithm, speculative=method.is_speculative,
+                    draft_path=flag_value(argv, "--speculative-draft-model-path", "--speculative-draft-model"),
+                    uses_tree_budget=method.uses_tree_budget)

@@ -1,0 +1,63 @@
+"""`sglang.extra_args`: SGLang flags ddops does not model (tool-call parser, quantization,
+attention backend, ...), passed through to the command line after the modelled flags, as written.
+
+Checked here, without a host: each word is one printable line; the list starts with a flag and
+each value follows its flag; no flag ddops already renders from a profile key (name the key
+instead); with `sglang_version`, the version table names a removed or renamed flag and its
+replacement. With a host, deploy's planning checks every flag against the installed runtime's
+own --help (ddops.deploy.knowable). `ddops fit` warns about those that change memory use.
+"""
+
+from __future__ import annotations
+
+from ddops.profile.runtimes import RUNTIMES
+from ddops.profile.sglang_versions import RENAMES, VersionError, flags_for, unknown_flags
+
+KEY = "sglang.extra_args"
+# Flags ddops renders itself that have no row in the flag tables.
+RENDERED = {"--api-key": "service.secrets", "--model": "model.path",
+            "--speculative-draft-model": "speculative.draft_model_path"}
+# Flags whose memory effect ddops.fit does not model (its prediction may then be off).
+MEMORY = frozenset({
+    "--quantization", "--max-total-tokens", "--max-prefill-tokens", "--page-size", "--dp-size", "--dp",
+    "--enable-dp-attention", "--pp-size", "--cpu-offload-gb", "--speculative-draft-kv-cache-dtype",
+    "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill", "--cuda-graph-bs", "--torch-compile-max-bs",
+    "--enable-torch-compile", "--swa-full-tokens-ratio", "--mamba-full-memory-ratio", "--enable-lora",
+    "--max-loras-per-batch", "--max-lora-rank", "--load-format", "--enable-hierarchical-cache",
+    "--hicache-ratio", "--hicache-size", "--enable-memory-saver", "--ep-size", "--moe-a2a-backend",
+})
+
+
+def flags_in(args: list[str]) -> list[str]:
+    return [a.split("=", 1)[0] for a in args if a.startswith("--")]
+
+
+def modelled(profile) -> dict[str, str]:
+    """Flag spelling (every tabulated version's) -> the profile key that renders it."""
+    table = {f.flag: f.key for f in RUNTIMES[profile.runtime].flags}
+    for rename in RENAMES:
+        if rename.old in table:
+            table.update({new: table[rename.old] for new in rename.new if new.startswith("--")})
+    return {**table, **RENDERED}
+
+
+def problems(profile) -> list[tuple[str, str]]:
+    args = list(profile.sglang.extra_args)
+    found = [(f"{KEY}[{i}]", f"{arg!r}: one printable line, no control characters")
+             for i, arg in enumerate(args) if not arg.isprintable()]
+    if args and not args[0].startswith("--"):
+        found.append((f"{KEY}[0]", f"{args[0]!r}: the list starts with a flag (--name), values follow it"))
+    owned = modelled(profile)
+    found += [(KEY, f"{flag} is rendered by ddops from {owned[flag]}: set that key instead")
+              for flag in flags_in(args) if flag in owned]
+    if profile.sglang_version and RUNTIMES[profile.runtime].versioned_flags:
+        try:
+            found += [(KEY, reason) for reason in unknown_flags(flags_for(profile.sglang_version), flags_in(args))]
+        except VersionError:
+            pass    # the sglang_version rule reports it
+    return found
+
+
+def memory_warnings(profile) -> list[str]:
+    return [f"{KEY} {flag} changes memory use in a way `ddops fit` does not model: the prediction may be off"
+            for flag in flags_in(list(profile.sglang.extra_args)) if flag in MEMORY]

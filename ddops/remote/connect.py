@@ -1,0 +1,113 @@
+"""Opening a verified connection: ssh config, ProxyJump, keys and agent, host keys, become.
+
+Host keys are always checked (RejectPolicy) against the host's known_hosts from the inventory
+(lab hosts: the file `ddops lab up` writes), or the user's ~/.ssh/known_hosts when the inventory
+names none; a jump host's key is checked against the same file. `host_key` reads what a host
+presents without trusting it, for `ddops hosts trust`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import socket
+
+import fabric
+import paramiko
+
+from ddops.remote.become import BecomeError, become_of
+from ddops.remote.session import Remote, RemoteError
+from ddops.remote.sshconfig import Endpoint, endpoint
+
+
+def connect(host, connect_timeout: float = 15) -> Remote:
+    """Open a host-key-verified connection to host; RemoteError (one line) when that is not possible."""
+    label = f"{host.name} ({host.address})"
+    try:
+        where = endpoint(host)
+        become = become_of(host)
+    except (OSError, BecomeError) as exc:
+        raise RemoteError(f"{label}: {exc}") from None
+    for key in where.keys:
+        if not os.path.isfile(key):
+            raise RemoteError(f"{label}: ssh key {key}: no such file")
+    if host.known_hosts and not os.path.isfile(host.known_hosts):
+        raise RemoteError(f"{label}: known_hosts {host.known_hosts}: no such file (lab hosts: run `ddops lab up`)")
+    gateway = _connection(where.jump, host, connect_timeout) if where.jump else None
+    connection = _connection(where, host, connect_timeout, gateway)
+    remote = Remote(host, connection, become)
+    try:
+        open_or_close(connection)
+    except paramiko.BadHostKeyException:
+        raise RemoteError(f"{remote.label}: host key does not match {known_hosts_of(host)}; refusing to connect "
+                          "(if the host was re-created, run `ddops lab up` again or `ddops hosts trust`)") from None
+    except paramiko.AuthenticationException as exc:
+        keys = ", ".join(where.keys) or "agent and default keys"
+        raise RemoteError(f"{remote.label}: {keys} refused for {where.label}: {exc}") from None
+    except paramiko.SSHException as exc:
+        raise RemoteError(f"{remote.label}: {exc} ({where.label}; known_hosts: {known_hosts_of(host)}; "
+                          f"`ddops hosts trust {host.name}` records a new host's key)") from None
+    except (OSError, socket.timeout, EOFError) as exc:
+        raise RemoteError(f"{remote.label}: cannot connect to port {where.port} ({where.label}): {exc}") from None
+    return remote
+
+
+def _connection(where: Endpoint, host, timeout: float, gateway=None) -> fabric.Connection:
+    # key_filename=None makes Fabric fail (it extends a list with it): pass it only when set.
+    # The agent is always offered alongside the keys, as OpenSSH does.
+    kwargs = {"look_for_keys": not where.keys, "allow_agent": True,
+              **({"key_filename": list(where.keys)} if where.keys else {})}
+    connection = fabric.Connection(
+        where.hostname, user=where.user, port=where.port, connect_timeout=timeout, gateway=gateway,
+        config=fabric.Config(ssh_config=paramiko.SSHConfig()),   # resolved already (sshconfig.py)
+        connect_kwargs=kwargs)
+    trust(connection.client, host)
+    return connection
+
+
+def open_or_close(connection: fabric.Connection) -> None:
+    try:
+        connection.open()
+    except BaseException:
+        connection.close()
+        raise
+
+
+def known_hosts_of(host) -> str:
+    return str(host.known_hosts) if host.known_hosts else os.path.expanduser("~/.ssh/known_hosts")
+
+
+def trust(client: paramiko.SSHClient, host) -> None:
+    """Only keys already in known_hosts are accepted; Fabric's default would add unknown ones."""
+    path = known_hosts_of(host)
+    if os.path.exists(path):
+        client.load_host_keys(path)
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+
+def host_key(host, timeout: float = 15) -> tuple[str, str, str]:
+    """(known_hosts name, key type, base64 key) the host presents, read without authenticating.
+    A jump host must already be trusted (the key is read through it)."""
+    where = endpoint(host)
+    sock = None
+    if where.jump:
+        gateway = _connection(where.jump, host, timeout)
+        open_or_close(gateway)
+        sock = gateway.transport.open_channel("direct-tcpip", (where.hostname, where.port), ("", 0))
+    else:
+        sock = socket.create_connection((where.hostname, where.port), timeout=timeout)
+    transport = paramiko.Transport(sock)
+    try:
+        transport.start_client(timeout=timeout)
+        key = transport.get_remote_server_key()
+    finally:
+        transport.close()
+    name = where.hostname if where.port == 22 else f"[{where.hostname}]:{where.port}"
+    return name, key.get_name(), key.get_base64()
+
+
+def fingerprint(key_b64: str) -> str:
+    """OpenSSH's SHA256 fingerprint of a base64 public key."""
+    digest = hashlib.sha256(base64.b64decode(key_b64)).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")

@@ -1,0 +1,195 @@
+"""One open SSH connection to one host: run commands, read and write files, as root.
+
+On a host whose SSH user is not root (inventory `become: sudo`) every command is wrapped by
+become.Become and file reads/writes go through commands too: a write uploads to a private
+temporary file of the SSH user, then `install -m MODE -o OWNER` puts it next to the target
+and `mv` renames it into place, so a killed push never leaves a half-written file and a secret
+never sits in a file readable by others.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import posixpath
+import shlex
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import fabric
+import invoke
+import paramiko
+
+from ddops.remote.become import Become, run_channel
+
+LOST = (paramiko.SSHException, OSError, EOFError)
+q = shlex.quote
+
+
+class RemoteError(Exception):
+    """An SSH operation failed; one line naming the host, what was attempted and why."""
+
+
+@dataclass(frozen=True)
+class Result:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Remote:
+    def __init__(self, host, connection: fabric.Connection, become: Become | None = None):
+        self.host = host
+        self.connection = connection
+        self.become = become or Become(None)
+        self.cache: dict = {}    # per-connection memo (e.g. the runtime's --help)
+
+    @property
+    def label(self) -> str:
+        return f"{self.host.name} ({self.host.address})"
+
+    def run(self, command: str, check: bool = True, timeout: float | None = None,
+            stream: bool = False) -> Result:
+        """Run a shell command as root; check=True raises RemoteError on a non-zero exit, naming its
+        stderr. A connection lost meanwhile always raises RemoteError. stream=True prints stdout as it comes."""
+        try:
+            status, out, err = self._execute(command, timeout, stream)
+        except (invoke.CommandTimedOut, TimeoutError):
+            raise RemoteError(f"{self.label}: `{short(command)}` still running after {timeout} s") from None
+        except LOST as exc:
+            raise RemoteError(f"{self.label}: `{short(command)}`: connection lost: {exc}") from None
+        if status == -1 and not self.alive():    # the channel closed without an exit status
+            raise RemoteError(f"{self.label}: `{short(command)}`: connection lost")
+        result = Result(command, status, out, err)
+        if check and not result.ok:
+            reason = last_line(result.stderr) or last_line(result.stdout) or "(no output)"
+            raise RemoteError(f"{self.label}: `{short(command)}` exited {result.exit_code}: {reason}")
+        return result
+
+    def _execute(self, command: str, timeout: float | None, stream: bool) -> tuple[int, str, str]:
+        if not self.become.active:
+            out = self.connection.run(command, hide=not stream, warn=True, in_stream=False, timeout=timeout)
+            return out.exited, out.stdout, out.stderr
+        wrapped, stdin = self.become.wrap(command)
+        sink = (lambda data: (sys.stdout.buffer.write(data), sys.stdout.flush())) if stream else None
+        return run_channel(self.connection.transport, wrapped, stdin, timeout, sink)
+
+    def open_channel(self, command: str) -> paramiko.Channel:
+        """A session channel running command as root, its stdin left open for the caller."""
+        self.connection.open()
+        wrapped, stdin = self.become.wrap(command)
+        chan = self.connection.transport.open_session()
+        chan.exec_command(wrapped)
+        if stdin:
+            chan.sendall(stdin)
+        return chan
+
+    def read(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist."""
+        if self.become.active:
+            out = self.run(f"if [ -f {q(path)} ]; then printf +; base64 -w0 {q(path)}; fi").stdout.strip()
+            return base64.b64decode(out[1:]) if out.startswith("+") else None
+        try:
+            with self.sftp().open(path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+        except LOST as exc:
+            raise RemoteError(f"{self.label}: read {path}: {exc or 'connection lost'}") from None
+
+    def read_text(self, path: str) -> str | None:
+        data = self.read(path)
+        return None if data is None else data.decode()
+
+    def exists(self, path: str) -> bool:
+        if self.become.active:
+            return self.run(f"test -e {q(path)}", check=False).ok
+        try:
+            self.sftp().stat(path)
+            return True
+        except FileNotFoundError:
+            return False
+        except LOST as exc:
+            raise RemoteError(f"{self.label}: stat {path}: {exc or 'connection lost'}") from None
+
+    def write(self, path: str, data: bytes | str, mode: int = 0o644, owner: str | None = None) -> None:
+        """Replace path atomically with data (parent directories are created); owner: user[:group]."""
+        payload = data.encode() if isinstance(data, str) else data
+        self._place(path, mode, owner, lambda sftp, tmp: sftp.putfo(io.BytesIO(payload), tmp, confirm=True))
+
+    def put(self, local: Path, path: str, mode: int = 0o644, owner: str | None = None) -> None:
+        """Upload a local file to path atomically (parent directories are created)."""
+        self._place(path, mode, owner, lambda sftp, tmp: sftp.put(str(local), tmp, confirm=True))
+
+    def mkdir(self, path: str, mode: int = 0o755) -> None:
+        self.run(f"mkdir -p -m {mode:o} {q(path)}")
+
+    def _place(self, path: str, mode: int, owner: str | None, upload) -> None:
+        parent, name = posixpath.split(path)
+        tmp = posixpath.join(parent, f".{name}.ddops-tmp-{uuid.uuid4().hex[:8]}")
+        self.mkdir(parent or "/")
+        if self.become.active:
+            return self._place_as_root(path, tmp, mode, owner, upload)
+        sftp = self.sftp()
+        try:
+            # Mode first, content second: a secret never sits in a file readable by others.
+            sftp.open(tmp, "wb").close()
+            sftp.chmod(tmp, mode)
+            upload(sftp, tmp)
+            if owner:
+                self.run(f"chown {q(owner)} {q(tmp)}")
+            sftp.posix_rename(tmp, path)
+        except LOST as exc:
+            try:
+                sftp.remove(tmp)
+            except LOST:
+                pass
+            raise RemoteError(f"{self.label}: write {path}: {exc}") from None
+
+    def _place_as_root(self, path: str, tmp: str, mode: int, owner: str | None, upload) -> None:
+        staged = f"/tmp/.ddops-upload-{uuid.uuid4().hex}"     # the SSH user's own file, 0600
+        sftp = self.sftp()
+        try:
+            sftp.open(staged, "wb").close()
+            sftp.chmod(staged, 0o600)
+            upload(sftp, staged)
+        except LOST as exc:
+            raise RemoteError(f"{self.label}: upload for {path}: {exc}") from None
+        user, _, group = (owner or "root").partition(":")
+        self.run(f"install -m {mode:o} -o {q(user)} -g {q(group or user)} {q(staged)} {q(tmp)} && "
+                 f"mv -f {q(tmp)} {q(path)}; status=$?; rm -f {q(staged)} {q(tmp)}; exit $status")
+
+    def alive(self) -> bool:
+        transport = self.connection.client.get_transport()
+        return transport is not None and transport.is_active()
+
+    def sftp(self) -> paramiko.SFTPClient:
+        try:
+            return self.connection.sftp()
+        except LOST as exc:
+            raise RemoteError(f"{self.label}: sftp: connection lost: {exc}") from None
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Remote:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def short(command: str) -> str:
+    return command if len(command) <= 80 else command[:77] + "..."
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

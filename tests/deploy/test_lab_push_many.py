@@ -1,0 +1,48 @@
+"""push-model to several lab hosts at once: per-host progress, a partial upload resumed, a corrupt
+one caught by the sha256 check on the host (and the next push succeeding)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ddops.remote import connect
+from tests.deploy.models import tiny_pair
+from tests.deploy.test_lab_deploy import HERE
+
+pytestmark = pytest.mark.lab
+DEST = "/var/lib/ddops/models/push-many-test"
+
+
+def push(lab, model, *where: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddops", "push-model", str(model), *where, "--dest", DEST],
+                          cwd=HERE.parent.parent, env={**os.environ, **lab.env}, capture_output=True, text=True,
+                          timeout=600, stdin=subprocess.DEVNULL)
+
+
+def test_parallel_push_resumes_a_partial_upload_and_rejects_a_corrupt_one(deploy_lab, cache_dir):
+    model, _ = tiny_pair(cache_dir)
+    weights = (model / "model.safetensors").read_bytes()
+    sha = hashlib.sha256(weights).hexdigest()
+    first, second = deploy_lab.hosts[:2]
+    half = len(weights) // 2
+    part = f"{DEST}/.model.safetensors.ddops-part-{sha[:16]}"
+    for name, head in ((first, weights[:half]), (second, b"\0" * half)):   # second: wrong bytes
+        with connect(deploy_lab.host(name)) as remote:
+            remote.run(f"rm -rf {DEST}")
+            remote.write(part, head)
+    done = push(deploy_lab, model, "--hosts", f"{first},{second}")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert f"{first}:{DEST}: copied" in done.stdout
+    assert f"{second}: FAILED" in done.stdout and "sha256 after upload" in done.stdout
+    again = push(deploy_lab, model, "--selector", f"lab={deploy_lab.host(first).labels['lab']}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    for name in (first, second):
+        with connect(deploy_lab.host(name)) as remote:
+            assert remote.run(f"sha256sum {DEST}/model.safetensors").stdout.split()[0] == sha
+            assert remote.run(f"ls -A {DEST} | grep -c ddops-part || true").stdout.strip() == "0"
+            remote.run(f"rm -rf {DEST}")
