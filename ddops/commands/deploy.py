@@ -67,8 +67,11 @@ def deploy(
         try:
             code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
                                 force=force)
-        except RemoteError as err:     # the connection dropped outside the apply phase's own handling
-            message = (f"{err}; the host may hold a half-applied deploy: the next `ddops deploy` "
+        except Exception as err:     # the connection dropped outside the apply phase's own handling
+            if not remote.lost(err):
+                raise
+            why = str(err) if remote.label in str(err) else f"{remote.label}: connection lost ({err})"
+            message = (f"{why}; the host may hold a half-applied deploy: the next `ddops deploy` "
                        "to it restores the backup first")
             if not as_json:
                 show.error(message)

@@ -25,7 +25,6 @@ from ddops.deploy.revert import revert, take_backup
 from ddops.deploy.tunnel import reachable
 from ddops.diagnose import Finding, diagnose
 from ddops import exits
-from ddops.remote import RemoteError
 
 q = shlex.quote
 
@@ -81,10 +80,13 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
             return refused(remote.host.name, plan, notes)
         try:
             outcome = _apply(remote, plan, facts, spec, holder, progress)
-        except RemoteError as err:
+        except Exception as err:
+            if not remote.lost(err):
+                raise
             # the host is somewhere between the old and the new files; pending.json says so
+            why = str(err) if remote.label in str(err) else f"{remote.label}: connection lost ({err})"
             return Outcome(remote.host.name, EXIT_REVERT_FAILED, "host-error",
-                           f"{err}; the host may hold a half-applied deploy: the next `ddops deploy` "
+                           f"{why}; the host may hold a half-applied deploy: the next `ddops deploy` "
                            "to it restores the backup first", plan, notes=notes)
         outcome.notes[:0] = notes
         return outcome

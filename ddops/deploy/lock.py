@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from ddops.deploy.facts import STATE
+from ddops.remote import RemoteError
 
 LOCK_DIR = f"{STATE}/lock"
 HELD_EXIT = 75          # flock -E: the lock is held by someone else
@@ -74,16 +75,20 @@ class HostLock:
 
     def __enter__(self) -> "HostLock":
         payload = base64.b64encode(json.dumps(self.holder.as_dict()).encode()).decode()
-        chan = self.remote.open_channel(_HOLD + payload)
-        reader = chan.makefile("r")
-        for line in reader:
-            if line.startswith("stale "):
-                self.stale = json.loads(base64.b64decode(line[6:].strip()) or b"null")
-            elif line.strip() == "locked":
-                self._chan = chan
-                return self
-        status = chan.recv_exit_status()
-        chan.close()
+        try:
+            chan = self.remote.open_channel(_HOLD + payload)
+            for line in chan.makefile("r"):
+                if line.startswith("stale "):
+                    self.stale = json.loads(base64.b64decode(line[6:].strip()) or b"null")
+                elif line.strip() == "locked":
+                    self._chan = chan
+                    return self
+            status = chan.recv_exit_status()
+            chan.close()
+        except Exception as exc:
+            if self.remote.lost(exc):
+                raise RemoteError(f"{self.remote.label}: taking the deploy lock: connection lost") from None
+            raise
         if status == HELD_EXIT:
             raise LockHeld(self.remote.host.name, _read_holder(self.remote))
         raise RuntimeError(f"{self.remote.label}: cannot take the deploy lock (flock exited {status})")
@@ -94,11 +99,17 @@ class HostLock:
     def release(self) -> None:
         if self._chan is None:
             return
-        self._chan.sendall(b"release\n")
-        self._chan.shutdown_write()
-        self._chan.recv_exit_status()
-        self._chan.close()
-        self._chan = None
+        chan, self._chan = self._chan, None
+        try:
+            chan.sendall(b"release\n")
+            chan.shutdown_write()
+            chan.recv_exit_status()
+        except Exception as exc:
+            # connection gone: sshd closed the channel and the host's flock ended with it
+            if not self.remote.lost(exc):
+                raise
+        finally:
+            chan.close()
 
 
 def _read_holder(remote) -> dict | None:

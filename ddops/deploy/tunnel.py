@@ -1,6 +1,8 @@
-"""Reach a service that listens on the host's loopback only (SGLang's default bind) through
-the deploy's own SSH connection: a local listener on 127.0.0.1 whose connections are carried
-as direct-tcpip channels to the host's loopback port. Used by the gate and `ddops status`."""
+"""Reach a service through the deploy's own SSH connection when this machine cannot reach it
+directly: one that listens on the host's loopback only (SGLang's default bind), or any service
+of a host reached through a jump host or by an ssh_config alias (`remote.behind_ssh`: its address
+is not one to dial). A local listener on 127.0.0.1 carries each connection as a direct-tcpip
+channel to the port on the host. Used by the gate and `ddops status`."""
 
 from __future__ import annotations
 
@@ -22,16 +24,20 @@ def is_loopback(base_url: str) -> bool:
 @contextlib.contextmanager
 def reachable(remote, base_url: str) -> Iterator[str]:
     """base_url itself when the service listens on an address we can reach, else a tunnel URL."""
-    if not is_loopback(base_url):
-        yield base_url
-        return
     parts = urlsplit(base_url)
+    target = parts.hostname
+    if not is_loopback(base_url):
+        if not getattr(remote, "behind_ssh", False):
+            yield base_url
+            return
+        if target == remote.host.address:     # a service bound to every address: the host's loopback
+            target = "127.0.0.1"
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     stop = threading.Event()
     transport = remote.connection.transport
-    thread = threading.Thread(target=_accept, args=(listener, transport, parts.hostname, parts.port or 80, stop),
+    thread = threading.Thread(target=_accept, args=(listener, transport, target, parts.port or 80, stop),
                               daemon=True)
     thread.start()
     try:

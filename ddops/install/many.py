@@ -1,6 +1,7 @@
 """Push a model (or install the runtime) to many hosts at once, with a progress bar per host.
 
-One thread and one SSH connection per host; local checksums are computed once. Each bar shows
+One SSH connection per host, in a process of its own for model pushes (a thread for
+install-runtime, whose time goes to pip on the host); local checksums are computed once. Each bar shows
 the bytes the host still lacks (files already identical there are skipped; a partial upload
 left by a killed push is resumed), the rate and the time left. A host that fails does not stop
 the others: each outcome is reported.
@@ -8,7 +9,9 @@ the others: each outcome is reported.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from queue import Empty
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -52,8 +55,52 @@ def run_on_hosts(hosts: list, work: Callable, console: Console | None = None) ->
 
 def push_model_many(hosts: list, directory: Path, dest: str | None = None,
                     console: Console | None = None) -> list[HostOutcome]:
+    """One process per host: SSH encryption and SFTP framing are Python work, so threads would
+    share one interpreter lock; processes use every core."""
     files = local_files(directory)
     sums = local_checksums(files)
-    target = model_dest(directory, dest)
-    return run_on_hosts(hosts, lambda remote, tick: sync_files(remote, files, target, log=lambda _: None,
-                                                               progress=tick, local_sums=sums), console)
+    return run_in_processes(hosts, _push_one, (files, model_dest(directory, dest), sums), console)
+
+
+def _push_one(host, files, target, sums, queue):
+    """Runs in a child process: one host's push, its progress sent to the parent's bars."""
+    def tick(**update):
+        queue.put((host.name, update))
+    with connect(host) as remote:
+        return sync_files(remote, files, target, log=lambda _: None, progress=tick, local_sums=sums)
+
+
+def run_in_processes(hosts: list, worker: Callable, args: tuple, console: Console | None = None) -> list[HostOutcome]:
+    """worker(host, *args, queue) in a process per host; queue carries (host name, bar update)."""
+    context = multiprocessing.get_context("spawn")     # no fork of a threaded parent
+    with context.Manager() as manager, progress_bars(console) as bars:
+        queue = manager.Queue()
+        tasks = {h.name: bars.add_task(h.name, total=None) for h in hosts}
+        with ProcessPoolExecutor(max_workers=len(hosts), mp_context=context) as pool:
+            futures = [(h, pool.submit(worker, h, *args, queue)) for h in hosts]
+            while not all(f.done() for _, f in futures):
+                _drain(queue, bars, tasks, wait_s=0.1)
+            _drain(queue, bars, tasks, wait_s=0)
+        return [_outcome(h, f, bars, tasks) for h, f in futures]
+
+
+def _drain(queue, bars: Progress, tasks: dict, wait_s: float) -> None:
+    try:
+        name, update = queue.get(timeout=wait_s) if wait_s else queue.get_nowait()
+    except Empty:
+        return
+    bars.update(tasks[name], **update)
+    while True:
+        try:
+            name, update = queue.get_nowait()
+        except Empty:
+            return
+        bars.update(tasks[name], **update)
+
+
+def _outcome(host, future, bars: Progress, tasks: dict) -> HostOutcome:
+    try:
+        return HostOutcome(host.name, True, "ok", future.result())
+    except Exception as exc:     # one host's failure is reported, the others went on
+        bars.update(tasks[host.name], description=f"{host.name} FAILED")
+        return HostOutcome(host.name, False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

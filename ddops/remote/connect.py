@@ -37,6 +37,7 @@ def connect(host, connect_timeout: float = 15) -> Remote:
     gateway = _connection(where.jump, host, connect_timeout) if where.jump else None
     connection = _connection(where, host, connect_timeout, gateway)
     remote = Remote(host, connection, become)
+    remote.endpoint = where
     try:
         open_or_close(connection)
     except paramiko.BadHostKeyException:

@@ -49,7 +49,15 @@ class Remote:
         self.host = host
         self.connection = connection
         self.become = become or Become(None)
+        self.endpoint = None     # sshconfig.Endpoint: where the connection really goes
         self.cache: dict = {}    # per-connection memo (e.g. the runtime's --help)
+
+    @property
+    def behind_ssh(self) -> bool:
+        """The host's HTTP services are reached through this connection: it sits behind a jump
+        host, or its inventory address is an ssh_config alias this machine cannot dial."""
+        where = self.endpoint
+        return where is not None and (where.jump is not None or where.hostname != self.host.address)
 
     @property
     def label(self) -> str:
@@ -83,12 +91,15 @@ class Remote:
 
     def open_channel(self, command: str) -> paramiko.Channel:
         """A session channel running command as root, its stdin left open for the caller."""
-        self.connection.open()
         wrapped, stdin = self.become.wrap(command)
-        chan = self.connection.transport.open_session()
-        chan.exec_command(wrapped)
-        if stdin:
-            chan.sendall(stdin)
+        try:
+            self.connection.open()
+            chan = self.connection.transport.open_session()
+            chan.exec_command(wrapped)
+            if stdin:
+                chan.sendall(stdin)
+        except LOST as exc:
+            raise RemoteError(f"{self.label}: `{short(command)}`: connection lost: {exc}") from None
         return chan
 
     def read(self, path: str) -> bytes | None:
@@ -165,6 +176,11 @@ class Remote:
         user, _, group = (owner or "root").partition(":")
         self.run(f"install -m {mode:o} -o {q(user)} -g {q(group or user)} {q(staged)} {q(tmp)} && "
                  f"mv -f {q(tmp)} {q(path)}; status=$?; rm -f {q(staged)} {q(tmp)}; exit $status")
+
+    def lost(self, exc: BaseException) -> bool:
+        """Whether exc means this connection is gone (a RemoteError, or a socket/SSH error raised
+        by a channel of a transport that is no longer active)."""
+        return isinstance(exc, RemoteError) or (isinstance(exc, LOST) and not self.alive())
 
     def alive(self) -> bool:
         transport = self.connection.client.get_transport()

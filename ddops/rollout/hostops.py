@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 
@@ -22,6 +22,7 @@ from ddops.deploy import rollback as rollbacks
 from ddops.deploy.adopt import content_hash, env_file_of
 from ddops.deploy.desired import unit_argv
 from ddops.deploy.facts import unit_state
+from ddops.deploy.tunnel import reachable
 from ddops.deploy.gate import GateSpec, endpoint, run_health
 from ddops.render import ENV_DIR, UNIT_DIR, read_header
 
@@ -123,7 +124,10 @@ def start_unit(remote, unit: str, command: str, timeout_s: float = 300) -> Resul
         with HostLock(remote, Holder.here(command)):
             remote.run(f"systemctl reset-failed {q(unit)} 2>/dev/null; systemctl start --no-block {q(unit)}")
             spec = health_of(remote, unit, timeout_s)
-            report = run_health(spec, lambda: unit_state(remote, unit)) if spec else None
+            report = None
+            if spec:
+                with reachable(remote, spec.base_url) as url:
+                    report = run_health(replace(spec, base_url=url), lambda: unit_state(remote, unit))
     except LockHeld as err:
         return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
     if report is not None and not report.passed:
