@@ -125,7 +125,7 @@ def parse_request(data: dict, kind: str, served_model: str) -> CompletionSpec:
         stop_token_ids=tuple(_int_list(data, "stop_token_ids")),
         ignore_eos=_get(data, "ignore_eos", bool, False),
         stream=_get(data, "stream", bool, False),
-        include_usage=bool(stream_options.get("include_usage", False)),
+        include_usage=_include_usage(stream_options),
     )
 
 
@@ -148,6 +148,14 @@ def _sampling(data: dict) -> SamplingParams:
     if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
         raise APIError(400, "seed must be a 64-bit integer (-2**63 to 2**64-1)", "seed", "invalid_value")
     return SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k or -1, seed=seed)
+
+
+def _include_usage(stream_options: dict) -> bool:
+    value = stream_options.get("include_usage")
+    if value is not None and not isinstance(value, bool):
+        raise APIError(400, "'stream_options.include_usage' must be a boolean", "stream_options.include_usage",
+                       "invalid_type")
+    return bool(value)
 
 
 def _is_off(value, off: tuple) -> bool:

@@ -91,3 +91,9 @@ def test_nesting_is_bounded_without_recursion():
     with pytest.raises(APIError) as info:
         parse_request(deep, "completion", "m")
     assert info.value.status == 400 and info.value.code == "invalid_json"
+
+
+def test_include_usage_must_be_a_boolean():
+    with pytest.raises(APIError) as info:
+        parse_request({"prompt": "hi", "stream_options": {"include_usage": "yes"}}, "completion", "m")
+    assert info.value.param == "stream_options.include_usage"
