@@ -75,3 +75,30 @@ def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     if params.greedy:
         return logits.argmax(-1)
     return sample(logits_to_probs(logits, params), generator)
+
+
+class PositionalDraws:
+    """A sequence's random draws, keyed by the position of the token being drawn.
+
+    Row i of `choose` is one sample from its filtered distribution with a generator seeded
+    from (seed, positions[i]) alone, so the token a seeded sequence gets at a position never
+    depends on how its decoding was cut into rounds: plain steps, speculative rounds (tree rows
+    at one depth share the draw, and only one of them is ever committed) or a batch with other
+    sequences. Each committed token is still an independent exact sample: its draw is fresh
+    at its position, and which row is committed depends only on earlier positions' draws.
+    """
+
+    def __init__(self, seed: int, device="cpu"):
+        self.seed = seed
+        self.generator = torch.Generator(device=device)
+
+    def choose(self, logits: torch.Tensor, params: SamplingParams, positions) -> torch.Tensor:
+        """logits [N, vocab], positions [N] (of the tokens drawn) -> LongTensor [N]."""
+        if params.greedy:
+            return logits.argmax(-1)
+        probs = logits_to_probs(logits, params)
+        out = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+        for i, position in enumerate(torch.as_tensor(positions).tolist()):
+            self.generator.manual_seed((self.seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9) % (1 << 63))
+            out[i] = torch.multinomial(probs[i], 1, generator=self.generator)[0]
+        return out

@@ -7,8 +7,8 @@ nothing is ever preempted; a request that does not fit yet waits.
 
 Plain decoding: one `batched.decode_step` for all decoding sequences per round. Prefill: the
 single-sequence `forward`, one chunk at a time (fixed chunk boundaries, so a prompt's numerics
-never depend on what runs beside it). Each sequence samples with its own generator, seeded
-from the request's seed (or the server seed and an arrival counter), as ARDecoder seeds.
+never depend on what runs beside it). Each sequence samples with its own `PositionalDraws`,
+seeded from the request's seed (or the server seed and an arrival counter), as ARDecoder seeds.
 
 Speculative methods (policy, docs/serving.md "Batching"): a round in which exactly one
 sequence decodes is a speculative round for it (serving.speculative.lane); with two or more,
@@ -22,7 +22,7 @@ import torch
 
 from serving.engine.kv_pool import KVPool
 from serving.models import batched
-from serving.sampling import choose
+from serving.sampling import PositionalDraws
 
 DEFAULT_MAX_RUNNING = 32
 
@@ -55,10 +55,10 @@ class BatchRunner:
             return False
         self.sequences += 1
         seed = seq.request.sampling.seed
-        generator = torch.Generator(device=self.target.device)
         # unseeded requests still differ from each other, yet a server run is reproducible
-        generator.manual_seed(seed if seed is not None else self.default_seed * 1_000_003 + self.sequences)
-        seq.state.update(cache=cache, generator=generator, next=None)
+        draws = PositionalDraws(seed if seed is not None else self.default_seed * 1_000_003 + self.sequences,
+                                self.target.device)
+        seq.state.update(cache=cache, draws=draws, next=None)
         return True
 
     def prefill(self, seq, chunk: int) -> list[int]:
@@ -75,7 +75,7 @@ class BatchRunner:
             self.spec.record(seq, hidden)
         if end < len(seq.prompt):
             return []
-        return [self._choose(seq, logits)]
+        return [self._choose(seq, logits, end)]
 
     def decode(self, seqs) -> list[list[int]]:
         if self.spec and len(seqs) == 1:
@@ -91,7 +91,7 @@ class BatchRunner:
             caches[b].commit(1)
             if self.spec:
                 self.spec.record(seq, hidden[b:b + 1])
-            out.append([self._choose(seq, logits[b:b + 1])])
+            out.append([self._choose(seq, logits[b:b + 1], caches[b].length)])
         return out
 
     def release(self, seq) -> None:
@@ -100,7 +100,8 @@ class BatchRunner:
             self.spec.forget(seq)
 
     @staticmethod
-    def _choose(seq, logits: torch.Tensor) -> int:
-        token = int(choose(logits, seq.request.sampling, seq.state["generator"])[0])
+    def _choose(seq, logits: torch.Tensor, position: int) -> int:
+        """logits [1, vocab] -> the token at `position`."""
+        token = int(seq.state["draws"].choose(logits, seq.request.sampling, [position])[0])
         seq.state["next"] = token
         return token

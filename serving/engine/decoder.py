@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from serving.sampling import SamplingParams, choose
+from serving.sampling import PositionalDraws, SamplingParams
 
 
 class Decoder(Protocol):
@@ -24,7 +24,7 @@ class ARDecoder:
         self.model = model
         self.prefill_chunk = prefill_chunk
         self.cache = model.new_cache(capacity)
-        self.generator = torch.Generator(device=model.device)
+        self.draws = PositionalDraws(seed, model.device)
         self.default_seed = seed
         self.sequences = 0
         self.last_accept_length = 1
@@ -41,8 +41,8 @@ class ARDecoder:
         self.sampling = sampling
         self.sequences += 1
         # unseeded requests still differ from each other, yet a server run is reproducible
-        self.generator.manual_seed(sampling.seed if sampling.seed is not None
-                                   else self.default_seed * 1_000_003 + self.sequences)
+        self.draws.seed = (sampling.seed if sampling.seed is not None
+                           else self.default_seed * 1_000_003 + self.sequences)
         self.cache.truncate(0)
         tokens = torch.tensor(prompt_ids, dtype=torch.long, device=self.model.device)
         positions = torch.arange(len(prompt_ids), device=self.model.device)
@@ -61,6 +61,6 @@ class ARDecoder:
     def _advance(self, tokens: torch.Tensor, positions: torch.Tensor) -> list[int]:
         logits, _ = self.model.forward(tokens, positions, self.cache, last_only=True)
         self.cache.commit(tokens.shape[0])
-        self.next_token = choose(logits, self.sampling, self.generator)   # [1]
+        self.next_token = self.draws.choose(logits, self.sampling, [self.cache.length])   # [1]
         self.last_accept_length = 1
         return [int(self.next_token)]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from serving.sampling import SamplingParams, choose
+from serving.sampling import PositionalDraws, SamplingParams
 
 from .base import Method
 from .tree import Tree, ancestors, chain_tree, walk
@@ -50,7 +50,7 @@ class SpecDecoder:
         rows = capacity + self.needs.draft_tokens
         self.cache = target.new_cache(rows)
         method.drafter.reserve(rows)
-        self.generator = torch.Generator(device=target.device)
+        self.draws = PositionalDraws(seed, target.device)
         self.default_seed, self.sequences = seed, 0
         self.sampling = SamplingParams()
         self.last_accept_length = 1
@@ -72,8 +72,8 @@ class SpecDecoder:
             raise ValueError(f"prompt ({n}) + max_new_tokens ({max_new_tokens}) exceeds the context ({self.capacity})")
         self.sampling, self.sequences = sampling, self.sequences + 1
         # Seeded exactly as ARDecoder seeds, so a seeded request is reproducible per method.
-        self.generator.manual_seed(sampling.seed if sampling.seed is not None
-                                   else self.default_seed * 1_000_003 + self.sequences)
+        self.draws.seed = (sampling.seed if sampling.seed is not None
+                           else self.default_seed * 1_000_003 + self.sequences)
         self.cache.truncate(0)
         drafter.reset()
         tokens = torch.tensor(prompt_ids, dtype=torch.long, device=target.device)
@@ -83,15 +83,15 @@ class SpecDecoder:
                                             self.cache, capture=self.needs.target_layers, last_only=True)
             self.cache.commit(end - begin)
             drafter.extend(hidden[:, : drafter.feature_width])
-        choice = self._choose(logits)
+        choice = self._choose(logits, [n])
         self.bonus, self.bonus_on_device, self.start_pos = int(choice[0]), choice, n
         self.remaining = max_new_tokens - 1
         self.last_accept_length = 1
         return [self.bonus]
 
-    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
-        """One independent target draw (or argmax) per row: [T, vocab] -> [T] on the device."""
-        return choose(logits, self.sampling, self.generator)
+    def _choose(self, logits: torch.Tensor, positions) -> torch.Tensor:
+        """One target draw (or argmax) per row, keyed by the position it fills: [T, vocab] -> [T] on the device."""
+        return self.draws.choose(logits, self.sampling, positions)
 
     def _depth(self) -> int:
         # Never draft past max_new_tokens (the round would be wasted) or the trained block.
@@ -131,7 +131,7 @@ class SpecDecoder:
         logits, hidden = target.forward(tokens, positions, self.cache, tree_mask=mask,
                                         capture=self.needs.target_layers)
         t3 = time.perf_counter()
-        choices = self._choose(logits)
+        choices = self._choose(logits, positions + 1)
         path, bonus = walk(tree, choices.tolist())
         self._commit(tree, path, table, hidden)
         committed = [tree.tokens[i] for i in path[1:]] + [bonus]

@@ -4,7 +4,7 @@ The runner keeps, per sequence, the target features of every committed token (ca
 prefill, batched plain steps and speculative rounds alike). Before a round, the one drafter
 catches up on what it has not seen of that sequence, or starts over from all of its features
 when it last drafted for another one; the round itself is `SpecDecoder.step` run on the
-sequence's own slice of the KV pool, its own sampling parameters and generator.
+sequence's own slice of the KV pool, its own sampling parameters and draws.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class SpecLane:
         for f in features[seen:]:
             self.tee.inner.extend(f)
         d, bonus = self.decoder, seq.state["next"]
-        d.cache, d.sampling, d.generator = seq.state["cache"], seq.request.sampling, seq.state["generator"]
+        d.cache, d.sampling, d.draws = seq.state["cache"], seq.request.sampling, seq.state["draws"]
         d.bonus, d.start_pos, d.remaining = bonus, d.cache.length, seq.remaining
         d.bonus_on_device = torch.tensor([bonus], dtype=torch.long, device=d.cache.k.device)
         self.tee.sink = features

@@ -1,10 +1,11 @@
-"""Every method in METHODS under continuous batching: greedy answers in a crowd equal the answers alone.
+"""Every method in METHODS under continuous batching: answers in a crowd equal the answers alone.
 
 The batch runner speculates when exactly one sequence decodes and takes batched plain steps
 when several do (serving.engine.batch); the drafter then catches up from the kept features.
 Alone, a request runs speculative rounds; in a crowd of 16 it mostly runs plain steps and
 speculates again once its neighbours finish, so both paths and the switches between them
-meet in one comparison. Tiny fp32 targets with distilled drafts (rounds really accept).
+meet in one comparison: greedy requests, and seeded sampled ones (their draws are keyed by
+position, serving.sampling.PositionalDraws). Tiny fp32 targets with distilled drafts.
 """
 
 import threading
@@ -27,14 +28,15 @@ SETTINGS = [(name, None, None) for name in METHODS] + [
     (name, None, 3) for name, spec in METHODS.items() if spec.takes_budget]
 
 
-def requests(tokenizer, eos: int) -> list[tuple[list[int], StopRule]]:
+def requests(tokenizer, eos: int) -> list[tuple[list[int], SamplingParams, StopRule]]:
     gen = torch.Generator().manual_seed(3)
     prompts = [tokenizer.encode(t, prompt=False) for t in TEXTS]
     prompts += [torch.randint(3, tokenizer.vocab_size, (n,), generator=gen).tolist() for n in (1, 9, 40, 70)]
     out = []
     for i in range(16):
         stop_ids = frozenset({eos}) if i % 3 == 0 else frozenset()
-        out.append((prompts[i % len(prompts)], StopRule(1 + (i * 7) % 30, stop_ids=stop_ids)))
+        sampling = SamplingParams(temperature=0.9, seed=40 + i) if i % 4 == 3 else GREEDY
+        out.append((prompts[i % len(prompts)], sampling, StopRule(1 + (i * 7) % 30, stop_ids=stop_ids)))
     return out
 
 
@@ -46,16 +48,16 @@ def engine_for(target, tokenizer, name, draft, block, budget) -> Engine:
 
 @pytest.mark.parametrize("name, block, budget", SETTINGS)
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
-def test_greedy_answers_in_a_crowd_equal_answers_alone(arch, name, block, budget, tiny_dirs, targets,
+def test_answers_in_a_crowd_equal_answers_alone(arch, name, block, budget, tiny_dirs, targets,
                                                        distilled_drafts):
     tokenizer = Tokenizer.from_dir(tiny_dirs[arch])
     engine = engine_for(targets[arch], tokenizer, name, distilled_drafts[arch], block, budget)
     try:
         cases = requests(tokenizer, eos=tokenizer.eos_ids and min(tokenizer.eos_ids) or 0)
-        alone = [engine.generate(p, GREEDY, rule) for p, rule in cases]
+        alone = [engine.generate(*case) for case in cases]
         together = [None] * len(cases)
-        threads = [threading.Thread(target=lambda i=i: together.__setitem__(
-            i, engine.generate(cases[i][0], GREEDY, cases[i][1]))) for i in range(len(cases))]
+        threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, engine.generate(*cases[i])))
+                   for i in range(len(cases))]
         for t in threads:
             t.start()
         for t in threads:
