@@ -93,3 +93,30 @@ def _health(server):
     except httpx.HTTPError:
         return None
     return response.status_code, response.json()
+
+
+def test_batched_answers_equal_answers_alone(ours, tokenizer):
+    """Continuous batching on the real model: 6 chat requests (greedy and seeded samples, different
+    max_tokens) answered together equal each answered alone, token for token."""
+    import threading
+
+    from serving.engine.batch import BatchRunner
+
+    questions = ["What is the capital of France?", "Write a haiku about the sea.", "Name three prime numbers.",
+                 "Why is the sky blue?", "Say hello in Spanish.", "What is 2 + 2?"]
+    cases = [(tokenizer.encode_chat([{"role": "user", "content": q}]),
+              SamplingParams(temperature=0.7, seed=i) if i % 2 else SamplingParams(temperature=0),
+              StopRule(6 + 3 * i, stop_ids=frozenset({2}))) for i, q in enumerate(questions)]
+    engine = Engine(lambda: BatchRunner(ours, None, capacity=512, max_running=8), tokenizer).start()
+    try:
+        alone = [engine.generate(*case).token_ids for case in cases]
+        together = [None] * len(cases)
+        threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, engine.generate(*cases[i]).token_ids))
+                   for i in range(len(cases))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    finally:
+        engine.stop()
+    assert together == alone
