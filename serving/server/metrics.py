@@ -27,6 +27,9 @@ class Metrics:
         self.avg_accept = Gauge("serving_avg_spec_accept_length",
                                 "Mean tokens committed per decode round since start", registry=r)
         self.queue_depth = Gauge("serving_queue_depth", "Requests waiting for the engine", registry=r)
+        self.running = Gauge("serving_num_running_reqs", "Sequences in flight (continuous batching)", registry=r)
+        self.kv_used = Gauge("serving_kv_pool_used_tokens", "KV pool rows reserved by running sequences", registry=r)
+        self.kv_total = Gauge("serving_kv_pool_tokens", "KV pool rows (--max-total-tokens)", registry=r)
         self.spec_info = Gauge("serving_speculative_info", "Decoding method in use (value 1)",
                                ["algorithm", "num_draft_tokens", "ddtree_budget"], registry=r)
         self.engine_stats = engine_stats
@@ -45,6 +48,11 @@ class Metrics:
         if engine is not None:
             self.avg_accept.set(engine.stats.avg_spec_accept_length)
             self.queue_depth.set(engine.queue.qsize())
+            self.running.set(engine.running)
+            pool = getattr(engine.decoder, "pool", None)     # serving.engine.batch.BatchRunner
+            if pool is not None:
+                self.kv_total.set(pool.capacity)
+                self.kv_used.set(pool.capacity - pool.free_tokens)
             spec = getattr(engine.decoder, "server_args", {})  # serving.speculative.decoder.SpecDecoder
             self.spec_info.clear()
             self.spec_info.labels(algorithm=spec.get("speculative_algorithm") or "NONE",

@@ -17,6 +17,7 @@ from serving.engine import Delta, Engine, EngineBusy, Finished, GenerationReques
 from serving.engine.batch import BatchRunner
 from serving.engine.kv_pool import KVPool
 from serving.sampling import SamplingParams
+from serving.server.metrics import Metrics
 
 from .test_engine import reference_greedy
 
@@ -52,6 +53,11 @@ def crowd(engine: Engine, requests) -> list:
     for t in threads:
         t.join(timeout=120)
     return results
+
+
+def metric_values(text: bytes) -> dict[str, float]:
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.decode().splitlines()
+            if line and not line.startswith("#")}
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +115,10 @@ def test_a_full_queue_refuses_and_a_cancelled_request_frees_its_rows(llama_model
         one.submit(GenerationRequest([5], GREEDY, StopRule(2), lambda e: None))   # it waits
         with pytest.raises(EngineBusy):
             one.submit(GenerationRequest([5], GREEDY, StopRule(2), lambda e: None))
+        gauges = metric_values(Metrics().render(one))
+        assert gauges["serving_num_running_reqs"] == 1 and gauges["serving_queue_depth"] == 1
+        assert gauges["serving_kv_pool_used_tokens"] == 3 + 400                  # prompt + max_tokens
+        assert gauges["serving_kv_pool_tokens"] == one.scheduler.runner.pool.capacity
         long.cancelled.set()
         while not isinstance(event := events.get(timeout=30), Finished):
             pass
