@@ -97,7 +97,7 @@ KNOWN_PATHS = ("/health", "/health_generate", "/server_info", "/metrics", "/v1/m
 
 def _install_routes(app: FastAPI, state: AppState) -> None:
     args = state.args
-    probe = HealthProbe(lambda: _health_generation(state), args.health_generate_cache_ttl)
+    probe = HealthProbe(lambda: _health_generation(state), args.health_generate_interval)
 
     @app.get("/health", **openapi.HEALTH)
     async def health():

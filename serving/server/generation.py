@@ -87,25 +87,28 @@ class Admitted:
 
 
 class HealthProbe:
-    """/health_generate's generation: one in flight, its outcome reused for `ttl_s` seconds.
+    """/health_generate's generation: one at a time, at most one per `interval_s`.
 
-    Any number of concurrent callers share the probe in flight, so the engine sees at most one
-    probe per `ttl_s`, whatever the callers' number or credentials.
+    A caller shares the probe in flight, or waits for the next one, which starts `interval_s`
+    after the last ended: every answer is at most one probe old, and any number of callers,
+    keyed or not, costs the engine at most one short generation per interval (and a client
+    looping on the endpoint gets one answer per interval, not one per round trip).
     """
 
-    def __init__(self, run: Callable[[], Awaitable[dict]], ttl_s: float):
-        self.run, self.ttl_s = run, ttl_s
+    def __init__(self, run: Callable[[], Awaitable[dict]], interval_s: float):
+        self.run, self.interval_s = run, interval_s
         self.task: asyncio.Task | None = None
         self.done_at = float("-inf")
 
     async def outcome(self) -> tuple[int, dict]:
-        fresh = time.monotonic() - self.done_at < self.ttl_s
-        if self.task is None or (self.task.done() and not fresh):
-            self.task = asyncio.ensure_future(self._probe())
+        if self.task is None or self.task.done():
+            wait = self.done_at + self.interval_s - time.monotonic()
+            self.task = asyncio.ensure_future(self._probe(max(wait, 0.0)))
         # shield: a caller that disconnects must not cancel the probe others wait on
         return await asyncio.shield(self.task)
 
-    async def _probe(self) -> tuple[int, dict]:
+    async def _probe(self, delay_s: float) -> tuple[int, dict]:
+        await asyncio.sleep(delay_s)
         try:
             return 200, await self.run()
         except (asyncio.TimeoutError, APIError, RuntimeError) as e:

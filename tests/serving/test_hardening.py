@@ -25,7 +25,7 @@ def strict_server(tiny_llama, tmp_path_factory):
     log = tmp_path_factory.mktemp("strict") / "server.log"
     proc = ServerProcess(tiny_llama, log, "--api-key", KEY, "--served-model-name", "tiny",
                          "--max-running-requests", "1", "--timeout-request-headers", "1",
-                         "--timeout-request-body", "1", "--health-generate-cache-ttl", "5",
+                         "--timeout-request-body", "1", "--health-generate-interval", "5",
                          "--metrics-require-api-key")
     yield proc.wait_ready()
     proc.stop()

@@ -16,7 +16,7 @@ def ddtree_server(tiny_dirs, distilled_drafts, tmp_path_factory):
     server = ServerProcess(tiny_dirs["llama"], log, "--speculative-algorithm", "DDTREE",
                            "--speculative-draft-model-path", str(distilled_drafts["llama"]),
                            "--speculative-ddtree-budget", "24",
-                           "--health-generate-cache-ttl", "0").wait_ready()  # every probe generates
+                           "--health-generate-interval", "0").wait_ready()  # every probe generates
     yield server
     server.stop()
 
