@@ -2,10 +2,12 @@
 
 Allocation model (the same one ddops.fit uses for this runtime): every parameter in the
 runtime dtype, plus one preallocated target KV pool of `context_length + draft_tokens` rows
-over all layers (the extra rows hold one verify pass past the context), or `--max-total-tokens`
-rows when set; running sequences share it (serving.engine.kv_pool). The draft's context K/V
-and the features kept for it grow per sequence and are not preallocated, so neither side
-counts them. /server_info reports
+over all full-attention layers (the extra rows hold one verify pass past the context), or
+`--max-total-tokens` rows when set; running sequences share it (serving.engine.kv_pool).
+Hybrid targets (served one sequence at a time) add that sequence's linear-attention state: per
+Gated DeltaNet layer the conv state ((K-1) x conv channels, runtime dtype) and the recurrent
+state (Hv x dk x dv, fp32). The draft's context K/V, the features kept for it and a verify
+pass's per-row states are transient, so neither side counts them. /server_info reports
 both under `memory` so an operator (and a test) can compare prediction and measurement.
 """
 
@@ -18,6 +20,8 @@ import torch
 from torch import nn
 
 from serving import speculative
+from serving.models.config import text_part
+from serving.models.hybrid_cache import HybridCache
 from serving.models.kv_cache import KVCache
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -33,13 +37,14 @@ def measure(decoder) -> dict:
             if tensor.data_ptr() not in seen:
                 seen.add(tensor.data_ptr())
                 weights += tensor.numel() * tensor.element_size()
-    kv = sum(t.numel() * t.element_size() for c in caches for t in (c.k, c.v))
-    return {"weights_bytes": weights, "kv_cache_bytes": kv}
+    kv = sum(t.numel() * t.element_size() for c in caches if isinstance(c, KVCache) for t in (c.k, c.v))
+    state = sum(c.state_bytes() for c in caches if isinstance(c, HybridCache))
+    return {"weights_bytes": weights, "kv_cache_bytes": kv, "state_cache_bytes": state}
 
 
-def _reachable(root) -> tuple[list[nn.Module], list[KVCache]]:
+def _reachable(root) -> tuple[list[nn.Module], list]:
     modules: dict[int, nn.Module] = {}
-    caches: dict[int, KVCache] = {}
+    caches: dict[int, object] = {}
     frontier = [root]
     for _ in range(WALK_DEPTH + 1):
         found = []
@@ -49,6 +54,9 @@ def _reachable(root) -> tuple[list[nn.Module], list[KVCache]]:
                     modules.setdefault(id(value), value)
                 elif isinstance(value, KVCache):
                     caches.setdefault(id(value), value)
+                elif isinstance(value, HybridCache):
+                    caches.setdefault(id(value), value)
+                    found.append(value)
                 elif hasattr(value, "__dict__") and not isinstance(value, (torch.Tensor, type)):
                     found.append(value)
         frontier = found
@@ -57,9 +65,9 @@ def _reachable(root) -> tuple[list[nn.Module], list[KVCache]]:
 
 def predict(args) -> dict:
     """From config.json (and the draft's): parameter bytes and KV cache bytes for resolved `args`."""
-    target = _config(args.model_path)
+    target = text_part(_config(args.model_path), args.model_path)
     width = DTYPE_BYTES[args.dtype]
-    params = dense_params(target)
+    params = dense_params(target) if "linear_num_value_heads" not in target else hybrid_params(target)
     method = speculative.resolve(args.speculative_algorithm)
     extra = 0
     if method.speculative and args.speculative_draft_model_path:
@@ -70,15 +78,57 @@ def predict(args) -> dict:
     heads = target["num_attention_heads"]
     head_dim = target.get("head_dim") or target["hidden_size"] // heads
     kv_heads = target.get("num_key_value_heads") or heads
-    rows = args.max_total_tokens or args.context_length + extra
-    kv = target["num_hidden_layers"] * kv_heads * head_dim * 2 * rows * width
+    kinds = layer_kinds(target)
+    linear = kinds.count("linear_attention")
+    # hybrids run on the one-sequence decoder: one cache of context + verify rows, no pool
+    rows = args.context_length + extra if linear else args.max_total_tokens or args.context_length + extra
+    kv = kinds.count("full_attention") * kv_heads * head_dim * 2 * rows * width
+    state = linear * linear_state_bytes(target, width) if linear else 0
     return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
-            "predicted_bytes": params * width + kv}
+            "predicted_state_cache_bytes": state, "predicted_bytes": params * width + kv + state}
 
 
 def report(decoder, args) -> dict:
-    measured = measure(decoder)
-    return {**measured, "measured_bytes": measured["weights_bytes"] + measured["kv_cache_bytes"], **predict(args)}
+    m = measure(decoder)
+    return {**m, "measured_bytes": m["weights_bytes"] + m["kv_cache_bytes"] + m["state_cache_bytes"],
+            **predict(args)}
+
+
+def kernels(decoder) -> dict:
+    """Which implementation runs each part of the target (hybrids name their linear-attention path)."""
+    target = getattr(decoder, "target", None) or getattr(decoder, "model", None)
+    return {"attention": "torch sdpa", **getattr(target, "kernels", {})}
+
+
+def layer_kinds(c: dict) -> list[str]:
+    """full_attention / linear_attention per layer (dense models: all full)."""
+    if "linear_num_value_heads" not in c:
+        return ["full_attention"] * c["num_hidden_layers"]
+    if c.get("layer_types"):
+        return list(c["layer_types"])
+    interval = int(c.get("full_attention_interval", 4))
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(c["num_hidden_layers"])]
+
+
+def linear_state_bytes(c: dict, width: int) -> int:
+    """One Gated DeltaNet layer's state: conv (K-1) x channels in the runtime dtype, recurrent fp32."""
+    hv, dk, dv = c["linear_num_value_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
+    channels = 2 * c["linear_num_key_heads"] * dk + hv * dv
+    return (c.get("linear_conv_kernel_dim", 4) - 1) * channels * width + hv * dk * dv * 4
+
+
+def hybrid_params(c: dict) -> int:
+    """Qwen3.5 text parameters: gated attention (q_proj doubled) or Gated DeltaNet, SwiGLU, norms."""
+    hidden, vocab, inter = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
+    heads, d = c["num_attention_heads"], c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or heads
+    attention = hidden * heads * d * 3 + 2 * hidden * kv * d + 2 * d
+    hv, dv, kernel = c["linear_num_value_heads"], c["linear_value_head_dim"], c.get("linear_conv_kernel_dim", 4)
+    channels = 2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] + hv * dv
+    linear = hidden * (channels + 2 * hv * dv + 2 * hv) + channels * kernel + 2 * hv + dv
+    mixers = sum(attention if kind == "full_attention" else linear for kind in layer_kinds(c))
+    embed = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+    return embed + mixers + c["num_hidden_layers"] * (3 * hidden * inter + 2 * hidden) + hidden
 
 
 def dense_params(c: dict) -> int:

@@ -208,6 +208,8 @@ def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) 
         out.print(f"fit {profile.name}: {profile.runtime} runtime on {where} will allocate "
                   f"{gib(predicted.predicted_bytes)}: weights {gib(predicted.weights_bytes)} in "
                   f"{predicted.dtype}, KV cache {gib(predicted.kv_cache_bytes)} for "
-                  f"{predicted.kv_slots:,} slots", markup=False)
+                  f"{predicted.kv_slots:,} slots"
+                  + (f", linear-attention state {gib(predicted.state_cache_bytes)}" if predicted.state_cache_bytes else ""),
+                  markup=False)
         out.print("[green]fits[/]" if fits else "[red]does not fit[/]")
     raise typer.Exit(code)

@@ -38,14 +38,16 @@ def table(results, header: str):
     from rich.table import Table
 
     t = Table(title=header)
+    hybrid = any(r.state_share is not None for r in results)   # state column only for hybrid targets
     for col in ("method", "tok/s", "speedup", "tau", "draft ms", "tree ms", "verify ms", "accept ms",
-                "tree+accept", "= none"):
+                "tree+accept", *(("state",) if hybrid else ()), "= none"):
         t.add_column(col, justify="right")
     for r in results:
         ms = r.per_round_ms()
+        state = (f"{100 * r.state_share:.1f}%",) if hybrid else ()
         t.add_row(r.label, f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x", f"{r.tau:.2f}",
                   *(f"{ms[p]:.1f}" for p in ("draft", "tree", "verify", "accept")),
-                  f"{100 * r.overhead_share:.1f}%", "yes" if r.equal_to_none else "NO")
+                  f"{100 * r.overhead_share:.1f}%", *state, "yes" if r.equal_to_none else "NO")
     return t
 
 

@@ -4,7 +4,9 @@ Pure where it can be: method specs parse to `BenchMethod`, runs reduce to `Metho
 the torch work is in `run_method`. Figures: tokens/s, speedup over `none` measured in
 the same run, tau (tokens committed per verify round, bonus included), time per round
 split into draft / tree build (+ mask) / verify / accept (+ KV compaction), and whether
-every output equals the `none` output token for token.
+every output equals the `none` output token for token. Hybrid targets add the state handling
+share: planning the tree for the linear-attention layers (parents, levels, conv windows) plus
+committing the accepted row's conv and recurrent state, over the measured round time.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class MethodResult:
     outputs: list = field(default_factory=list)
     speedup: float = 1.0
     equal_to_none: bool | None = None
+    state_seconds: float | None = None   # hybrid targets: linear-attention state handling in rounds
 
     @property
     def tokens_per_s(self) -> float:
@@ -69,10 +72,16 @@ class MethodResult:
         total = sum(self.phase_seconds.values())
         return (self.phase_seconds["tree"] + self.phase_seconds["accept"]) / total if total else 0.0
 
+    @property
+    def state_share(self) -> float | None:
+        """Hybrid state handling as a share of the measured round time (None: no linear layers)."""
+        total = sum(self.phase_seconds.values())
+        return self.state_seconds / total if self.state_seconds is not None and total else None
+
     def summary(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k != "outputs"}
         out.update(tokens_per_s=self.tokens_per_s, tau=self.tau, ms_per_round=self.per_round_ms(),
-                   overhead_share=self.overhead_share)
+                   overhead_share=self.overhead_share, state_share=self.state_share)
         return out
 
 
@@ -84,16 +93,23 @@ def compare(results: list[MethodResult]) -> None:
         r.equal_to_none = r.outputs == base.outputs
 
 
-def generate(decoder, prompt: list[int], max_tokens: int, stop_ids: frozenset) -> list[int]:
-    """Greedy tokens up to max_tokens or the first stop id (kept), as the engine truncates."""
+def generate(decoder, prompt: list[int], max_tokens: int, stop_ids: frozenset) -> tuple[list[int], float]:
+    """Greedy tokens up to max_tokens or the first stop id (kept), as the engine truncates,
+    and the seconds the rounds (not the prefill) spent on hybrid state handling."""
     out = decoder.start(prompt, SamplingParams(temperature=0), max_tokens)
+    state_before = _state_seconds(decoder)
     while len(out) < max_tokens and not stop_ids.intersection(out):
         out += decoder.step()
+    state = _state_seconds(decoder) - state_before
     out = out[:max_tokens]
     for i, t in enumerate(out):
         if t in stop_ids:
-            return out[: i + 1]
-    return out
+            return out[: i + 1], state
+    return out, state
+
+
+def _state_seconds(decoder) -> float:
+    return getattr(decoder.cache, "state_seconds", 0.0)
 
 
 def run_method(method: BenchMethod, target, draft: str | None, prompts: list[list[int]], max_tokens: int,
@@ -104,12 +120,16 @@ def run_method(method: BenchMethod, target, draft: str | None, prompts: list[lis
     result = MethodResult(method.label, speculative=method.spec.speculative)
     times = getattr(decoder, "times", None)
     before = dict(vars(times)) if times else None
+    if hasattr(decoder.cache, "state_seconds"):
+        result.state_seconds = 0.0
     for prompt in prompts:
         began = time.perf_counter()
-        out = generate(decoder, prompt, max_tokens, stop_ids)
+        out, state = generate(decoder, prompt, max_tokens, stop_ids)
         result.seconds += time.perf_counter() - began
         result.tokens += len(out)
         result.outputs.append(out)
+        if result.state_seconds is not None:
+            result.state_seconds += state
     if times is not None:
         result.rounds = times.rounds - before["rounds"]
         result.accepted = times.accepted - before["accepted"]

@@ -129,8 +129,9 @@ class GatedDeltaNet(nn.Module):
         state = cache.recurrent[self.slot]
         if rows.stepwise:
             o, states = step_by_depth(q, k, v, g, beta, state, rows)
+            cache.stage(self.slot, inputs, states)
         else:
             o, states = chunked_delta_rule(q, k, v, g, beta, state)
-        cache.stage(self.slot, inputs, states)
+            cache.stage(self.slot, inputs, states, replay=(q, k, v, g, beta))
         o = self.norm(o.to(x.dtype), z.view(T, L.num_value_heads, -1))
         return self.out_proj(o.reshape(T, L.value_dim))

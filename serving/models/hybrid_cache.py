@@ -5,7 +5,9 @@ keeps a conv state (the last K-1 conv inputs, [K-1, C], model dtype) and a recur
 ([Hv, dk, dv], fp32). `forward` never changes the committed state: each linear layer stages
 its new rows' conv inputs and per-row states; the caller then commits the last row
 (`commit(T)`) or a tree path (`keep(path)`), whose last row's state becomes the sequence's.
-The staged per-row states are transient (the verify pass's activations), not preallocated.
+By-depth forwards stage every row's state (snapshot: commit is a copy); chunked chains stage
+the final state and their per-row inputs (commit of a shorter prefix recomputes it). Staged
+tensors are transient (the verify pass's activations), not preallocated.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import time
 
 import torch
 
+from serving.models.gated_deltanet import chunked_delta_rule
 from serving.models.kv_cache import KVCache
 from serving.models.linear_rows import Rows
 
@@ -49,10 +52,11 @@ class HybridCache:
         self.rows = rows
         self.staged = [None] * len(self.staged)
 
-    def stage(self, slot: int, inputs: torch.Tensor, states: torch.Tensor) -> None:
+    def stage(self, slot: int, inputs: torch.Tensor, states: torch.Tensor, replay=None) -> None:
         """inputs [K-1 + T, C]: committed conv columns then the new rows' conv inputs;
-        states [T + 1, H, dk, dv] per row (stepwise) or the final state [H, dk, dv] (chunked)."""
-        self.staged[slot] = (inputs, states)
+        states [T + 1, H, dk, dv] per row (stepwise) or the final state [H, dk, dv] (chunked);
+        replay: (q, k, v, g, beta) of a chunked chain, to recompute a shorter accepted prefix."""
+        self.staged[slot] = (inputs, states, replay)
 
     def commit(self, count: int) -> None:
         """Accept the `count` rows just written (a causal chain): the state after row count-1."""
@@ -80,11 +84,15 @@ class HybridCache:
         rows = self.rows
         if rows is None or any(s is None for s in self.staged):
             raise ValueError("nothing staged to commit: run forward first")
-        if not rows.stepwise and row != rows.count - 1:
-            raise ValueError(f"a chunked forward of {rows.count} rows commits only all of them, not {row + 1}")
         window = rows.conv_window(row, self.kernel)
-        for slot, (inputs, states) in enumerate(self.staged):
+        for slot, (inputs, states, replay) in enumerate(self.staged):
             self.conv[slot] = inputs[window]
-            self.recurrent[slot] = states[row + 1] if rows.stepwise else states
+            if rows.stepwise:
+                self.recurrent[slot] = states[row + 1]
+            elif row == rows.count - 1:
+                self.recurrent[slot] = states
+            else:   # a chain prefix of a chunked forward: recompute it from the committed state
+                prefix = [t[: row + 1] for t in replay]
+                self.recurrent[slot] = chunked_delta_rule(*prefix, self.recurrent[slot])[1]
         self.rows, self.staged = None, [None] * len(self.staged)
         self.state_seconds += time.perf_counter() - began

@@ -125,6 +125,7 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
                 "internal_states": [stats]}
         if state.ready:  # measured tensors beside the prediction from config.json (serving.memory)
             info["memory"] = memory.report(state.engine.decoder, args)
+            info["kernels"] = memory.kernels(state.engine.decoder)
         return info
 
     @app.get("/metrics", **openapi.METRICS)

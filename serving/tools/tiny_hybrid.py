@@ -3,7 +3,8 @@
 Published layout: `Qwen3_5ForConditionalGeneration` with the text model under `text_config`
 and its tensors under `model.language_model.*` (no vision tower). Three Gated DeltaNet layers
 per gated full-attention layer, 2 key / 4 value heads with dk != dv (so a head-repeat or a
-state-transpose mistake shows), partial rotary 0.25.
+state-transpose mistake shows), partial rotary 0.25. Tied embeddings (unlike the 27B) make
+greedy text settle into runs a tiny draft can learn, like the dense tiny targets.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ PREFIX = "model.language_model."
 TEXT = dict(model_type="qwen3_5_text", hidden_size=64, intermediate_size=160, num_hidden_layers=4,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, full_attention_interval=4,
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
-            linear_value_head_dim=8, linear_conv_kernel_dim=4, tie_word_embeddings=False,
+            linear_value_head_dim=8, linear_conv_kernel_dim=4, tie_word_embeddings=True,
             attention_bias=False, hidden_act="silu", rms_norm_eps=1e-6, max_position_embeddings=1024,
             rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})
 
@@ -26,7 +27,7 @@ def hybrid_config(vocab: int, dtype: str, layers: int | None, bos: int, eos: int
     n = text["num_hidden_layers"]
     text["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)]
     return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
-            "tie_word_embeddings": False, "eos_token_id": eos, "text_config": text}
+            "tie_word_embeddings": True, "eos_token_id": eos, "text_config": text}
 
 
 def hybrid_weights(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
@@ -41,8 +42,9 @@ def hybrid_weights(cfg: dict, seed: int) -> dict[str, torch.Tensor]:
         return normal(rows, cols, std=cols ** -0.5)
 
     w = {PREFIX + "embed_tokens.weight": normal(c["vocab_size"], H, std=0.5),
-         PREFIX + "norm.weight": normal(H, std=0.1),                      # zero-centred: y = x(1 + w)
-         "lm_head.weight": normal(c["vocab_size"], H, std=0.5)}
+         PREFIX + "norm.weight": normal(H, std=0.1)}                      # zero-centred: y = x(1 + w)
+    if not c["tie_word_embeddings"]:
+        w["lm_head.weight"] = normal(c["vocab_size"], H, std=0.5)
     for i, kind in enumerate(c["layer_types"]):
         p = f"{PREFIX}layers.{i}."
         w.update({p + "input_layernorm.weight": normal(H, std=0.1),

@@ -25,7 +25,7 @@ from tests.server_process import THREADS, ServerProcess
 TOLERANCE = 0.01
 
 
-@pytest.fixture(scope="module", params=[("llama", "float32"), ("qwen3", "bfloat16")])
+@pytest.fixture(scope="module", params=[("llama", "float32"), ("qwen3", "bfloat16"), ("qwen3_5", "bfloat16")])
 def served(request, tmp_path_factory):
     """A tiny checkpoint from the project's tool, a bundled profile for it, a real server."""
     arch, dtype = request.param
@@ -60,6 +60,7 @@ def test_ops_prediction_matches_the_runtime_measurement(served):
     assert memory["weights_bytes"] > 0 and memory["kv_cache_bytes"] > 0
     assert _close(ops.weights_bytes, memory["weights_bytes"]), (ops, memory)
     assert _close(ops.kv_cache_bytes, memory["kv_cache_bytes"]), (ops, memory)
+    assert ops.state_cache_bytes == memory["state_cache_bytes"], (ops, memory)   # 0 unless hybrid
     assert _close(ops.predicted_bytes, memory["measured_bytes"])
 
 
@@ -68,14 +69,30 @@ def test_runtime_prediction_matches_its_own_measurement(served):
     memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
     assert _close(memory["predicted_weights_bytes"], memory["weights_bytes"])
     assert _close(memory["predicted_kv_cache_bytes"], memory["kv_cache_bytes"])
-    assert memory["predicted_bytes"] == memory["predicted_weights_bytes"] + memory["predicted_kv_cache_bytes"]
+    assert memory["predicted_state_cache_bytes"] == memory["state_cache_bytes"]
+    assert memory["predicted_bytes"] == (memory["predicted_weights_bytes"] + memory["predicted_kv_cache_bytes"]
+                                         + memory["predicted_state_cache_bytes"])
 
 
 def test_kv_cache_grows_with_the_context_length_as_predicted(served):
-    """384 slots over all layers: 2 (K and V) x layers x kv heads x head_dim x dtype bytes each."""
+    """384 slots over the full-attention layers: 2 (K and V) x layers x kv heads x head_dim x dtype bytes."""
     profile, url = served
     info = httpx.get(url + "/server_info", timeout=10).json()
     models = read_models(profile, local_reader())
     a, width = models.target.attention, 4 if info["dtype"] == "float32" else 2
-    per_slot = 2 * models.target.num_layers * a.kv_heads * a.head_dim * width
+    per_slot = 2 * a.layers * a.kv_heads * a.head_dim * width
     assert info["memory"]["kv_cache_bytes"] == per_slot * 384
+
+
+def test_a_hybrid_reports_its_linear_state_and_kernels(served):
+    """Per Gated DeltaNet layer: (K-1) x conv channels in the runtime dtype + Hv x dk x dv fp32."""
+    profile, url = served
+    info = httpx.get(url + "/server_info", timeout=10).json()
+    s = read_models(profile, local_reader()).target.linear
+    if s is None:
+        assert info["memory"]["state_cache_bytes"] == 0
+        return
+    width = 4 if info["dtype"] == "float32" else 2
+    per_layer = (s.conv_kernel - 1) * s.conv_dim * width + s.v_heads * s.k_head_dim * s.v_head_dim * 4
+    assert info["memory"]["state_cache_bytes"] == s.layers * per_layer > 0
+    assert info["kernels"]["linear_attention"] == "torch"

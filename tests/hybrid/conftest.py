@@ -37,6 +37,11 @@ def reference(shape: str, seed: int = 0):
     return model
 
 
+@pytest.fixture(scope="session", autouse=True)
+def few_threads():
+    torch.set_num_threads(1)   # 2 shared cores: more threads only spin against each other
+
+
 @pytest.fixture(scope="session")
 def hf_pairs(tmp_path_factory):
     """shape -> (HF model, our HybridLM loaded from the HF checkpoint it saved)."""

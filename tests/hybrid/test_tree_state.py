@@ -97,12 +97,21 @@ def test_uncommitted_forwards_leave_the_state_alone(model):
     assert (nxt[-1] - plain_logits(model, torch.cat([prompt, torch.tensor([4])]))[-1]).abs().max() < TOL
 
 
+def test_a_chunked_chain_commits_a_prefix_by_recomputing_it(model):
+    prompt = torch.randint(0, 256, (80,), generator=torch.Generator().manual_seed(6))
+    cache = model.new_cache(128)
+    model.forward(prompt, torch.arange(80), cache)          # chunked: only the final state is staged
+    cache.keep(list(range(70)))
+    nxt, _ = model.forward(prompt[70:72], torch.arange(70, 72), cache)
+    assert (nxt - plain_logits(model, prompt[:72])[-2:]).abs().max().item() < TOL
+
+
 def test_a_recurrent_state_refuses_what_it_cannot_do(model):
     prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(6))
     cache = model.new_cache(64)
-    model.forward(prompt, torch.arange(40), cache)          # chunked: only the final state exists
-    with pytest.raises(ValueError, match="commits only all of them"):
-        cache.keep([0, 1, 2])
+    with pytest.raises(ValueError, match="nothing staged"):
+        cache.commit(1)
+    model.forward(prompt, torch.arange(40), cache)
     cache.commit(40)
     with pytest.raises(ValueError, match="cannot roll back"):
         cache.truncate(20)
