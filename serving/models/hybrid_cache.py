@@ -64,8 +64,8 @@ class HybridCache:
         self.kv.commit(count)
 
     def keep(self, path) -> None:
-        """Accept the tree path `path` (rows, root first): the state after its last row."""
-        self._settle(path[-1])
+        """Accept the tree path `path` (rows, root first; list or tensor): the state after its last row."""
+        self._settle(int(path[-1]))
         self.kv.keep(path)
 
     def truncate(self, length: int) -> None:

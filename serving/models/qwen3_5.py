@@ -136,7 +136,8 @@ class HybridLM(nn.Module):
         cache.begin(rows)
         cache.state_seconds += time.perf_counter() - began
         ctx = _Context(self.cos.index_select(0, positions), self.sin.index_select(0, positions),
-                       attention_mask(T, cache.length, tree_mask, self.config.kv_groups, x.device), cache, rows)
+                       attention_mask(T, cache.length, tree_mask, self.config.kv_groups, x.device, cache.kv),
+                       cache, rows)
         captured = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, ctx)
