@@ -65,7 +65,8 @@ def test_hybrid_ddtree_profile_deploys_and_passes_the_gate(deploy_lab, cache_dir
         checks = {c["name"]: c for c in out["gate"]["checks"]}
         assert checks["acceptance"]["ok"] and checks["smoke"]["ok"]
         address = deploy_lab.host(host).address
-        info = httpx.get(f"http://{address}:{PORT}/server_info", timeout=30, trust_env=False).json()
+        key = {"Authorization": f"Bearer {os.environ['DDOPS_API_KEY']}"}   # set by tests/conftest.py
+        info = httpx.get(f"http://{address}:{PORT}/server_info", headers=key, timeout=30, trust_env=False).json()
         assert info["speculative_algorithm"] == "DDTREE"
         assert info["internal_states"][0]["avg_spec_accept_length"] > 1
         assert info["memory"]["state_cache_bytes"] == info["memory"]["predicted_state_cache_bytes"] > 0
