@@ -142,3 +142,21 @@ def test_chunking_off_reserves_for_a_whole_prefill(tmp_path, llama8b):
     setup = setup_for(load_profile("p", tmp_path), A6000, Models(llama8b, None))
     assert setup.chunked_prefill_size == 16384
     assert reserve_bytes(setup) - reserve_bytes(replace(setup, chunked_prefill_size=4096)) == int(1.5 * 12288) * MIB
+
+
+def test_bundled_figures_of_the_27b_hybrid_count_kv_of_its_full_layers_and_its_linear_state(
+        tmp_path, qwen27b, qwen27b_draft):
+    """16 gated-attention layers keep K/V; 48 Gated DeltaNet layers keep (K-1) x 10240 conv
+    values in bf16 and 48 x 128 x 128 fp32 recurrent values (the bundled runtime's layout)."""
+    from ddops.fit import Models
+    from ddops.fit.bundled import bundled_memory
+    from ddops.profile import load_profile
+    from tests.ops.helpers import write
+    write(tmp_path, "p", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
+                         "speculative: {algorithm: ddtree, draft_model_path: /m/d, ddtree_budget: 31}\n"
+                         "memory: {context_length: 4096}\nservice: {device: cuda}\n")
+    memory = bundled_memory(load_profile("p", tmp_path), Models(qwen27b, qwen27b_draft))
+    assert memory.kv_slots == 4096 + 32
+    assert memory.kv_cache_bytes == 16 * 2 * 4 * 256 * memory.kv_slots * 2
+    assert memory.state_cache_bytes == 48 * (3 * 10240 * 2 + 48 * 128 * 128 * 4)
+    assert memory.predicted_bytes == memory.weights_bytes + memory.kv_cache_bytes + memory.state_cache_bytes
