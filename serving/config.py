@@ -42,7 +42,7 @@ class ServerArgs:
     log_level: str = "info"
     max_request_bytes: int = 1 << 20
     health_generate_timeout: float = 30.0
-    health_generate_interval: float = 1.0
+    health_generate_interval: float = 5.0
     metrics_require_api_key: bool = False
     timeout_keep_alive: float = 5.0
     timeout_request_headers: float = 10.0
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-request-bytes", type=_positive_int, default=1 << 20,
                    help="larger request bodies get 413")
     p.add_argument("--health-generate-timeout", type=_positive_float, default=30.0)
-    p.add_argument("--health-generate-interval", type=_non_negative_float, default=1.0,
+    p.add_argument("--health-generate-interval", type=_non_negative_float, default=5.0,
                    help="/health_generate probes run one at a time, the next at least this many seconds "
                         "after the last; callers share them, so unkeyed probes cannot crowd out requests")
     p.add_argument("--metrics-require-api-key", action="store_true",

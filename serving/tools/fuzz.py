@@ -166,7 +166,8 @@ def main(argv=None) -> None:
 
         from serving.tools.local_server import LocalServer
         model = Path(args.model_path) if args.model_path else None
-        with LocalServer(model, ["--api-key", args.api_key, "--context-length", "256"]) as server:
+        with LocalServer(model, ["--api-key", args.api_key, "--context-length", "256",
+                                  "--health-generate-interval", "0"]) as server:
             tally = fuzz(server.url, args.api_key, args.examples, args.seed)
     for failure in tally.failures[:20]:
         print(failure)

@@ -60,10 +60,12 @@ def smollm_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_server(tiny_llama, tmp_path_factory):
-    """The runtime serving the tiny Llama as `tiny`, with an API key, context 256."""
+    """The runtime serving the tiny Llama as `tiny`, with an API key, context 256; /health_generate
+    probes back to back (interval 0), so the fuzz run's probe calls do not wait."""
     log = tmp_path_factory.mktemp("http") / "server.log"
     proc = ServerProcess(tiny_llama, log, "--api-key", KEY, "--served-model-name", "tiny",
-                         "--max-request-bytes", str(BODY_LIMIT), "--context-length", "256")
+                         "--max-request-bytes", str(BODY_LIMIT), "--context-length", "256",
+                         "--health-generate-interval", "0")
     yield proc.wait_ready()
     proc.stop()
 
