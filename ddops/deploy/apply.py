@@ -1,7 +1,8 @@
 """Apply a plan on one host under its deploy lock.
 
-lock -> facts -> recover an unfinished deploy -> plan -> backup -> push unit and env (0600)
--> daemon-reload -> restart -> gate -> history entry -> release. A failed gate reads the
+lock -> facts -> recover an unfinished deploy -> plan -> then exactly the plan's steps (backup
+-> push unit and env (0600) -> daemon-reload -> enable -> restart -> gate -> history entry),
+each through its handler in STEPS -> release. A failed gate reads the
 journal, diagnoses it and reverts; a failed revert says exactly what state the host is in.
 A pending.json marks a deploy in flight, so one killed midway is found and recovered by the
 next run (which restores the backup it left).
@@ -13,6 +14,7 @@ import json
 import shlex
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
@@ -20,11 +22,11 @@ from ddops.deploy.facts import Facts, deploy_dir, journal, read_facts, unit_stat
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.knowable import refusals
 from ddops.deploy.lock import Holder, HostLock, describe
-from ddops.deploy.plan import Desired, Plan, make_plan
+from ddops.deploy.plan import Desired, Plan, Step, make_plan
 from ddops.deploy.revert import revert, take_backup
 from ddops.deploy.tunnel import reachable
 from ddops.diagnose import Finding, diagnose
-from ddops import exits
+from ddops import exits, systemd
 
 q = shlex.quote
 
@@ -148,43 +150,109 @@ def _facts(remote, desired: Desired) -> Facts:
     return read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
 
 
+@dataclass
+class _Run:
+    """One execution of a plan's steps: what they share (the pending marker, the restart time)."""
+    remote: object
+    plan: Plan
+    facts: Facts
+    spec: GateSpec
+    holder: Holder
+    progress: Callable
+    pending: dict = field(default_factory=dict)
+    since: int = 0                  # the restart's time: diagnosis reads the journal from here
+    meta: dict = field(default_factory=dict)        # the history entry's meta, from the gate on
+    report: GateReport | None = None
+
+    @property
+    def pending_path(self) -> str:
+        return f"{deploy_dir(self.plan.desired.unit_name)}/pending.json"
+
+    def mark(self, stage: str) -> None:
+        """pending.json says how far a deploy got, so a killed one is recovered by the next run."""
+        self.pending = {**self.pending, "stage": stage}
+        self.remote.write(self.pending_path, json.dumps(self.pending))
+
+
 def _apply(remote, plan: Plan, facts: Facts, spec: GateSpec, holder: Holder, progress) -> Outcome:
-    desired, name = plan.desired, remote.host.name
-    unit = q(desired.unit_name)
-    pending_path = f"{deploy_dir(desired.unit_name)}/pending.json"
-    pending = {"profile": desired.profile, "hash": desired.profile_hash, "holder": holder.as_dict(),
-               "started": time.time(), "stage": "backing-up"}
-    remote.write(pending_path, json.dumps(pending))
-    if plan.changed:
-        progress("backup", "saving the current unit and env file")
-        take_backup(remote, facts)
-        remote.write(pending_path, json.dumps({**pending, "stage": "pushing"}))
-        progress("push", f"{desired.unit_path}, {desired.env_path} (0600)")
-        remote.write(desired.unit_path, desired.unit_text)
-        remote.write(desired.env_path, desired.env_text, mode=0o600)
-        remote.run(f"systemctl daemon-reload && systemctl enable {unit} 2>&1")
-    since = int(remote.run("date +%s").stdout.strip())
-    progress("restart", f"systemctl restart {desired.unit_name}")
-    # blocking: returns once the job is done (Type=exec: the process runs), so the gate never
-    # sees the stopped gap between stop and start; a failed start is the gate's to report
-    remote.run(f"systemctl reset-failed {unit} 2>/dev/null; systemctl restart {unit}", check=False,
-               timeout=spec.timeout_s)
-    with reachable(remote, spec.base_url) as url:
-        report = run_gate(replace(spec, base_url=url), lambda: unit_state(remote, desired.unit_name),
-                          api_key=env_value(desired.env_text, API_KEY_ENV), progress=progress)
-    meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,
-            "unit_path": desired.unit_path, "env_path": desired.env_path,
-            "started": pending["started"], "finished": time.time(), "holder": holder.as_dict(),
-            "gate_spec": spec.as_dict(), "gate": report.as_dict()}
-    if plan.refusals:
-        meta["forced"] = [r.as_dict() for r in plan.refusals]
+    """Execute the plan's steps in order (the recover step ran before planning); the gate step
+    ends the run on a failure (diagnose, record, revert), the record step on success."""
+    desired = plan.desired
+    run = _Run(remote, plan, facts, spec, holder, progress)
+    run.pending = {"profile": desired.profile, "hash": desired.profile_hash, "holder": holder.as_dict(),
+                   "started": time.time()}
+    run.mark("backing-up")
+    for step in plan.steps:
+        outcome = STEPS[step.action](run, step)
+        if outcome is not None:
+            return outcome
+    raise AssertionError(f"plan for {desired.unit_name} has no record step")
+
+
+def _backup(run: _Run, step: Step) -> None:
+    run.progress("backup", "saving the current unit and env file")
+    take_backup(run.remote, run.facts)
+
+
+def _write_unit(run: _Run, step: Step) -> None:
+    desired = run.plan.desired
+    run.mark("pushing")
+    run.progress("push", f"{desired.unit_path}, {desired.env_path} (0600)")
+    run.remote.write(desired.unit_path, desired.unit_text)
+
+
+def _write_env(run: _Run, step: Step) -> None:
+    run.remote.write(run.plan.desired.env_path, run.plan.desired.env_text, mode=0o600)
+
+
+def _command(run: _Run, step: Step) -> None:
+    run.remote.run(step.command)
+
+
+def _restart(run: _Run, step: Step) -> None:
+    run.since = int(run.remote.run("date +%s").stdout.strip())
+    run.progress("restart", step.command)
+    # blocking: returns once the job is done, so the gate never sees the stopped gap between
+    # stop and start; a failed start is the gate's to report
+    run.remote.run(step.command, check=False, timeout=run.spec.timeout_s)
+
+
+def _gate(run: _Run, step: Step) -> Outcome | None:
+    desired, remote = run.plan.desired, run.remote
+    with reachable(remote, run.spec.base_url) as url:
+        report = run_gate(replace(run.spec, base_url=url), lambda: unit_state(remote, desired.unit_name),
+                          api_key=env_value(desired.env_text, API_KEY_ENV), progress=run.progress)
+    run.meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,
+                "unit_path": desired.unit_path, "env_path": desired.env_path,
+                "started": run.pending["started"], "finished": time.time(), "holder": run.holder.as_dict(),
+                "gate_spec": run.spec.as_dict(), "gate": report.as_dict()}
+    if run.plan.refusals:
+        run.meta["forced"] = [r.as_dict() for r in run.plan.refusals]
+    run.report = report
     if report.passed:
-        entry = history.record(remote, desired.unit_name, facts.history_ids, desired.unit_text,
-                               desired.env_text, {**meta, "result": "passed"})
-        remote.run(f"rm -f {q(pending_path)}")
-        return Outcome(name, EXIT_OK, "deployed", f"{desired.profile} is live on {name} "
-                       f"({spec.base_url})", plan, report, entry=entry.id)
-    return _fail(remote, plan, facts, spec, report, meta, since, progress)
+        return None
+    return _fail(remote, run.plan, run.facts, run.spec, report, run.meta, run.since, run.progress)
+
+
+def _record(run: _Run, step: Step) -> Outcome:
+    desired, remote, name = run.plan.desired, run.remote, run.remote.host.name
+    entry = history.record(remote, desired.unit_name, run.facts.history_ids, desired.unit_text,
+                           desired.env_text, {**run.meta, "result": "passed"})
+    remote.run(f"rm -f {q(run.pending_path)}")
+    return Outcome(name, EXIT_OK, "deployed", f"{desired.profile} is live on {name} ({run.spec.base_url})",
+                   run.plan, run.report, entry=entry.id)
+
+
+def _recovered(run: _Run, step: Step) -> None:
+    """Ran before planning (execute), which then re-planned from the recovered host."""
+
+
+# every action a plan can hold -> what apply does for it (tests/deploy/test_plan_gate.py checks the
+# two lists agree)
+STEPS: dict[str, Callable[[_Run, Step], Outcome | None]] = {
+    "recover": _recovered, "backup": _backup, "write-unit": _write_unit, "write-env": _write_env, "daemon-reload": _command,
+    "enable": _command, "restart": _restart, "gate": _gate, "record": _record,
+}
 
 
 def diagnose_since(remote, unit: str, since: int, settle_s: float = 3.0) -> list[Finding]:
@@ -193,7 +261,7 @@ def diagnose_since(remote, unit: str, since: int, settle_s: float = 3.0) -> list
     a few seconds while nothing matches."""
     deadline = time.monotonic() + settle_s
     while True:
-        remote.run("journalctl --sync", check=False)
+        remote.run(systemd.journal_sync(), check=False)
         findings = diagnose(journal(remote, unit, since=since, lines=20000))
         if findings or time.monotonic() >= deadline:
             return findings

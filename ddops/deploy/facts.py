@@ -14,6 +14,8 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from ddops import systemd
+
 q = shlex.quote
 
 STATE = "/var/lib/ddops"
@@ -72,7 +74,7 @@ def read_facts(remote, unit_name: str, unit_path: str, env_path: str) -> Facts:
     script = "; ".join([
         _section("unit", _b64_if_file(unit_path)),
         _section("env", _b64_if_file(env_path)),
-        _section("show", f"systemctl show {q(unit_name)} {props}"),
+        _section("show", systemd.show(unit_name, props)),
         _section("pending", _b64_if_file(f"{deploy_dir(unit_name)}/pending.json")),
         _section("history", f"ls {q(history_dir(unit_name))} 2>/dev/null || true"),
         _section("now", "date +%s"),
@@ -98,10 +100,8 @@ def _decode(text: str) -> str | None:
 
 def unit_state(remote, unit_name: str) -> UnitState:
     props = " ".join(f"-p {p}" for p in SHOW_PROPS)
-    return UnitState.parse(remote.run(f"systemctl show {q(unit_name)} {props}").stdout)
+    return UnitState.parse(remote.run(systemd.show(unit_name, props)).stdout)
 
 
 def journal(remote, unit_name: str, since: int | None = None, lines: int = 300) -> str:
-    since_arg = f"--since @{since}" if since else ""
-    cmd = f"journalctl -u {q(unit_name)} -o cat --no-pager -n {lines} {since_arg}"
-    return remote.run(cmd, check=False).stdout
+    return remote.run(systemd.journal(unit_name, lines, since or None), check=False).stdout

@@ -3,12 +3,12 @@ Used by `ddops status|logs|history|rollback|diagnose`."""
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict, dataclass
 
 import httpx
 
 from ddops.deploy import history
+from ddops import systemd
 from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
 from ddops import server_info
@@ -137,5 +137,4 @@ def desired_of(remote, entry: history.Entry) -> tuple[Desired, GateSpec]:
 
 
 def logs_command(unit: str, lines: int, follow: bool) -> str:
-    return (f"journalctl -u {shlex.quote(unit)} -n {int(lines)} --no-pager -o short-iso"
-            + (" -f" if follow else ""))
+    return systemd.journal(unit, lines, output="short-iso", follow=follow)

@@ -1,5 +1,9 @@
 """Plan: desired files + host facts -> ordered steps and unified diffs. Pure.
 
+The steps are the program: `apply` executes exactly these, in this order, and nothing else;
+a systemctl step carries the exact command it runs (spelled by ddops.systemd), so what
+`--dry-run` shows is what runs.
+
 Secrets never leave this module unmasked: env-file values whose key names a secret
 (KEY, TOKEN, SECRET, PASSWORD) are shown as *** on both sides of the diff.
 """
@@ -10,6 +14,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from ddops import systemd
 from ddops.deploy.facts import Facts
 
 SECRET_KEY = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD)", re.IGNORECASE)
@@ -31,6 +36,10 @@ class Desired:
 class Step:
     action: str     # recover | backup | write-unit | write-env | daemon-reload | enable | restart | gate | record
     detail: str
+    command: str | None = None  # the shell text apply runs on the host for this step, when it is one
+
+    def as_dict(self) -> dict:
+        return {"action": self.action, "detail": self.detail, "command": self.command}
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class Plan:
         return {"unit": self.desired.unit_name, "profile": self.desired.profile,
                 "changed": self.changed, "start_needed": self.start_needed,
                 "unit_diff": self.unit_diff, "env_diff": self.env_diff,
-                "steps": [{"action": s.action, "detail": s.detail} for s in self.steps],
+                "steps": [s.as_dict() for s in self.steps],
                 "refusals": [r.as_dict() for r in self.refusals]}
 
 
@@ -104,6 +113,10 @@ def _env_diff(desired: Desired, facts: Facts) -> str:
     return diff
 
 
+def _command(action: str, command: str) -> Step:
+    return Step(action, command, command)
+
+
 def _steps(desired: Desired, facts: Facts, changed: bool, start_needed: bool) -> list[Step]:
     steps = []
     if facts.pending:
@@ -113,13 +126,13 @@ def _steps(desired: Desired, facts: Facts, changed: bool, start_needed: bool) ->
         return steps
     name = desired.unit_name
     if changed:
-        if facts.unit_text is not None:
-            steps.append(Step("backup", f"keep the current unit and env file of {name} for revert"))
+        steps.append(Step("backup", f"keep the current unit and env file of {name} for revert"
+                          if facts.unit_text is not None else f"note that {name} is new: a revert removes it"))
         steps.append(Step("write-unit", desired.unit_path))
         steps.append(Step("write-env", f"{desired.env_path} (mode 0600)"))
-        steps.append(Step("daemon-reload", "systemctl daemon-reload"))
-        steps.append(Step("enable", f"systemctl enable {name}"))
-    steps.append(Step("restart", f"systemctl restart {name}"))
+        steps.append(_command("daemon-reload", systemd.daemon_reload()))
+        steps.append(_command("enable", systemd.enable(name)))
+    steps.append(_command("restart", systemd.restart(name)))
     steps.append(Step("gate", "health, health_generate, smoke request, server_info, acceptance"))
     steps.append(Step("record", f"history entry for {desired.profile} ({desired.profile_hash})"))
     return steps

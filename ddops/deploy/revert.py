@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, replace
 
 from ddops.deploy.facts import Facts, deploy_dir, unit_state
+from ddops import systemd
 from ddops.deploy.gate import GateSpec, run_health
 from ddops.deploy.tunnel import reachable
 
@@ -60,9 +61,9 @@ def revert(remote, unit_name: str, unit_path: str, env_path: str, health: GateSp
         return RevertResult(False, f"restoring {unit_path} failed ({err}); the host holds the new, "
                                    f"failed unit or a mix; backup kept in {folder}")
     if not meta["was_active"]:
-        remote.run(f"systemctl stop {q(unit_name)}", check=False)
+        remote.run(systemd.stop(unit_name), check=False)
         return RevertResult(True, f"previous {unit_name} restored (it was not running, left stopped)")
-    remote.run(f"systemctl reset-failed {q(unit_name)} 2>/dev/null; systemctl restart {q(unit_name)}",
+    remote.run(systemd.restart(unit_name),
                check=False, timeout=health.timeout_s if health else 600)
     if health is None:
         return RevertResult(True, f"previous {unit_name} restored and restarted (no endpoint to check)")
@@ -85,13 +86,11 @@ def _restore_files(remote, folder: str, meta: dict, unit_path: str, env_path: st
         remote.run(f"rm -f {q(env_path)}")
     if remote.read(unit_path) != unit:
         raise RuntimeError(f"{unit_path} differs from the backup after writing it")
-    remote.run("systemctl daemon-reload")
+    remote.run(systemd.daemon_reload())
 
 
 def _remove_new(remote, unit_name: str, unit_path: str, env_path: str) -> RevertResult:
-    remote.run(f"systemctl disable --now {q(unit_name)}", check=False)
-    remote.run(f"rm -f {q(unit_path)} {q(env_path)} && systemctl daemon-reload && "
-               f"systemctl reset-failed {q(unit_name)} 2>/dev/null; true")
+    remote.run(systemd.remove(unit_name, unit_path, env_path), check=False)
     state = unit_state(remote, unit_name)
     if state.active in ("active", "activating"):
         return RevertResult(False, f"{unit_name} is still {state.active} after stop; stop it by hand")

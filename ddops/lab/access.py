@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddops import systemd
 from ddops.lab.keys import write_atomic
 from ddops.lab.layout import HostSlot, LabLayout
 
@@ -64,7 +65,7 @@ def only_through(remote, bastion: HostSlot, layout: LabLayout) -> None:
     """ops may log in only from the bastion; root only from this machine (the lab's own upkeep)."""
     rule = f"AllowUsers {OPS}@{bastion.address} root@{layout.gateway}\n"
     remote.write("/etc/ssh/sshd_config.d/ddops-bastion.conf", rule)
-    remote.run("sshd -t && systemctl reload ssh")
+    remote.run(f"sshd -t && {systemd.reload('ssh')}")
 
 
 def ssh_config(layout: LabLayout, slots: list[HostSlot], bastion: HostSlot | None) -> Path:

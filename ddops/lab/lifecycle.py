@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddops import systemd
 from ddops.lab import access, container, inventory_file, keys, network, rootfs, shell
 from ddops.lab.errors import LabError
 from ddops.lab.locks import file_lock
@@ -143,7 +144,7 @@ def finish_hosts(layout: LabLayout, slots: list[HostSlot], bundle, log: Log) -> 
     from ddops.remote import connect
     for slot in slots:
         with connect(root_host(layout, slot)) as remote:
-            state = remote.run("systemctl is-system-running --wait", check=False, timeout=120).stdout.strip()
+            state = remote.run(systemd.is_system_running(), check=False, timeout=120).stdout.strip()
             if state not in ("running", "degraded"):
                 raise LabError(f"{slot.name}: systemd is {state or 'not answering'} after boot "
                                f"(see `journalctl` on the host or {layout.host_dir(slot.name)}/console.log)")

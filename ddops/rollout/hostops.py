@@ -19,6 +19,7 @@ from ddops.deploy import (EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, Host
                           RecoveryFailed, execute, load_target)
 from ddops.deploy import history, ops
 from ddops.deploy import rollback as rollbacks
+from ddops import systemd
 from ddops.deploy.adopt import content_hash, env_file_of
 from ddops.deploy.desired import unit_argv
 from ddops.deploy.facts import unit_state
@@ -101,8 +102,7 @@ def remove_unit(remote, unit: str, command: str) -> Result:
     unit_path, env_path = unit_paths(unit)
     try:
         with HostLock(remote, Holder.here(command)):
-            remote.run(f"systemctl disable --now {q(unit)} 2>&1; rm -f {q(unit_path)} {q(env_path)}; "
-                       f"systemctl daemon-reload; systemctl reset-failed {q(unit)} 2>/dev/null; true")
+            remote.run(systemd.remove(unit, unit_path, env_path))
             state = unit_state(remote, unit)
     except LockHeld as err:
         return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
@@ -115,14 +115,14 @@ def remove_unit(remote, unit: str, command: str) -> Result:
 def stop_unit(remote, unit: str, command: str) -> None:
     """Stop under the lock and wait until systemd says inactive (raises LockHeld)."""
     with HostLock(remote, Holder.here(command)):
-        remote.run(f"systemctl stop {q(unit)}", check=False, timeout=300)
+        remote.run(systemd.stop(unit), check=False, timeout=300)
 
 
 def start_unit(remote, unit: str, command: str, timeout_s: float = 300) -> Result:
     """Start a unit again (after a refused switch) and confirm it answers /health."""
     try:
         with HostLock(remote, Holder.here(command)):
-            remote.run(f"systemctl reset-failed {q(unit)} 2>/dev/null; systemctl start --no-block {q(unit)}")
+            remote.run(systemd.start_no_block(unit))
             spec = health_of(remote, unit, timeout_s)
             report = None
             if spec:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ddops.deploy import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, LockHeld
 from ddops.deploy import ops
+from ddops import systemd
 from ddops.rollout import gpu, hostops
 from ddops.rollout.ci import BadInput
 
@@ -69,7 +70,7 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
     if old_unit:
         progress("snapshot", f"{old_unit}: unit, history entry and /server_info")
         report.before = hostops.snapshot(remote, old_unit)
-        progress("stop", f"systemctl stop {old_unit}")
+        progress("stop", systemd.stop(old_unit))
         try:
             hostops.stop_unit(remote, old_unit, command)
         except LockHeld as err:
@@ -90,7 +91,7 @@ def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: s
     result, new_unit = report.deploy, report.to_unit
     if result.code == EXIT_OK:
         if old_unit and old_unit != new_unit:
-            remote.run(f"systemctl disable {hostops.q(old_unit)} 2>&1", check=False)
+            remote.run(systemd.disable(old_unit), check=False)
             report.steps.append(f"disabled {old_unit} (kept on disk as the last good unit)")
         status = "unchanged" if result.result == "unchanged" else "switched"
         return _end(report, EXIT_OK, status, result.message)

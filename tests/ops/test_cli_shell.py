@@ -132,3 +132,10 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(tmp_path)
 def test_version_and_completion_are_global():
     assert ddops("--version").stdout.strip().startswith("ddops ")
     assert "--install-completion" in ddops("--help").stdout
+
+
+def test_one_module_spells_systemctl_and_journalctl():
+    spelled = re.compile(r"""["'f](systemctl|journalctl)\b""")
+    others = sorted(str(f.relative_to(REPO)) for f in (REPO / "ddops").rglob("*.py")
+                    if f.name != "systemd.py" and spelled.search(f.read_text()))
+    assert others == []
