@@ -27,6 +27,6 @@ def make_checkpoints(root: Path) -> dict[str, Path]:
     return paths
 
 
-def Server(model: Path, log: Path, *flags: str) -> ServerProcess:
+def Server(model: Path, log: Path, *flags: str, api_key: str | None = None) -> ServerProcess:
     """A runtime process serving `model` as `tiny` (the name the comparison requests)."""
-    return ServerProcess(model, log, "--served-model-name", "tiny", *flags)
+    return ServerProcess(model, log, "--served-model-name", "tiny", *flags, api_key=api_key)

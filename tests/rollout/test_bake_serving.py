@@ -14,7 +14,7 @@ from ddops.rollout.scrape import ScrapeError, read
 from tests.conftest import TEST_API_KEY
 from tests.rollout.serving_pair import Server, make_checkpoints
 
-KEY = TEST_API_KEY  # every runtime a test starts takes it from $DDOPS_API_KEY; the healthy one
+KEY = TEST_API_KEY  # both runtimes are started with it (api_key=KEY); the healthy one
 # also guards /metrics with it, so the watcher must send it
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SPEC = AnalysisSpec.model_validate({
@@ -29,12 +29,12 @@ def servers(tmp_path_factory):
     paths = make_checkpoints(root)
     mp = pytest.MonkeyPatch()
     mp.setenv("DDOPS_SERVING_FAULTS", "after=2,error_ratio=0.5")
-    faulty = Server(paths["target"], root / "faulty.log")
+    faulty = Server(paths["target"], root / "faulty.log", api_key=KEY)
     mp.delenv("DDOPS_SERVING_FAULTS")
     healthy = None
     try:
         faulty.wait_ready()  # before the next picks a free port: two must not race for one
-        healthy = Server(paths["target"], root / "healthy.log", "--metrics-require-api-key")
+        healthy = Server(paths["target"], root / "healthy.log", "--metrics-require-api-key", api_key=KEY)
         yield {"faulty": faulty, "healthy": healthy.wait_ready()}
     finally:
         mp.undo()
