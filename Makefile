@@ -41,11 +41,12 @@ models: venv
 DRAFTER := $(DDOPS_CACHE)/models/smollm2-135m-instruct-dflash
 drafter: models
 	test -f $(DRAFTER)/config.json || nice -n 10 $(PY) -m serving.tools.train_draft --out $(DRAFTER)
+	test -f $(DRAFTER)/draft_vocab.json || nice -n 10 $(PY) -m serving.tools.draft_vocab --draft $(DRAFTER)
 
 bench: drafter
 	mkdir -p $(DDOPS_CACHE)/bench
 	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
-	  --methods none,dflash,ddtree:16,ddtree:64 --threads 1 --json $(DDOPS_CACHE)/bench/spec.json
+	  --methods none,dflash,ddtree:16,ddtree:64,ddtree:64+adaptive --threads 1 --peer --json $(DDOPS_CACHE)/bench/spec.json
 	$(PY) -m serving.bench.ar --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1
 
 # Long HTTP robustness runs against a runtime on loopback (tiny random checkpoint):

@@ -39,6 +39,7 @@ class ServerArgs:
     speculative_draft_model_path: str | None = None
     speculative_num_draft_tokens: int | None = None
     speculative_ddtree_budget: int | None = None
+    speculative_adaptive: str = "on"
     log_level: str = "info"
     max_request_bytes: int = 1 << 20
     health_generate_timeout: float = 30.0
@@ -86,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
     p.add_argument("--speculative-num-draft-tokens", "--speculative-dflash-block-size", type=_positive_int)
     p.add_argument("--speculative-ddtree-budget", type=_positive_int)
+    p.add_argument("--speculative-adaptive", choices=("on", "off"), default="on",
+                   help="on: per round, plain decoding or a verify width up to the budget/block, whichever "
+                        "measures fastest; off: always the given budget/block")
     p.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
     p.add_argument("--max-request-bytes", type=_positive_int, default=1 << 20,
                    help="larger request bodies get 413")

@@ -6,8 +6,12 @@ Order (each must pass before the next runs):
   generate      GET /health_generate answers 200 (a real prefill plus one draft + verify round through the method);
   smoke         a multi-token chat request with the profile's smoke settings returns text;
   server_info   /server_info reports the intended model, method and tree budget;
-  acceptance    speculative methods only (from METHODS capabilities): the reported
-                average accepted length after the smoke request is above 1.
+  acceptance    speculative methods only (from METHODS capabilities): speculation accepted
+                drafts. The bundled runtime's /health_generate forces one speculative round
+                (even while its adaptive controller prefers plain decoding) and reports the
+                tokens it committed as `accept_length`: above 1 passes. Otherwise (SGLang, or
+                an unlucky probe) the average accepted length after the smoke request
+                (/server_info internal_states[0].avg_spec_accept_length) must be above 1.
 The decisions (`check_*`) are pure; `run_gate` does the HTTP and the waiting.
 """
 
@@ -125,8 +129,9 @@ def check_server_info(info: dict, spec: GateSpec) -> list[str]:
     return problems
 
 
-def check_acceptance(info: dict, spec: GateSpec) -> str | None:
-    if not spec.speculative:
+def check_acceptance(info: dict, spec: GateSpec, probe_accept: float | None = None) -> str | None:
+    """probe_accept: /health_generate's `accept_length` (bundled runtime), None if not reported."""
+    if not spec.speculative or (probe_accept is not None and probe_accept > 1.0):
         return None
     length = accept_length(info)
     if length is None:
@@ -146,13 +151,14 @@ def run_gate(spec: GateSpec, watch: Watch, *, api_key: str | None = None,
              progress: Progress = lambda name, text: None, poll_s: float = 0.5) -> GateReport:
     report = GateReport()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    probe: dict = {}
     with httpx.Client(base_url=spec.base_url, headers=headers, trust_env=False) as client:
         steps = (("health", lambda: _wait_health(client, spec, watch, progress, poll_s)),
-                 ("generate", lambda: _health_generate(client, spec)),
+                 ("generate", lambda: _health_generate(client, spec, probe)),
                  ("smoke", lambda: _smoke(client, spec)),
                  ("server_info", lambda: _server_info(client, spec)))
         if spec.speculative:
-            steps += (("acceptance", lambda: _acceptance(client, spec)),)
+            steps += (("acceptance", lambda: _acceptance(client, spec, probe.get("accept_length"))),)
         for name, step in steps:
             progress(name, "running")
             started = time.monotonic()
@@ -220,12 +226,20 @@ def _wait_health(client: httpx.Client, spec: GateSpec, watch: Watch, progress: P
     return False, f"{spec.health_path} not 200 within {spec.timeout_s:.0f} s (last: {last})"
 
 
-def _health_generate(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+def _health_generate(client: httpx.Client, spec: GateSpec, probe: dict | None = None) -> tuple[bool, str]:
+    """GET /health_generate; its `accept_length` (bundled runtime) goes into `probe`."""
     try:
-        status = client.get(spec.generate_path, timeout=spec.generate_timeout_s).status_code
+        response = client.get(spec.generate_path, timeout=spec.generate_timeout_s)
     except httpx.HTTPError as err:
         return False, f"{spec.generate_path}: {type(err).__name__}"
-    return status == 200, f"{spec.generate_path} {status}"
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    value = body.get("accept_length") if isinstance(body, dict) else None
+    if probe is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        probe["accept_length"] = float(value)
+    return response.status_code == 200, f"{spec.generate_path} {response.status_code}"
 
 
 def _smoke(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
@@ -253,10 +267,12 @@ def _server_info(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
     return True, f"{info.get('model_path')} with {spec.algorithm or 'plain decoding'}"
 
 
-def _acceptance(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+def _acceptance(client: httpx.Client, spec: GateSpec, probe_accept: float | None) -> tuple[bool, str]:
+    if probe_accept is not None and probe_accept > 1.0:
+        return True, f"{spec.generate_path} speculative round accepted {probe_accept:.0f} tokens"
     info = server_info.read(client)
     if isinstance(info, str):
         return False, info
-    problem = check_acceptance(info, spec)
+    problem = check_acceptance(info, spec, probe_accept)
     return (False, problem) if problem else (True, f"average accepted length {accept_length(info):.2f}")
 

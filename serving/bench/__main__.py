@@ -1,9 +1,11 @@
 """python -m serving.bench --model M --draft D [--methods none,dflash,ddtree:16,ddtree:64]
-[--prompts FILE] [--max-tokens N] [--json OUT]
+[--prompts FILE] [--max-tokens N] [--json OUT] [--peer]
 
 Runs every method on the same prompts in one process and prints a Rich table; --json writes
 the figures. --prompts: a text file, one user prompt per line (default: a built-in set of
-code and prose prompts). Prompts go through the model's chat template.
+code and prose prompts). Prompts go through the model's chat template. A method may carry
+`+adaptive` (the runtime's adaptive controller, e.g. ddtree:64+adaptive). --peer adds z-lab's
+dflash package's own loop on the same pair (speedup and "= none" compare it like a method).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def parse(argv):
     ap.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--peer", action="store_true",
+                    help="also run z-lab's dflash package's own generation loop on the same target and draft")
     return ap.parse_args(argv)
 
 
@@ -40,14 +44,14 @@ def table(results, header: str):
     t = Table(title=header)
     hybrid = any(r.state_share is not None for r in results)   # state column only for hybrid targets
     for col in ("method", "tok/s", "speedup", "tau", "draft ms", "tree ms", "verify ms", "accept ms",
-                "tree+accept", *(("state",) if hybrid else ()), "= none"):
+                "tree+accept", *(("state",) if hybrid else ()), "= none", "choice"):
         t.add_column(col, justify="right")
     for r in results:
         ms = r.per_round_ms()
         state = (f"{100 * r.state_share:.1f}%",) if hybrid else ()
         t.add_row(r.label, f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x", f"{r.tau:.2f}",
                   *(f"{ms[p]:.1f}" for p in ("draft", "tree", "verify", "accept")),
-                  f"{100 * r.overhead_share:.1f}%", *state, "yes" if r.equal_to_none else "NO")
+                  f"{100 * r.overhead_share:.1f}%", *state, "yes" if r.equal_to_none else "NO", r.choice)
     return t
 
 
@@ -60,7 +64,7 @@ def main(argv=None) -> int:
     from serving.models import inspect_checkpoint, load_model
     from serving.models.tokenizer import Tokenizer
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # full labels when piped
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -84,6 +88,11 @@ def main(argv=None) -> int:
         console.print(f"running {method.label} ...")
         results.append(run_method(method, target, str(args.draft) if args.draft else None, prompts,
                                   args.max_tokens, stop_ids, capacity))
+    if args.peer:
+        from serving.bench.peer import run_peer
+
+        console.print("running the dflash package's own loop ...")
+        results.append(run_peer(args.model, args.draft, prompts, args.max_tokens, stop_ids))
     compare(results)
     console.print(table(results, f"{args.model.name} + {args.draft.name if args.draft else '-'}"))
     if args.json:

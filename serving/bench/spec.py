@@ -22,20 +22,34 @@ PHASES = ("draft", "tree", "verify", "accept")
 
 @dataclass(frozen=True)
 class BenchMethod:
-    label: str  # as given, e.g. "ddtree:64"
+    label: str  # as given, e.g. "ddtree:64" or "ddtree:64+adaptive"
     spec: MethodSpec
     budget: int | None = None
+    adaptive: bool = False  # the runtime's adaptive controller, settings up to the budget/block
+    draft_vocab: bool = True  # the draft's reduced vocabulary (draft_vocab.json) when it has one
+
+
+SUFFIXES = ("adaptive", "full-vocab")
 
 
 def parse_methods(text: str) -> list[BenchMethod]:
-    """'none,dflash,ddtree:16' -> methods; a budget only where the method takes one."""
+    """'none,dflash,ddtree:16,ddtree:64+adaptive,ddtree:16+full-vocab' -> methods; a budget only
+    where the method takes one; +adaptive: the adaptive controller; +full-vocab: ignore the
+    draft's reduced vocabulary."""
     out = []
     for item in filter(None, (s.strip() for s in text.split(","))):
-        name, _, budget = item.partition(":")
+        method, *suffixes = item.split("+")
+        unknown = [s for s in suffixes if s not in SUFFIXES]
+        if unknown:
+            raise ValueError(f"--methods {item}: unknown suffix +{unknown[0]} (choose from +{', +'.join(SUFFIXES)})")
+        name, _, budget = method.partition(":")
         spec = resolve(name)
         if budget and not spec.takes_budget:
             raise ValueError(f"--methods {item}: {name} takes no tree budget")
-        out.append(BenchMethod(item, spec, int(budget) if budget else None))
+        if suffixes and not spec.speculative:
+            raise ValueError(f"--methods {item}: plain decoding has nothing to adapt or draft")
+        out.append(BenchMethod(item, spec, int(budget) if budget else None, adaptive="adaptive" in suffixes,
+                               draft_vocab="full-vocab" not in suffixes))
     if not out:
         raise ValueError("--methods: no method given")
     return out
@@ -54,6 +68,8 @@ class MethodResult:
     speedup: float = 1.0
     equal_to_none: bool | None = None
     state_seconds: float | None = None   # hybrid targets: linear-attention state handling in rounds
+    settings: list = field(default_factory=list)  # per setting: rounds, tokens/round, tokens/s
+    choice: str = ""  # the setting an adaptive run ended on
 
     @property
     def tokens_per_s(self) -> float:
@@ -114,7 +130,8 @@ def _state_seconds(decoder) -> float:
 
 def run_method(method: BenchMethod, target, draft: str | None, prompts: list[list[int]], max_tokens: int,
                stop_ids: frozenset, capacity: int) -> MethodResult:
-    options = SpecOptions(draft_path=draft if method.spec.speculative else None, budget=method.budget)
+    options = SpecOptions(draft_path=draft if method.spec.speculative else None, budget=method.budget,
+                          adaptive=method.adaptive, draft_vocab=method.draft_vocab)
     decoder = decoder_factory(method.spec, target, options, capacity=capacity)()
     generate(decoder, prompts[0][:16], 8, stop_ids)  # warm-up: allocator, kernels
     result = MethodResult(method.label, speculative=method.spec.speculative)
@@ -130,6 +147,8 @@ def run_method(method: BenchMethod, target, draft: str | None, prompts: list[lis
         result.outputs.append(out)
         if result.state_seconds is not None:
             result.state_seconds += state
+    report = getattr(decoder, "server_args", {})
+    result.settings, result.choice = report.get("speculative_settings", []), report.get("speculative_current_setting", "")
     if times is not None:
         result.rounds = times.rounds - before["rounds"]
         result.accepted = times.accepted - before["accepted"]

@@ -29,11 +29,11 @@ DEFAULT_MAX_RUNNING = 32
 
 class BatchRunner:
     def __init__(self, target, method=None, capacity: int = 2048, max_running: int | None = None,
-                 max_total_tokens: int | None = None, seed: int = 0):
+                 max_total_tokens: int | None = None, seed: int = 0, adaptive: bool = False):
         from serving.speculative.lane import SpecLane
 
         self.target, self.capacity = target, capacity
-        self.spec = SpecLane(target, method) if method is not None else None
+        self.spec = SpecLane(target, method, adaptive) if method is not None else None
         self.verify_rows = method.needs.draft_tokens if method is not None else 0
         rows = max_total_tokens or capacity + self.verify_rows
         self.pool = KVPool(target.config, rows, target.dtype, target.device)

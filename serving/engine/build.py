@@ -19,12 +19,13 @@ def build_decoder_factory(args, target, tokenizer):
     spec = speculative.resolve(args.speculative_algorithm)
     options = speculative.SpecOptions(draft_path=args.speculative_draft_model_path,
                                       block_size=args.speculative_num_draft_tokens,
-                                      budget=args.speculative_ddtree_budget)
+                                      budget=args.speculative_ddtree_budget,
+                                      adaptive=args.speculative_adaptive == "on")
     if not batched.supports(target):
         return speculative.decoder_factory(spec, target, options, capacity=args.context_length,
-                                           seed=args.random_seed)
+                                           seed=args.random_seed, adaptive=options.adaptive)
     from serving.engine.batch import BatchRunner
 
     return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=args.context_length,
                    max_running=args.max_running_requests, max_total_tokens=args.max_total_tokens,
-                   seed=args.random_seed)
+                   seed=args.random_seed, adaptive=options.adaptive)

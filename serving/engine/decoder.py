@@ -16,6 +16,9 @@ class Decoder(Protocol):
 
     def step(self) -> list[int]: ...
 
+    def force_speculation(self) -> None:
+        """The next round speculates even if an adaptive controller prefers plain decoding."""
+
 
 class ARDecoder:
     """One token per round. Owns one KV cache, reused by every sequence it decodes."""
@@ -53,6 +56,9 @@ class ARDecoder:
             self.cache.commit(self.prefill_chunk)
         rest = slice(self.cache.length, len(prompt_ids))
         return self._advance(tokens[rest], positions[rest])
+
+    def force_speculation(self) -> None:
+        """Plain decoding has nothing to force."""
 
     def step(self) -> list[int]:
         position = torch.tensor([self.cache.length], device=self.model.device)

@@ -49,6 +49,7 @@ class GenerationRequest:
     emit: Callable[[object], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)   # TTFT counts the wait in the queue
+    probe: bool = False  # /health_generate: its first round speculates whatever is preferred
 
 
 class Engine:

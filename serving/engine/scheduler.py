@@ -36,6 +36,7 @@ class Sequence:
     ttft: float = 0.0
     rounds: int = 0
     accepted: int = 0
+    first_round: int = 0                # tokens the first decode round committed
     state: dict = field(default_factory=dict)   # the runner's per-sequence state
 
     @property
@@ -98,6 +99,7 @@ class Scheduler:
             return
         for seq, tokens in zip(seqs, rounds):
             seq.rounds, seq.accepted = seq.rounds + 1, seq.accepted + len(tokens)
+            seq.first_round = seq.first_round or len(tokens)
             self._emit(seq, tokens)
 
     def _emit(self, seq: Sequence, tokens: list[int]) -> None:
@@ -109,7 +111,7 @@ class Scheduler:
     def _finish(self, seq: Sequence) -> None:
         self._leave(seq)
         usage = Usage(len(seq.prompt), len(seq.text.ids), seq.rounds, seq.accepted,
-                      seq.ttft, time.perf_counter() - seq.began)
+                      seq.ttft, time.perf_counter() - seq.began, seq.first_round)
         self.record(usage)
         self.deliver(seq.request, Finished(seq.text.text, tuple(seq.text.ids),
                                            seq.text.finish_reason or "abort", usage))

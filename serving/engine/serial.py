@@ -22,6 +22,9 @@ class SerialRunner:
         return tokens
 
     def decode(self, seqs) -> list[list[int]]:
+        for seq in seqs:
+            if seq.request.probe and seq.rounds == 0:
+                self.decoder.force_speculation()
         return [self.decoder.step() for _ in seqs]
 
     def release(self, seq) -> None:

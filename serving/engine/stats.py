@@ -14,6 +14,7 @@ class Usage:
     accepted: int            # tokens those rounds committed
     ttft_s: float
     total_s: float
+    first_round_tokens: int = 0  # tokens the first decoder round committed (the probe's forced round)
 
     @property
     def accept_length(self) -> float:

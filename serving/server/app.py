@@ -144,9 +144,12 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
 async def _health_generation(state: AppState) -> dict:
     probe = state.tokenizer.encode("Hello", prompt=True) or [0]
     rule = StopRule(max_new_tokens=HEALTH_TOKENS)     # no stop ids: EOS cannot end it before a round
-    admitted = Admitted(state.engine, probe, SamplingParams(temperature=0), rule)
+    admitted = Admitted(state.engine, probe, SamplingParams(temperature=0), rule, probe=True)
     finished = await admitted.result(timeout=state.args.health_generate_timeout)
-    return {"status": "ok", "tokens": list(finished.token_ids), "rounds": finished.usage.rounds}
+    # accept_length: tokens the probe's round committed; it speculates (a full draft block)
+    # even when an adaptive runtime currently prefers plain decoding, so the gate reads it
+    return {"status": "ok", "tokens": list(finished.token_ids), "rounds": finished.usage.rounds,
+            "accept_length": finished.usage.first_round_tokens}
 
 
 async def _complete(state: AppState, request: Request, kind: str):

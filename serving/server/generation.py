@@ -31,11 +31,12 @@ class Admitted:
     """One submitted GenerationRequest, its asyncio event queue and a watch on the client."""
 
     def __init__(self, engine, prompt_ids: list[int], sampling: SamplingParams, rule: StopRule,
-                 receive: Receive | None = None):
+                 receive: Receive | None = None, probe: bool = False):
         loop = asyncio.get_running_loop()
         self.events: asyncio.Queue = asyncio.Queue()
         self.request = GenerationRequest(prompt_ids, sampling, rule,
-                                         lambda e: loop.call_soon_threadsafe(self.events.put_nowait, e))
+                                         lambda e: loop.call_soon_threadsafe(self.events.put_nowait, e),
+                                         probe=probe)
         try:
             engine.submit(self.request)
         except EngineBusy as e:

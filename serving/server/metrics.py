@@ -32,6 +32,13 @@ class Metrics:
         self.kv_total = Gauge("serving_kv_pool_tokens", "KV pool rows (--max-total-tokens)", registry=r)
         self.spec_info = Gauge("serving_speculative_info", "Decoding method in use (value 1)",
                                ["algorithm", "num_draft_tokens", "ddtree_budget"], registry=r)
+        self.setting_tokens = Gauge("serving_spec_setting_tokens_per_round",
+                                    "Moving average of tokens committed per round, per speculative setting",
+                                    ["setting"], registry=r)
+        self.setting_rate = Gauge("serving_spec_setting_tokens_per_second",
+                                  "Moving average of tokens per second, per speculative setting", ["setting"], registry=r)
+        self.setting_current = Gauge("serving_spec_setting_current",
+                                     "1 for the setting the adaptive controller runs now", ["setting"], registry=r)
         self.engine_stats = engine_stats
 
     def observe(self, usage) -> None:
@@ -58,4 +65,14 @@ class Metrics:
             self.spec_info.labels(algorithm=spec.get("speculative_algorithm") or "NONE",
                                   num_draft_tokens=str(spec.get("speculative_num_draft_tokens") or 0),
                                   ddtree_budget=str(spec.get("speculative_ddtree_budget") or 0)).set(1)
+            self._settings(spec)
         return generate_latest(self.registry)
+
+    def _settings(self, spec: dict) -> None:
+        for gauge in (self.setting_tokens, self.setting_rate, self.setting_current):
+            gauge.clear()
+        for s in spec.get("speculative_settings") or ():
+            self.setting_tokens.labels(setting=s["setting"]).set(s["tokens_per_round"])
+            self.setting_rate.labels(setting=s["setting"]).set(s["tokens_per_s"])
+            self.setting_current.labels(setting=s["setting"]).set(
+                1 if s["setting"] == spec.get("speculative_current_setting") else 0)

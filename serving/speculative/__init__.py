@@ -17,10 +17,11 @@ from .base import Drafter, Method, MethodSpec, Needs, PreflightError, SpecOption
 
 
 def _dflash_drafter(target, options: SpecOptions) -> Drafter:
-    from .dflash import DFlashDrafter, load_model
+    from .dflash import DFlashDrafter, load_model, load_vocab
 
     model = load_model(options.draft_path, dtype=target.dtype, device=target.device)
-    return DFlashDrafter(model, target, options.block_size)
+    vocab = load_vocab(options.draft_path, target.config.vocab_size) if options.draft_vocab else None
+    return DFlashDrafter(model, target, options.block_size, vocab)
 
 
 def _chain_verifier(options: SpecOptions, draft_config: dict) -> Verifier:
@@ -102,7 +103,7 @@ def decoder_factory(spec: MethodSpec, target, options: SpecOptions, capacity: in
         return partial(ARDecoder, target, capacity=capacity, seed=seed)
     from .decoder import SpecDecoder
 
-    return partial(SpecDecoder, target, method, capacity=capacity, seed=seed)
+    return partial(SpecDecoder, target, method, capacity=capacity, seed=seed, adaptive=options.adaptive)
 
 
 __all__ = ["METHODS", "Method", "MethodSpec", "Needs", "PreflightError", "SpecOptions", "build", "decoder_factory", "resolve"]

@@ -43,6 +43,7 @@ class Drafter(Protocol):
 
     needs: Needs
     feature_width: int
+    vocab: Any  # [V'] long token ids the draft logits' columns stand for; None = the whole vocabulary
 
     def reserve(self, capacity: int) -> None:
         """Preallocate room for `capacity` positions (done once, before serving)."""
@@ -53,7 +54,7 @@ class Drafter(Protocol):
         """Queue target features [n, feature_width] of the next n committed tokens."""
 
     def propose(self, bonus: int, start: int, depth: int) -> Any:
-        """Draft logits [depth, vocab] for positions start+1 .. start+depth."""
+        """Draft logits [depth, V'] for positions start+1 .. start+depth (columns: `vocab`)."""
 
 
 class Verifier(Protocol):
@@ -61,8 +62,9 @@ class Verifier(Protocol):
 
     needs: Needs
 
-    def plan(self, bonus: int, draft_logits: Any, budget_rows: int) -> Any:
-        """A `serving.speculative.tree.Tree` with at most budget_rows rows (root included)."""
+    def plan(self, bonus: int, draft_logits: Any, budget_rows: int, vocab: Any = None) -> Any:
+        """A `serving.speculative.tree.Tree` with at most budget_rows rows (root included);
+        vocab maps draft-logit columns to token ids (None: column = token id)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class SpecOptions:
     draft_path: str | None = None
     block_size: int | None = None  # None: the draft config's block_size
     budget: int | None = None  # None: block_size - 1 (tree verifiers only)
+    adaptive: bool = False  # per round: plain or a verify width up to the above (serving.speculative.adaptive)
+    draft_vocab: bool = True  # use the draft's draft_vocab.json (reduced proposal vocabulary) when present
 
 
 DrafterFactory = Callable[[Any, SpecOptions], Drafter]

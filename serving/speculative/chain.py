@@ -17,7 +17,7 @@ class ChainVerifier:
         # One verify pass holds the bonus plus block_size - 1 drafts.
         self.needs = Needs(tree_attention=False, draft_tokens=block_size)
 
-    def plan(self, bonus: int, draft_logits: torch.Tensor, budget_rows: int) -> Tree:
-        """draft_logits [depth, vocab] -> chain of the argmax draft tokens (a point-mass draft)."""
-        drafts = draft_logits[: max(budget_rows - 1, 0)].argmax(-1).tolist()
-        return chain_tree(bonus, drafts)
+    def plan(self, bonus: int, draft_logits: torch.Tensor, budget_rows: int, vocab=None) -> Tree:
+        """draft_logits [depth, V'] -> chain of the argmax draft tokens (a point-mass draft)."""
+        drafts = draft_logits[: max(budget_rows - 1, 0)].argmax(-1)
+        return chain_tree(bonus, (drafts if vocab is None else vocab[drafts]).tolist())

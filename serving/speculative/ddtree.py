@@ -14,8 +14,9 @@ class TreeVerifier:
         # Root (bonus) plus `budget` nodes share one verify pass under an ancestor-only mask.
         self.needs = Needs(tree_attention=True, draft_tokens=budget + 1)
 
-    def plan(self, bonus: int, draft_logits: torch.Tensor, budget_rows: int) -> Tree:
-        """draft_logits [depth, vocab]: per-depth marginals q_d, independent of earlier picks."""
+    def plan(self, bonus: int, draft_logits: torch.Tensor, budget_rows: int, vocab=None) -> Tree:
+        """draft_logits [depth, V']: per-depth marginals q_d, independent of earlier picks;
+        vocab [V'] maps columns to token ids (a reduced draft vocabulary), None: identity."""
         budget = min(self.budget, budget_rows - 1)
         if budget <= 0 or draft_logits.shape[0] == 0:
             return heap_tree(bonus, [], [], 0)
@@ -23,4 +24,5 @@ class TreeVerifier:
         logits = draft_logits[:budget].float()  # a tree of `budget` nodes is at most that deep
         top = logits.topk(width, -1)  # [depth, width]; log-probs are logits minus logsumexp
         logp = top.values - torch.logsumexp(logits, -1, keepdim=True)
-        return heap_tree(bonus, logp.tolist(), top.indices.tolist(), budget)
+        tokens = top.indices if vocab is None else vocab[top.indices]
+        return heap_tree(bonus, logp.tolist(), tokens.tolist(), budget)

@@ -18,6 +18,7 @@ import torch
 from serving.sampling import PositionalDraws, SamplingParams
 
 from .base import Method
+from .adaptive import Controller, Setting, widths
 from .tree import Tree, ancestors, chain_tree, walk
 
 
@@ -37,6 +38,19 @@ class RoundTimes:
         return self.accepted / self.rounds if self.rounds else 0.0
 
 
+def settings(method: Method, adaptive: bool) -> list[Setting]:
+    """The method's fixed setting, or (adaptive) plain decoding plus verify widths up to it.
+
+    Tree verifiers vary the node budget (rows = budget + 1), chain verifiers the block length;
+    the verifier's own width bounds them (the drafter's block may be wider than a small budget)."""
+    rows = method.verifier.needs.draft_tokens
+    if method.needs.tree_attention:
+        fixed = [Setting(f"budget {b}", b + 1) for b in widths(rows - 1)]
+    else:
+        fixed = [Setting(f"block {b}", b) for b in widths(rows)]
+    return [Setting("plain", 1)] + fixed if adaptive else fixed[-1:]
+
+
 class SpecDecoder:
     """Owns one target KV cache (with room for a full tree) reused by every sequence.
 
@@ -44,8 +58,11 @@ class SpecDecoder:
     tensor) and one download (the target's choice per row); the bonus token and the accepted
     path stay on the device, so the draft block and KV compaction need no further upload."""
 
-    def __init__(self, target, method: Method, capacity: int, seed: int = 0, prefill_chunk: int = 512):
+    def __init__(self, target, method: Method, capacity: int, seed: int = 0, prefill_chunk: int = 512,
+                 adaptive: bool = False):
         self.target, self.method, self.needs = target, method, method.needs
+        self.controller = Controller(settings(method, adaptive))
+        self.adaptive, self.forced = adaptive, False
         self.capacity, self.prefill_chunk = capacity, prefill_chunk
         rows = capacity + self.needs.draft_tokens
         self.cache = target.new_cache(rows)
@@ -58,10 +75,19 @@ class SpecDecoder:
 
     @property
     def server_args(self) -> dict:
-        """Resolved speculative arguments for /server_info and /metrics."""
+        """Resolved speculative arguments for /server_info and /metrics, with the adaptive
+        controller's current choice and what it measured per setting."""
         return {"speculative_algorithm": self.method.name.upper(),
                 "speculative_num_draft_tokens": self.method.drafter.needs.draft_tokens,
-                "speculative_ddtree_budget": getattr(self.method.verifier, "budget", None)}
+                "speculative_ddtree_budget": getattr(self.method.verifier, "budget", None),
+                "speculative_adaptive": self.adaptive,
+                "speculative_current_setting": self.controller.current.label,
+                "speculative_settings": self.controller.report()}
+
+    def force_speculation(self) -> None:
+        """The next round runs the widest setting whatever the controller prefers (the
+        /health_generate probe: proves speculation works while plain is preferred)."""
+        self.forced = True
 
     def start(self, prompt_ids: list[int], sampling: SamplingParams, max_new_tokens: int) -> list[int]:
         """Prefill the prompt in chunks (capturing the drafter's target layers); return the first token."""
@@ -93,9 +119,12 @@ class SpecDecoder:
         """One target draw (or argmax) per row, keyed by the position it fills: [T, vocab] -> [T] on the device."""
         return self.draws.choose(logits, self.sampling, positions)
 
-    def _depth(self) -> int:
-        # Never draft past max_new_tokens (the round would be wasted) or the trained block.
-        return max(0, min(self.method.drafter.needs.draft_tokens - 1, self.remaining - 1))
+    def _depth(self, rows: int, forced: bool) -> int:
+        # Never draft past max_new_tokens (the round would be wasted; a forced probe round
+        # drafts a full block anyway, the engine cuts the output), the trained block, or deeper
+        # than the setting's verify rows can hold (a tree of b nodes is at most b deep).
+        room = self.method.drafter.needs.draft_tokens if forced else self.remaining
+        return max(0, min(self.method.drafter.needs.draft_tokens - 1, room - 1, rows - 1))
 
     def _verify_inputs(self, tree: Tree):
         """tokens [T], positions [T], mask (None: causal) and ancestor table, from one upload."""
@@ -121,11 +150,12 @@ class SpecDecoder:
     def step(self) -> list[int]:
         target, drafter, verifier, times = self.target, self.method.drafter, self.method.verifier, self.times
         t0 = time.perf_counter()
-        depth = self._depth()
+        setting = self.controller.settings[-1] if self.forced else self.controller.choose()
+        depth, self.forced = self._depth(setting.rows, self.forced), False
         draft_logits = drafter.propose(self.bonus_on_device, self.start_pos, depth) if depth else None
         t1 = time.perf_counter()
-        rows = self.cache.capacity - self.cache.length
-        tree = verifier.plan(self.bonus, draft_logits, rows) if depth else chain_tree(self.bonus, [])
+        rows = min(setting.rows, self.cache.capacity - self.cache.length)
+        tree = verifier.plan(self.bonus, draft_logits, rows, drafter.vocab) if depth else chain_tree(self.bonus, [])
         tokens, positions, mask, table = self._verify_inputs(tree)
         t2 = time.perf_counter()
         logits, hidden = target.forward(tokens, positions, self.cache, tree_mask=mask,
@@ -140,6 +170,7 @@ class SpecDecoder:
         self.remaining -= len(committed)
         self.last_accept_length = len(committed)
         t4 = time.perf_counter()
+        self.controller.record(setting, len(committed), t4 - t0)
         times.rounds, times.accepted = times.rounds + 1, times.accepted + len(committed)
         times.draft, times.tree, times.verify, times.accept = (
             times.draft + t1 - t0, times.tree + t2 - t1, times.verify + t3 - t2, times.accept + t4 - t3)

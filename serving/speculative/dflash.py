@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from serving.models.config import ModelError
 from serving.models.kv_cache import KVCache
@@ -22,12 +23,18 @@ from .preflight import PreflightError, check_captured
 
 # Tensors a checkpoint may carry that are not weights (rotary tables saved by some exporters).
 NON_WEIGHTS = ("inv_freq", "original_inv_freq")
+# Optional file beside a draft: the token ids it may propose, most frequent first (FR-Spec).
+DRAFT_VOCAB = "draft_vocab.json"
 
 
 class DFlashDrafter:
     """Runs the draft model round by round against one target (batch size 1)."""
 
-    def __init__(self, model: DFlashDraftModel, target, block_size: int | None = None):
+    def __init__(self, model: DFlashDraftModel, target, block_size: int | None = None,
+                 vocab: list[int] | None = None):
+        """vocab: token ids the draft may propose (a reduced vocabulary: its LM head is that
+        many rows of the target's); None: all. The target still verifies every token, so
+        output is unchanged, only which drafts are proposed."""
         cfg = model.cfg
         self.model, self.target, self.cfg = model, target, cfg
         self.feature_width = model.fc.in_features
@@ -37,6 +44,9 @@ class DFlashDrafter:
         self.device = model.fc.weight.device
         self.mask_ids = torch.full((cfg.block_size,), cfg.mask_token_id, dtype=torch.long, device=self.device)
         self.cache: KVCache | None = None
+        self.vocab = None if vocab is None else torch.tensor(vocab, dtype=torch.long, device=self.device)
+        # [V', H] rows of the target's LM head (a copy: a gather per round would cost as much)
+        self.head = target.lm_head_weight if vocab is None else target.lm_head_weight[self.vocab].contiguous()
         self.reset()
 
     def reserve(self, capacity: int) -> None:
@@ -101,9 +111,23 @@ class DFlashDrafter:
                 keys_i, values_i = self.cache.write(i, k[0], v[0])  # block rows after the context
                 return keys_i[None], values_i[None]
             x = layer(x, cos, sin, store, mask)
-        # lm_head over all block rows, row 0 dropped after: CPU BLAS is ~2.5x faster on the
-        # 49k-vocab projection with 16 rows than with 15 (measured; multiples of 16 are fast)
-        return self.target.lm_head(self.model.norm(x)[0])[1:]
+        # LM head over the block rows after the bonus: [depth, V'] fp32
+        return F.linear(self.model.norm(x)[0, 1:], self.head).float()
+
+
+def load_vocab(path: str | Path, vocab_size: int) -> list[int] | None:
+    """The draft's reduced vocabulary (draft_vocab.json: {"token_ids": [...]}) or None."""
+    file = Path(path) / DRAFT_VOCAB
+    if not file.is_file():
+        return None
+    try:
+        ids = [int(t) for t in json.loads(file.read_text())["token_ids"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise PreflightError(f"{file}: unreadable draft vocabulary ({err})") from None
+    bad = [t for t in ids if not 0 <= t < vocab_size]
+    if bad or not ids or len(set(ids)) != len(ids):
+        raise PreflightError(f"{file}: token_ids must be distinct ids below {vocab_size} (bad: {bad[:3]})")
+    return ids
 
 
 def load_config(path: str | Path) -> DraftConfig:

@@ -20,6 +20,7 @@ class _Tee:
 
     def __init__(self, drafter):
         self.inner, self.needs, self.feature_width = drafter, drafter.needs, drafter.feature_width
+        self.vocab = drafter.vocab
         self.sink: list | None = None
 
     def reserve(self, capacity: int) -> None:
@@ -37,9 +38,10 @@ class _Tee:
 
 
 class SpecLane:
-    def __init__(self, target, method: Method):
+    def __init__(self, target, method: Method, adaptive: bool = False):
         self.tee = _Tee(method.drafter)
-        self.decoder = SpecDecoder(target, Method(method.name, self.tee, method.verifier), capacity=0)
+        self.decoder = SpecDecoder(target, Method(method.name, self.tee, method.verifier), capacity=0,
+                                   adaptive=adaptive)
         self.decoder.cache = None               # rounds run on the sequence's slice of the pool
         self.layers = method.needs.target_layers
         self.width = method.drafter.feature_width
@@ -70,6 +72,8 @@ class SpecLane:
         d.bonus, d.start_pos, d.remaining = bonus, d.cache.length, seq.remaining
         d.bonus_on_device = torch.tensor([bonus], dtype=torch.long, device=d.cache.k.device)
         self.tee.sink = features
+        if seq.request.probe and seq.rounds == 0:
+            d.force_speculation()
         try:
             committed = d.step()
         finally:

@@ -116,6 +116,9 @@ def test_acceptance_must_exceed_one_only_for_speculative_methods():
     assert "not above 1" in check_acceptance(flat, SPEC)
     assert check_acceptance(flat, GateSpec("u", "/m", "t", None, speculative=False)) is None
     assert "no internal_states" in check_acceptance({}, SPEC)
+    # the bundled runtime's forced probe round proves speculation even when the smoke ran plain
+    assert check_acceptance(flat, SPEC, probe_accept=3.0) is None
+    assert "not above 1" in check_acceptance(flat, SPEC, probe_accept=1.0)
 
 
 def test_endpoint_from_the_command_line():

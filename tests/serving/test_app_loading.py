@@ -42,6 +42,9 @@ class StuckDecoder:
     def step(self):
         return [1]
 
+    def force_speculation(self):
+        pass
+
 
 class StuckRoundDecoder(StuckDecoder):
     """Prefill answers at once; the first decode round hangs (a broken drafter, say)."""

@@ -15,19 +15,26 @@ def test_method_list_parses_budgets_only_for_tree_methods():
         ("none", "none", None), ("DFLASH", "dflash", None), ("ddtree:16", "ddtree", 16)]
     with pytest.raises(ValueError, match="dflash takes no tree budget"):
         parse_methods("dflash:4")
+    adaptive = parse_methods("ddtree:64+adaptive")[0]
+    assert (adaptive.budget, adaptive.adaptive) == (64, True)
+    assert parse_methods("ddtree:8+full-vocab")[0].draft_vocab is False
+    with pytest.raises(ValueError, match="nothing to adapt"):
+        parse_methods("none+adaptive")
 
 
 def test_bench_reports_every_method_against_none(tiny_dirs, distilled_drafts, tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "serving.bench", "--model", str(tiny_dirs["llama"]),
-           "--draft", str(distilled_drafts["llama"]), "--methods", "none,dflash,ddtree:4,ddtree:32",
-           "--max-tokens", "24", "--limit", "3", "--threads", "1", "--json", str(out)]
+           "--draft", str(distilled_drafts["llama"]), "--methods", "none,dflash,ddtree:4,ddtree:32,ddtree:32+adaptive",
+           "--max-tokens", "24", "--limit", "3", "--threads", "1", "--json", str(out), "--peer"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     rows = {m["label"]: m for m in report["methods"]}
-    assert list(rows) == ["none", "dflash", "ddtree:4", "ddtree:32"]
-    assert all(m["equal_to_none"] for m in rows.values())
+    assert list(rows) == ["none", "dflash", "ddtree:4", "ddtree:32", "ddtree:32+adaptive", "dflash package"]
+    assert all(m["equal_to_none"] for m in rows.values())  # z-lab's own loop included
+    assert {s["setting"] for s in rows["ddtree:32+adaptive"]["settings"]} == {
+        "plain", "budget 4", "budget 8", "budget 16", "budget 32"}
     assert rows["none"]["speedup"] == 1.0 and rows["none"]["tau"] == 1.0
     assert rows["ddtree:32"]["tau"] > 1.0 and rows["ddtree:32"]["rounds"] > 0
     assert set(rows["ddtree:32"]["ms_per_round"]) == {"draft", "tree", "verify", "accept"}

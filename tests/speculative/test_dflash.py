@@ -87,3 +87,41 @@ def test_sampled_softmax_training_runs_and_learns(tiny_dirs):
     train_draft.train(model, target, example, steps=30, seed=0, negatives=64)
     after = train_draft.block_loss(model, target, example[0][0], feats, picks, anchors).item()
     assert after < before - 1.0  # full-vocabulary loss falls although steps saw 64 negatives
+
+
+def test_reduced_vocabulary_proposes_only_its_tokens_and_stays_lossless(targets, distilled_drafts, tmp_path):
+    from serving.engine.decoder import ARDecoder
+    from serving.sampling import SamplingParams
+    from serving.speculative.base import Method
+    from serving.speculative.ddtree import TreeVerifier
+    from serving.speculative.decoder import SpecDecoder
+    from serving.speculative.dflash import DRAFT_VOCAB, load_vocab
+
+    target = targets["llama"]
+    model = load_model(distilled_drafts["llama"], torch.float32, "cpu")
+    ids = list(range(3, 500, 2))  # every other token: the target often wants one outside
+    (tmp_path / DRAFT_VOCAB).write_text(json.dumps({"token_ids": ids}))
+    assert load_vocab(tmp_path, target.config.vocab_size) == ids
+    full, small = DFlashDrafter(model, target), DFlashDrafter(model, target, vocab=ids)
+    feats = torch.randn(6, full.feature_width)
+    full.extend(feats)
+    small.extend(feats)
+    columns = full.propose(7, 6, 3)[:, ids]
+    torch.testing.assert_close(small.propose(7, 6, 3), columns)  # the same logits, fewer columns
+    tree = TreeVerifier(budget=8).plan(7, small.propose(7, 6, 3), 9, small.vocab)
+    assert set(tree.tokens[1:]) <= set(ids)
+    greedy = SamplingParams(temperature=0)
+    spec = SpecDecoder(target, Method("small-vocab", small, TreeVerifier(budget=8)), capacity=128)
+    plain = ARDecoder(target, capacity=128)
+    for prompt in ([5, 9, 13], [40, 2, 77, 301, 8], [11]):
+        runs = []
+        for decoder in (plain, spec):
+            out = decoder.start(prompt, greedy, 24)
+            while len(out) < 24:
+                out += decoder.step()
+            runs.append(out[:24])
+        assert runs[0] == runs[1]
+    assert spec.times.tau > 1.0
+    (tmp_path / DRAFT_VOCAB).write_text(json.dumps({"token_ids": [3, 3, 100000]}))
+    with pytest.raises(PreflightError, match="token_ids must be distinct ids below"):
+        load_vocab(tmp_path, target.config.vocab_size)

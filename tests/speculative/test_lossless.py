@@ -16,9 +16,11 @@ from serving.speculative import METHODS, SpecOptions, decoder_factory
 
 TEXTS = ["The capital of France is", "def fibonacci(n):", "Servers listen on a port,", "A"]
 GREEDY = SamplingParams(temperature=0)
-# (method, block size, budget): defaults, a short block, a tiny tree, a wide tree
-SETTINGS = [("dflash", None, None), ("dflash", 4, None), ("ddtree", None, None),
-            ("ddtree", None, 3), ("ddtree", None, 48)]
+# (method, block size, budget, adaptive): defaults, a short block, a tiny tree, a wide tree,
+# and the adaptive controller mixing plain rounds with every width up to the given one
+SETTINGS = [("dflash", None, None, False), ("dflash", 4, None, False), ("ddtree", None, None, False),
+            ("ddtree", None, 3, False), ("ddtree", None, 48, False), ("dflash", None, None, True),
+            ("ddtree", None, 48, True)]
 
 
 def prompts(tokenizer) -> list[list[int]]:
@@ -28,8 +30,8 @@ def prompts(tokenizer) -> list[list[int]]:
     return encoded + random_ids
 
 
-def engine_for(spec_name, target, tokenizer, draft, block=None, budget=None) -> Engine:
-    options = SpecOptions(draft_path=str(draft), block_size=block, budget=budget)
+def engine_for(spec_name, target, tokenizer, draft, block=None, budget=None, adaptive=False) -> Engine:
+    options = SpecOptions(draft_path=str(draft), block_size=block, budget=budget, adaptive=adaptive)
     return Engine(decoder_factory(METHODS[spec_name], target, options, capacity=512), tokenizer).start()
 
 
@@ -57,10 +59,10 @@ def plain_runs(request, tiny_dirs, targets):
     return arch, tokenizer, runs
 
 
-@pytest.mark.parametrize("name, block, budget", SETTINGS)
-def test_greedy_speculative_equals_plain(plain_runs, targets, distilled_drafts, name, block, budget):
+@pytest.mark.parametrize("name, block, budget, adaptive", SETTINGS)
+def test_greedy_speculative_equals_plain(plain_runs, targets, distilled_drafts, name, block, budget, adaptive):
     arch, tokenizer, runs = plain_runs
-    engine = engine_for(name, targets[arch], tokenizer, distilled_drafts[arch], block, budget)
+    engine = engine_for(name, targets[arch], tokenizer, distilled_drafts[arch], block, budget, adaptive)
     reasons = set()
     try:
         for prompt, rule, expected in runs:

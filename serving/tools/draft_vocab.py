@@ -1,0 +1,83 @@
+"""A reduced draft vocabulary (FR-Spec): the tokens the target itself outputs most often.
+
+    python -m serving.tools.draft_vocab --target DIR --draft DIR [--size 8192]
+
+Counts the target's own choices: its greedy pick after every position of a standard-library
+source corpus, and its greedy answers to chat-templated questions. Writes the `size` most
+frequent ids to DRAFT/draft_vocab.json; the drafter then proposes only those (its LM head
+shrinks from the full vocabulary to `size` rows) while the target still verifies every
+token, so output is unchanged. Deterministic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from serving.speculative.dflash import DRAFT_VOCAB
+
+
+def corpus_picks(target, ids: list[int], chunk: int = 256) -> Counter:
+    """Target argmax after each position of `ids`, chunk by chunk (teacher-forced)."""
+    counts: Counter = Counter()
+    for begin in range(0, len(ids) - 1, chunk):
+        part = torch.tensor(ids[begin:begin + chunk])
+        logits, _ = target.forward(part, torch.arange(part.numel()), target.new_cache(part.numel()))
+        counts.update(logits.argmax(-1).tolist())
+    return counts
+
+
+def answer_picks(target, tokenizer, questions, length: int) -> Counter:
+    """Tokens of the target's greedy answers to each question through its chat template."""
+    from serving.sampling import SamplingParams
+    from serving.tools.train_draft import continuation
+
+    counts: Counter = Counter()
+    for question in questions:
+        prompt = tokenizer.encode_chat([{"role": "user", "content": question}])
+        counts.update(continuation(target, prompt, SamplingParams(temperature=0.0), length, 0))
+    return counts
+
+
+def write_vocab(draft: Path, counts: Counter, size: int, source: str) -> list[int]:
+    ids = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:size]
+    seen = sum(counts.values())
+    covered = sum(counts[t] for t in ids)
+    (draft / DRAFT_VOCAB).write_text(json.dumps({"source": source, "coverage": round(covered / seen, 4),
+                                                 "token_ids": ids}))
+    return ids
+
+
+def main(argv=None) -> int:
+    from serving.models.tokenizer import Tokenizer
+    from serving.tools.train_draft import CACHE, CHAT_QUESTIONS, load_target, stdlib_sources
+
+    ap = argparse.ArgumentParser(prog="python -m serving.tools.draft_vocab", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
+    ap.add_argument("--draft", type=Path, default=CACHE / "models/smollm2-135m-instruct-dflash")
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--corpus-chars", type=int, default=200_000)
+    ap.add_argument("--answer-tokens", type=int, default=48)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    began = time.monotonic()
+    target = load_target(args.target, positions=512)
+    tokenizer = Tokenizer.from_dir(args.target)
+    counts = corpus_picks(target, tokenizer.encode(stdlib_sources(args.corpus_chars), prompt=False))
+    counts += answer_picks(target, tokenizer, CHAT_QUESTIONS, args.answer_tokens)
+    source = (f"target greedy picks over {args.corpus_chars} chars of stdlib source and its answers "
+              f"to {len(CHAT_QUESTIONS)} chat questions")
+    ids = write_vocab(args.draft, counts, args.size, source)
+    print(f"wrote {len(ids)} ids ({len(counts)} distinct seen) to {args.draft / DRAFT_VOCAB} "
+          f"in {time.monotonic() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
