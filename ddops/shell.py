@@ -90,7 +90,7 @@ def classify(exc: BaseException) -> tuple[int, str, bool]:
     code = getattr(exc, "exit_code", None)  # lab and install errors carry their own
     if isinstance(code, int):
         return code, "", True
-    return exits.FAILED, "rerun with --debug for the traceback", False
+    return exits.INTERNAL, "a bug in ddops: rerun with --debug for the traceback and report it", False
 
 
 def one_line(exc: BaseException) -> str:

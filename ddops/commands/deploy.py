@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, LockHeld,
-                          RecoveryFailed, execute, load_target, make_plan, read_facts)
+                          RecoveryFailed, execute, load_target, read_facts)
 from ddops.deploy import show
 from ddops.deploy.apply import plan_change, refused
 from ddops.profile.yamlfile import ConfigError

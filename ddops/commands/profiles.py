@@ -17,7 +17,7 @@ from rich.table import Table
 from ddops import exits
 from ddops.fit.checks import check_hosts
 from ddops.fit.profile_fit import local_reader
-from ddops.inventory import InventoryError, find_inventory, load_inventory
+from ddops.inventory import find_inventory, load_inventory
 from ddops.profile import ConfigError, Profile, list_profiles, load_profile, profiles_dir
 from ddops.profile.annotate import annotated_yaml, sources
 from ddops.profile.rules import exposures

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 from ddops.lab import shell

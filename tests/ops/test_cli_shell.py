@@ -125,8 +125,20 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(tmp_path)
     bad.mkdir()  # a directory where a file is expected: not a ConfigError the loaders name
     plain = ddops("validate", "cpu-ar", "--inventory", str(bad))
     debug = ddops("--debug", "validate", "cpu-ar", "--inventory", str(bad))
-    assert plain.returncode in (1, 2) and "Traceback" not in plain.stderr and plain.stderr.strip()
+    assert plain.returncode in (2, 70) and "Traceback" not in plain.stderr and plain.stderr.strip()
     assert "Traceback" in debug.stderr or debug.returncode == plain.returncode
+
+
+def test_a_bug_is_exit_70_never_the_gate_failed_code():
+    from ddops.shell import classify
+    code, hint, expected = classify(KeyError("x"))
+    assert (code, expected) == (exits.INTERNAL, False) and "--debug" in hint
+    assert classify(exits_error())[0] == exits.BAD_INPUT
+
+
+def exits_error():
+    from ddops.shell import BadInput
+    return BadInput("bad")
 
 
 def test_version_and_completion_are_global():
