@@ -126,7 +126,8 @@ def report(exc: BaseException, channel: str = "human") -> int:
     message = one_line(exc) if expected else f"{type(exc).__name__}: {one_line(exc)}"
     problems = list(getattr(exc, "problems", None) or [])
     if channel != "human":
-        doc = envelope(code, error=message, hint=hint or None, **({"problems": problems} if problems else {}))
+        doc = envelope(code, error=message, hint=hint or None, meaning=getattr(exc, "meaning", None),
+                       **({"problems": problems} if problems else {}))
         print(json.dumps({"event": "result", **doc} if channel == "events" else doc, default=str))
     for line in problems or [f"error: {message}"]:
         print(line, file=sys.stderr)

@@ -26,7 +26,7 @@ def adopt_command(host: str = typer.Option(..., "--host", help="inventory host n
                   profile: Optional[str] = typer.Option(
                       None, "--profile", help="profile whose gate a return to this unit must pass"),
                   as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
-                  inventory: Optional[Path] = typer.Option(None, "--inventory", help="inventory file")) -> None:
+                  inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="inventory file")) -> None:
     """Record a hand-written unit and its env file as history entry 0 (`adopted`); the service is
     not touched. Later deploys, rollbacks and halted rollouts can return to it byte for byte."""
     target = load_inventory(inventory).host(host)

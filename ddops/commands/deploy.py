@@ -43,7 +43,7 @@ def deploy(
     unit: Optional[str] = typer.Option(None, "--unit", help="systemd unit name (default: the profile's)"),
     port: Optional[int] = typer.Option(None, "--port", help="port (default: the profile's)"),
     profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir", help="where profiles live"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", help="inventory file"),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="inventory file"),
 ) -> None:
     """Deploy PROFILE to one host: facts -> plan -> confirm -> apply -> gate (revert on failure).
 

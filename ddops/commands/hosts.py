@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 def trust(name: str = typer.Argument(..., help="inventory host name"),
           yes: bool = typer.Option(False, "--yes", "-y", help="record without asking (you checked the fingerprint)"),
-          inventory: Optional[Path] = typer.Option(None, "--inventory", help="inventory file")) -> None:
+          inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="inventory file")) -> None:
     """Show the host's key fingerprint and, once confirmed, add it to the host's known_hosts."""
     host = load_inventory(inventory).host(name)
     path = Path(known_hosts_of(host))

@@ -4,6 +4,7 @@ a,b,c or --selector key=value), in parallel with a progress bar per host (ddops.
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -12,8 +13,10 @@ import typer
 from ddops import exits
 from ddops.commands.lab import HOST_HELP, INVENTORY_HELP, find_host
 from ddops.lab.errors import LabUsageError
+from ddops.shell import print_json
 
 HOSTS = typer.Option(None, "--hosts", help="several inventory hosts, comma-separated")
+JSON = typer.Option(False, "--json", help="print one JSON document (one entry per host)")
 SELECTOR = typer.Option(None, "--selector", help="every inventory host with these labels: key=value[,key=value]")
 
 
@@ -39,16 +42,25 @@ def pick_hosts(host: str | None, hosts: str | None, selector: str | None, invent
     return found
 
 
-def _summary(outcomes, line) -> None:
-    for outcome in outcomes:
-        typer.echo(line(outcome) if outcome.ok else f"{outcome.host}: FAILED: {outcome.detail}")
-    if not all(o.ok for o in outcomes):
-        raise typer.Exit(exits.NEEDS_OPERATOR)
+def _summary(outcomes, line, as_json: bool = False) -> None:
+    """One line per host (or the envelope with one entry per host); exit 3 when any host failed."""
+    failed = [o.host for o in outcomes if not o.ok]
+    code = exits.NEEDS_OPERATOR if failed else exits.OK
+    if as_json:
+        print_json(code, error=f"failed on {', '.join(failed)}" if failed else None,
+                   hosts=[{"host": o.host, "ok": o.ok, "detail": o.detail,
+                           "report": asdict(o.report) if is_dataclass(o.report) else None} for o in outcomes])
+    else:
+        for outcome in outcomes:
+            typer.echo(line(outcome) if outcome.ok else f"{outcome.host}: FAILED: {outcome.detail}")
+    if code:
+        raise typer.Exit(code)
 
 
 def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP), hosts: Optional[str] = HOSTS,
                     selector: Optional[str] = SELECTOR,
-                    inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+                    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
+                    as_json: bool = JSON,
                     debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
     """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index)."""
     from ddops.install.many import run_on_hosts
@@ -71,14 +83,15 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
         project = "ddops installed" if r.project_installed else "ddops already current"
         return (f"{r.host}: {deps}; {project}; pushed {r.bytes_pushed / 1e6:.1f} MB in {took:.1f} s; "
                 f"`python -m serving --help` ok: {r.check}")
-    _summary(outcomes, line)
+    _summary(outcomes, line, as_json)
 
 
 def push_model(directory: Path = typer.Argument(..., help="local model directory"),
                host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP), hosts: Optional[str] = HOSTS,
                selector: Optional[str] = SELECTOR,
                dest: Optional[str] = typer.Option(None, "--dest", help="default /var/lib/ddops/models/<dir name>"),
-               inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+               inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
+               as_json: bool = JSON,
                debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
     """Copy a model directory to hosts in parallel; files whose sha256 already matches are skipped,
     an interrupted upload resumes, every file is sha256-checked on the host."""
@@ -88,4 +101,4 @@ def push_model(directory: Path = typer.Argument(..., help="local model directory
     took = time.monotonic() - start
     _summary(outcomes, lambda o: (f"{o.host}:{o.report.dest}: copied {len(o.report.copied)} file(s) "
                                   f"({o.report.bytes_copied / 1e6:.1f} MB), skipped {len(o.report.skipped)} "
-                                  f"unchanged, {took:.1f} s"))
+                                  f"unchanged, {took:.1f} s"), as_json)

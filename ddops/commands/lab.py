@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ddops import exits
-from ddops.lab.errors import LabError
+from ddops.lab.errors import LabUsageError
 from ddops.shell import print_json
 
 HOST_HELP = "host name from the inventory (lab hosts: lab-1, bare-1, ...)"
@@ -67,5 +67,5 @@ def find_host(name: str, inventory: Optional[Path]):
     from ddops.inventory import load_inventory
     hosts = load_inventory(inventory).hosts
     if name not in hosts:
-        raise LabError(f"--host {name}: not in the inventory (hosts: {', '.join(sorted(hosts)) or 'none'})")
+        raise LabUsageError(f"--host {name}: not in the inventory (hosts: {', '.join(sorted(hosts)) or 'none'})")
     return hosts[name]

@@ -26,7 +26,7 @@ from ddops.shell import BadInput, print_json
 HOST = typer.Option(..., "--host", help="inventory host name")
 UNIT = typer.Option(None, "--unit", help="unit name (default: the one ddops deployed there)")
 JSON = typer.Option(False, "--json", help="print one JSON document")
-INVENTORY = typer.Option(None, "--inventory", help="inventory file")
+INVENTORY = typer.Option(None, "--inventory", "-i", help="inventory file")
 
 
 def register(app: typer.Typer) -> None:

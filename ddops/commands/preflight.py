@@ -34,7 +34,7 @@ def preflight(profile: str = typer.Argument(..., help="profile name or YAML path
                   None, "--models", help="check local copies: DIR/<basename of each model path>"),
               as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
               profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir"),
-              inventory: Optional[Path] = typer.Option(None, "--inventory")) -> None:
+              inventory: Optional[Path] = typer.Option(None, "--inventory", "-i")) -> None:
     """Draft/target config check and flag check; starts nothing. Exit 0 fits, 2 does not."""
     try:
         prof = load_profile(profile, profiles_dir)

@@ -171,7 +171,7 @@ def cmd_render(profile: Annotated[str, typer.Argument(help="Profile name or YAML
                out_dir: Annotated[Optional[Path], typer.Option(
                    "--out", help="Write the unit and env file here instead of stdout.")] = None,
                unit_name: Annotated[Optional[str], typer.Option(
-                   "--unit-name", help="Override the unit name (e.g. llm-shadow).")] = None,
+                   "--unit", "--unit-name", help="Override the unit name (e.g. llm-shadow).")] = None,
                port: Annotated[Optional[int], typer.Option(
                    "--port", min=1, max=65535, help="Override the port.")] = None,
                profiles_dir_: ProfilesDir = None, inventory: InventoryOpt = None,

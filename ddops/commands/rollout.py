@@ -18,7 +18,7 @@ Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at t
 Events = Annotated[bool, typer.Option("--json-events", help="Print JSON lines of events as they happen.")]
 Host = Annotated[str, typer.Option("--host", help="Inventory host name.")]
 Force = Annotated[bool, typer.Option("--force", help="Apply even when planning knows it cannot start (recorded in history).")]
-Inventory = Annotated[Optional[Path], typer.Option("--inventory", help="Inventory file (default: $DDOPS_INVENTORY or lab/inventory.yaml).")]
+Inventory = Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: $DDOPS_INVENTORY or lab/inventory.yaml).")]
 
 shadow_app = typer.Typer(no_args_is_help=True, help="Run a candidate profile beside production and compare.")
 

@@ -107,6 +107,8 @@ DOCS = [  # (args, exit code): read-only commands whose --json needs no host
     (("fit", "a6000-balanced", "--gpu", "a6000", "--json", "--models", str(REPO / "tests/fit/configs")), 0),
     (("fit", "a6000-base", "--gpu", "a6000", "--tp", "1", "--json", "--models", str(REPO / "tests/fit/configs")), 1),
     (("deploy", "nope", "--host", "h", "--json", "--yes"), 2),
+    (("push-model", "/nonexistent", "--host", "nosuch", "--json", "-i", str(REPO / "inventory.example.yaml")), 2),
+    (("preflight", "nope", "--json"), 2),
 ]
 
 
@@ -144,6 +146,24 @@ def exits_error():
 def test_version_and_completion_are_global():
     assert ddops("--version").stdout.strip().startswith("ddops ")
     assert "--install-completion" in ddops("--help").stdout
+
+
+def all_commands():
+    def walk(command, path):
+        if is_group(command):
+            for name, sub in command.commands.items():
+                yield from walk(sub, f"{path} {name}".strip())
+        else:
+            yield path, {o for p in command.params for o in getattr(p, "opts", [])}
+    return list(walk(typer.main.get_command(app), ""))
+
+
+def test_the_same_option_has_the_same_name_everywhere():
+    found = all_commands()
+    assert len(found) > 25
+    assert [path for path, opts in found if "--inventory" in opts and "-i" not in opts] == []
+    assert [path for path, opts in found if opts & {"--unit-name", "--unit_name"} and "--unit" not in opts] == []
+    assert [path for path, opts in found if "--json-events" in opts and "--json" not in opts] == []
 
 
 def test_one_module_spells_systemctl_and_journalctl():
