@@ -68,6 +68,13 @@ class Server:
             time.sleep(0.5)
         raise RuntimeError("server did not become ready")
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system, all threads) the server process has used so far."""
+        if self.proc is None:
+            return 0.0
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_bytes(self) -> int:
         """Resident memory of the server process (Linux /proc)."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -10,7 +10,9 @@ concurrency 1, 2, 4, 8, 16 against the runtime, and transformers' continuous bat
 Starts the runtime as a subprocess on a loopback port (or uses --url). Prints a Rich table of
 output tokens/s, requests/s, TTFT and inter-token latency p50/p99 per concurrency; --json and
 --plot write the figures and a PNG (throughput and p99 latencies vs concurrency). Every
-request ignores EOS so each produces exactly --max-tokens tokens; greedy. The soak counts
+request ignores EOS so each produces exactly --max-tokens tokens; greedy. Beside wall-clock
+figures, tokens per CPU-second of the server process (and of the peer's process): on a shared
+machine the CPU share a process gets swings, and CPU time is the steadier comparison. The soak counts
 complete answers, 503 server_busy, other errors and truncated streams, and the server's RSS.
 """
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import time
 from pathlib import Path
 
@@ -52,12 +53,13 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def summarize(concurrency: int, shots: list[Shot], wall: float) -> dict:
+def summarize(concurrency: int, shots: list[Shot], wall: float, cpu: float) -> dict:
     ok = [s for s in shots if s.error is None]
     itl = [gap for s in ok for gap in s.gaps]
+    tokens = sum(s.tokens for s in ok)
     return {"concurrency": concurrency, "requests": len(shots), "errors": len(shots) - len(ok),
-            "output_tokens": sum(s.tokens for s in ok), "wall_s": wall,
-            "output_tok_s": sum(s.tokens for s in ok) / wall, "req_s": len(ok) / wall,
+            "output_tokens": tokens, "wall_s": wall, "server_cpu_s": cpu,
+            "output_tok_s": tokens / wall, "output_tok_per_cpu_s": tokens / max(cpu, 1e-9), "req_s": len(ok) / wall,
             "ttft_p50_ms": 1000 * pct([s.ttft for s in ok], 50), "ttft_p99_ms": 1000 * pct([s.ttft for s in ok], 99),
             "itl_p50_ms": 1000 * pct(itl, 50), "itl_p99_ms": 1000 * pct(itl, 99)}
 
@@ -77,13 +79,14 @@ def peer(model: Path, concurrency: int, requests: int, max_tokens: int, threads:
     # at most `concurrency` requests per batch, the same prefill chunk as the runtime's default
     cb = ContinuousBatchingConfig(page_size=64, num_blocks=16 * concurrency, max_batch_tokens=512,
                                   max_requests_per_batch=concurrency, use_cuda_graph=False)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     out = lm.generate_batch(inputs=inputs, generation_config=config, continuous_batching_config=cb,
                             progress_bar=False, warmup=False)
-    wall = time.perf_counter() - began
+    wall, cpu = time.perf_counter() - began, time.process_time() - cpu
     tokens = sum(len(o.generated_tokens) for o in out.values())
     return {"concurrency": concurrency, "requests": requests, "output_tokens": tokens, "wall_s": wall,
-            "output_tok_s": tokens / wall, "req_s": requests / wall}
+            "cpu_s": cpu, "output_tok_s": tokens / wall, "output_tok_per_cpu_s": tokens / max(cpu, 1e-9),
+            "req_s": requests / wall}
 
 
 def table(levels: list[dict], peer_row: dict | None, conditions: str) -> None:
@@ -91,16 +94,17 @@ def table(levels: list[dict], peer_row: dict | None, conditions: str) -> None:
     from rich.table import Table
 
     t = Table(title=f"serving load benchmark ({conditions})")
-    for col in ("concurrency", "requests", "errors", "output tok/s", "req/s", "TTFT p50 ms", "TTFT p99 ms",
-                "ITL p50 ms", "ITL p99 ms"):
+    for col in ("concurrency", "requests", "errors", "output tok/s", "tok/CPU-s", "req/s", "TTFT p50 ms",
+                "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"):
         t.add_column(col, justify="right")
     for r in levels:
         t.add_row(str(r["concurrency"]), str(r["requests"]), str(r["errors"]), f"{r['output_tok_s']:.1f}",
-                  f"{r['req_s']:.2f}", f"{r['ttft_p50_ms']:.0f}", f"{r['ttft_p99_ms']:.0f}",
+                  f"{r['output_tok_per_cpu_s']:.1f}", f"{r['req_s']:.2f}", f"{r['ttft_p50_ms']:.0f}", f"{r['ttft_p99_ms']:.0f}",
                   f"{r['itl_p50_ms']:.0f}", f"{r['itl_p99_ms']:.0f}")
     if peer_row:
         t.add_row(f"transformers @{peer_row['concurrency']}", str(peer_row["requests"]), "-",
-                  f"{peer_row['output_tok_s']:.1f}", f"{peer_row['req_s']:.2f}", "-", "-", "-", "-")
+                  f"{peer_row['output_tok_s']:.1f}", f"{peer_row['output_tok_per_cpu_s']:.1f}",
+                  f"{peer_row['req_s']:.2f}", "-", "-", "-", "-")
     Console().print(t)
 
 
@@ -109,9 +113,12 @@ def ratios(levels: list[dict], peer_row: dict | None, at: int) -> dict:
     out = {}
     if 1 in by and at in by:
         out[f"tok_s_{at}_over_1"] = by[at]["output_tok_s"] / by[1]["output_tok_s"]
+        out[f"tok_per_cpu_s_{at}_over_1"] = by[at]["output_tok_per_cpu_s"] / by[1]["output_tok_per_cpu_s"]
         out[f"ttft_p99_{at}_over_1"] = by[at]["ttft_p99_ms"] / max(by[1]["ttft_p99_ms"], 1e-9)
     if peer_row and at in by:
         out[f"tok_s_ours_over_transformers_at_{at}"] = by[at]["output_tok_s"] / peer_row["output_tok_s"]
+        out[f"tok_per_cpu_s_ours_over_transformers_at_{at}"] = (by[at]["output_tok_per_cpu_s"]
+                                                                / peer_row["output_tok_per_cpu_s"])
     return out
 
 
@@ -148,9 +155,10 @@ def main(argv=None) -> int:
             return 0 if report["other_errors"] == 0 and report["truncated"] == 0 else 1
         levels = []
         for c in [int(x) for x in args.concurrency.split(",")]:
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), server.cpu_s()
             shots = asyncio.run(run_level(server, c, args.requests_per_client, args.max_tokens))
-            levels.append(summarize(c, shots, time.perf_counter() - began))
+            levels.append(summarize(c, shots, time.perf_counter() - began, server.cpu_s() - cpu))
+            print(json.dumps(levels[-1]), flush=True)
     peer_row = peer(args.model, args.peer_at, args.peer_at * args.requests_per_client, args.max_tokens,
                     args.threads) if args.peer_at else None
     conditions = f"{args.max_tokens} tokens/request, {args.threads} torch threads, greedy, ignore_eos"
