@@ -9,7 +9,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                 python3-venv python3-dev gcc curl ca-certificates rsync \
                 chromium  # the report test opens pages in it (Playwright, never downloads browsers)
 
-.PHONY: setup apt venv models drafter bench fuzz abuse test demo clean lab-down
+.PHONY: setup apt venv models drafter bench bench-load fuzz abuse test demo clean lab-down
 
 setup: apt venv
 
@@ -48,6 +48,15 @@ bench: drafter
 	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
 	  --methods none,dflash,ddtree:16,ddtree:64,ddtree:64+adaptive --threads 1 --peer --json $(DDOPS_CACHE)/bench/spec.json
 	$(PY) -m serving.bench.ar --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1
+
+# Continuous batching: openai clients at concurrency 1..16 against transformers generate_batch,
+# then a 64-client, 2-minute soak (docs/serving.md "Speed under load").
+bench-load: models
+	mkdir -p $(DDOPS_CACHE)/bench
+	nice -n 10 $(PY) -m serving.bench.serve --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1 \
+	  --max-tokens 64 --json $(DDOPS_CACHE)/bench/load.json --plot $(DDOPS_CACHE)/bench/load.png
+	nice -n 10 $(PY) -m serving.bench.serve --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1 \
+	  --soak 120 --clients 64 --max-tokens 8 --json $(DDOPS_CACHE)/bench/soak.json
 
 # Long HTTP robustness runs against a runtime on loopback (tiny random checkpoint):
 # schemathesis + hostile bodies, then latency under slow connections and unkeyed probes.

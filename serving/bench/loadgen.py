@@ -147,9 +147,17 @@ async def soak(server: Server, clients: int, seconds: float, max_tokens: int) ->
                 await asyncio.sleep(1)      # the server's Retry-After
         return shots
 
-    began = time.perf_counter()
+    async def sample_rss(samples: list[int]) -> None:
+        while time.monotonic() < deadline:
+            await asyncio.sleep(seconds / 6)
+            samples.append(server.rss_bytes())
+
+    began, rss = time.perf_counter(), []
     async with client:
+        sampler = asyncio.ensure_future(sample_rss(rss)) if server.proc else None
         shots = [s for group in await asyncio.gather(*(worker(w) for w in range(clients))) for s in group]
+        if sampler:
+            sampler.cancel()
     wall = time.perf_counter() - began
     complete = [s for s in shots if s.error is None and s.tokens == max_tokens]
     return {"clients": clients, "seconds": wall, "requests": len(shots), "complete": len(complete),
@@ -158,4 +166,5 @@ async def soak(server: Server, clients: int, seconds: float, max_tokens: int) ->
             "other_errors": sum(s.error not in (None, "busy", "truncated") for s in shots),
             "error_samples": sorted({s.error for s in shots if s.error not in (None, "busy")})[:5],
             "output_tok_s": sum(s.tokens for s in complete) / wall,
-            "rss_start_bytes": rss_start, "rss_end_bytes": server.rss_bytes() if server.proc else 0}
+            "rss_start_bytes": rss_start, "rss_samples_bytes": rss,
+            "rss_end_bytes": server.rss_bytes() if server.proc else 0}
