@@ -4,7 +4,9 @@ Pure (no torch): settings in, a choice out, measurements back. Each setting keep
 averages of tokens committed per round and seconds per round; the choice is the setting
 with the best tokens per second, changed only when another beats it by `margin`
 (hysteresis). Every `explore_every` rounds the least recently measured setting runs once,
-so a setting that became better (other content, a cooler CPU) is noticed. Whatever is
+so a setting that became better (other content, a cooler CPU) is noticed; a setting measured
+at under `far` of the current one's rate is only explored every `far_every`-th time (each
+such round costs more than it can teach). Whatever is
 chosen, output is lossless: every setting is plain decoding or an ordinary speculative
 round.
 """
@@ -49,9 +51,12 @@ class Controller:
     settings: list[Setting]
     alpha: float = 0.2  # weight of the newest round in the moving averages
     margin: float = 0.05  # a challenger must be this much faster to take over
-    warmup: int = 3  # rounds each setting runs before the first comparison
+    warmup: int = 2  # rounds each setting runs before the first comparison
     explore_every: int = 32
+    far: float = 0.7
+    far_every: int = 4
     round: int = 0
+    explorations: int = 0
     current: Setting = field(init=False)
 
     def __post_init__(self):
@@ -64,9 +69,15 @@ class Controller:
         if cold:
             return cold[0]
         if self.round % self.explore_every == 0:
-            return min((s for s in self.settings if s is not self.current), key=lambda s: s.last_round,
-                       default=self.current)
+            return self._explore()
         return self.current
+
+    def _explore(self) -> Setting:
+        others = [s for s in self.settings if s is not self.current]
+        near = [s for s in others if s.rate >= self.far * self.current.rate]
+        self.explorations += 1
+        pool = others if self.explorations % self.far_every == 0 else near
+        return min(pool, key=lambda s: s.last_round, default=self.current)
 
     def record(self, setting: Setting, tokens: int, seconds: float) -> None:
         """A finished round: tokens committed (bonus included) and its wall time."""

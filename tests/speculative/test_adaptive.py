@@ -77,3 +77,12 @@ def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts
     decoder.step()  # not forced: the controller's choice, plain
     assert decoder.controller.settings[0].rounds == 6
     assert decoder.server_args["speculative_current_setting"] == "plain"
+
+
+def test_settings_far_behind_are_explored_rarely():
+    c = Controller([Setting("plain", 1), Setting("budget 8", 9), Setting("budget 32", 33)],
+                   explore_every=4, far_every=4)
+    chosen = run(c, {"plain": (1, 0.10), "budget 8": (1.2, 0.20), "budget 32": (1.2, 0.40)}, 166)
+    after_warmup = chosen[6:]  # 2 warm-up rounds each
+    assert c.current.label == "plain"
+    assert len(after_warmup) - after_warmup.count("plain") == 10  # 40 explorations, 1 in 4 taken
