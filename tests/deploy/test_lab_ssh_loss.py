@@ -13,15 +13,19 @@ import pytest
 import yaml
 
 from tests.deploy.cutting_proxy import CuttingProxy
+from tests.deploy.models import tiny_pair
 from tests.deploy.test_lab_deploy import HERE
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
-def cut_inventory(deploy_lab, tmp_path_factory):
-    """An inventory reaching the first lab host through a CuttingProxy; returns (path, proxy)."""
+def cut_inventory(deploy_lab, cache_dir, tmp_path_factory):
+    """An inventory reaching the first lab host through a CuttingProxy; returns (path, proxy).
+    The deploy's model is on the host first, so planning lets it go on until the cut."""
     host = deploy_lab.host(deploy_lab.hosts[0])
+    target, _ = tiny_pair(cache_dir)
+    assert deploy_lab.ddops("push-model", str(target), "--host", host.name).returncode == 0
     made = []
 
     def make(cut_after_s: float):
