@@ -15,6 +15,7 @@ from ddops.deploy.gate import run_gate
 from ddops.profile import list_profiles, load_profile
 from ddops.render import render, resolve_secrets
 from serving.config import parse_args
+from tests.hybrid.models import hybrid_pair
 from tests.rollout import lab_models
 from tests.server_process import ServerProcess
 
@@ -62,13 +63,22 @@ def test_every_rendered_bundled_command_line_parses_in_the_runtime(name):
 
 def test_the_gate_passes_on_the_runtime_started_from_a_rendered_ddtree_unit(tmp_path, cache_dir):
     models = lab_models.build(cache_dir)
-    profile = load_profile("cpu-ddtree")
+    gate_on_rendered("cpu-ddtree", models["tiny-llama"], models["tiny-llama-dflash"], tmp_path)
+
+
+def test_the_gate_passes_on_the_rendered_hybrid_ddtree_unit(tmp_path, cache_dir):
+    """The Qwen3.5-layout hybrid (Gated DeltaNet) target with its DFlash draft under DDTree."""
+    gate_on_rendered("cpu-hybrid-ddtree", *hybrid_pair(cache_dir), tmp_path)
+
+
+def gate_on_rendered(name: str, target, draft, tmp_path) -> None:
+    profile = load_profile(name)
     rendered = render(profile, secrets=resolve_secrets(profile))   # the key, as deploy writes it
     flags = without(runtime_flags(rendered.argv), LOCAL_FLAGS)
-    flags += ["--speculative-draft-model-path", str(models["tiny-llama-dflash"])]
+    flags += ["--speculative-draft-model-path", str(draft)]
     key = env_value(rendered.env_text, "DDOPS_API_KEY")
-    server = ServerProcess(models["tiny-llama"], tmp_path / "server.log", *flags, api_key=key)
-    argv = ["python", "-m", "serving", "--model-path", str(models["tiny-llama"]),
+    server = ServerProcess(target, tmp_path / "server.log", *flags, api_key=key)
+    argv = ["python", "-m", "serving", "--model-path", str(target),
             "--host", "127.0.0.1", "--port", str(server.port), *flags]
 
     def watch() -> UnitState:  # the process stands in for the unit systemd would watch
