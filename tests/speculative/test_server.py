@@ -15,8 +15,19 @@ def ddtree_server(tiny_dirs, distilled_drafts, tmp_path_factory):
     log = tmp_path_factory.mktemp("spec-server") / "server.log"
     server = ServerProcess(tiny_dirs["llama"], log, "--speculative-algorithm", "DDTREE",
                            "--speculative-draft-model-path", str(distilled_drafts["llama"]),
-                           "--speculative-ddtree-budget", "24",
+                           "--speculative-ddtree-budget", "24", "--speculative-adaptive", "off",
                            "--health-generate-interval", "0").wait_ready()  # every probe generates
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def adaptive_server(tiny_dirs, distilled_drafts, tmp_path_factory):
+    log = tmp_path_factory.mktemp("adaptive-server") / "server.log"
+    server = ServerProcess(tiny_dirs["llama"], log, "--speculative-algorithm", "DDTREE",
+                           "--speculative-draft-model-path", str(distilled_drafts["llama"]),
+                           "--speculative-ddtree-budget", "16",  # adaptive is the default
+                           "--health-generate-interval", "0").wait_ready()
     yield server
     server.stop()
 
@@ -58,3 +69,24 @@ def test_startup_refuses_a_mismatched_draft(random_drafts, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "draft was built for a 4-layer target but the target has 2 layers" in done.stderr
+
+
+def test_adaptive_server_reports_its_choice_and_the_probe_forces_speculation(adaptive_server):
+    url = adaptive_server.url
+    body = {"model": "llama", "prompt": "def fibonacci(n):", "max_tokens": 40, "temperature": 0}
+    assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
+    info = httpx.get(url + "/server_info", timeout=10).json()
+    settings = {s["setting"]: s for s in info["speculative_settings"]}
+    assert info["speculative_adaptive"] is True and info["speculative_ddtree_budget"] == 16
+    assert set(settings) == {"plain", "budget 4", "budget 8", "budget 16"}
+    assert info["speculative_current_setting"] in settings
+    assert all(s["rounds"] > 0 and s["tokens_per_s"] > 0 for s in settings.values())  # all measured
+    widest = settings["budget 16"]["rounds"]
+    probe = httpx.get(url + "/health_generate", timeout=30).json()
+    assert probe["rounds"] == 1 and probe["accept_length"] >= 1
+    after = {s["setting"]: s for s in httpx.get(url + "/server_info", timeout=10).json()["speculative_settings"]}
+    assert after["budget 16"]["rounds"] == widest + 1  # the probe's round drafted, whatever is preferred
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    assert 'serving_spec_setting_tokens_per_second{setting="budget 16"}' in metrics
+    assert sum(float(line.rsplit(None, 1)[1]) for line in metrics.splitlines()
+               if line.startswith("serving_spec_setting_current{")) == 1.0
