@@ -23,7 +23,7 @@ def build_decoder_factory(args, target, tokenizer):
                                       adaptive=args.speculative_adaptive == "on")
     if not batched.supports(target):
         return speculative.decoder_factory(spec, target, options, capacity=args.context_length,
-                                           seed=args.random_seed, adaptive=options.adaptive)
+                                           seed=args.random_seed)   # options carry `adaptive`
     from serving.engine.batch import BatchRunner
 
     return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=args.context_length,
