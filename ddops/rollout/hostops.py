@@ -21,7 +21,7 @@ from ddops.deploy import history, ops
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
 from ddops.deploy.adopt import content_hash, env_file_of
-from ddops.deploy.desired import unit_argv
+from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
 from ddops.deploy.facts import unit_state
 from ddops.deploy.tunnel import reachable
 from ddops.deploy.gate import GateSpec, endpoint, run_health
@@ -167,15 +167,20 @@ class Snapshot:
 def snapshot(remote, unit: str) -> Snapshot:
     status = ops.unit_status(remote, unit)
     text = remote.read_text(unit_paths(unit)[0])
-    info = _server_info(status.url) if status.url and status.health == "200" else {}
+    info = _server_info(remote, text, status.url) if status.url and status.health == "200" else {}
     entry = version_before(remote, unit) if text is not None else None
     return Snapshot(remote.host.name, unit, text is not None, status.active, status.profile,
                     status.hash, entry if entry != NO_UNIT else None, status.url, info, text,
                     time.time())
 
 
-def _server_info(url: str) -> dict:
-    with httpx.Client(base_url=url, trust_env=False) as client:
+def _server_info(remote, unit_text: str | None, url: str) -> dict:
+    """/server_info with the unit's own API key (from its env file on the host), through the SSH
+    connection when the host's address is not one to dial."""
+    env_path = env_file_of(unit_text)
+    key = env_value(remote.read_text(env_path), API_KEY_ENV) if env_path else None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with reachable(remote, url) as where, httpx.Client(base_url=where, headers=headers, trust_env=False) as client:
         return server_info.read_or_empty(client, timeout=10)
 
 
