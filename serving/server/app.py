@@ -142,7 +142,8 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
 
 
 async def _health_generation(state: AppState) -> dict:
-    probe = state.tokenizer.encode("Hello", prompt=True) or [0]
+    # a chat turn, the shape drafts are trained on, so the forced round shows real acceptance
+    probe = _chat_or_plain(state.tokenizer, "Hello") or [0]
     rule = StopRule(max_new_tokens=HEALTH_TOKENS)     # no stop ids: EOS cannot end it before a round
     admitted = Admitted(state.engine, probe, SamplingParams(temperature=0), rule, probe=True)
     finished = await admitted.result(timeout=state.args.health_generate_timeout)
@@ -219,3 +220,11 @@ async def _stream(state: AppState, spec: CompletionSpec, admitted: Admitted, mod
             if spec.include_usage:
                 yield R.sse(R.usage_chunk(kind, rid, model, event.usage))
     yield R.sse("[DONE]")
+
+
+def _chat_or_plain(tokenizer, text: str) -> list[int]:
+    """`text` as one user turn through the chat template, or plainly when the model has none."""
+    try:
+        return tokenizer.encode_chat([{"role": "user", "content": text}])
+    except ValueError:
+        return tokenizer.encode(text, prompt=True)
