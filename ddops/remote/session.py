@@ -14,6 +14,7 @@ import io
 import posixpath
 import shlex
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,10 +178,18 @@ class Remote:
         self.run(f"install -m {mode:o} -o {q(user)} -g {q(group or user)} {q(staged)} {q(tmp)} && "
                  f"mv -f {q(tmp)} {q(path)}; status=$?; rm -f {q(staged)} {q(tmp)}; exit $status")
 
-    def lost(self, exc: BaseException) -> bool:
+    def lost(self, exc: BaseException, settle_s: float = 2.0) -> bool:
         """Whether exc means this connection is gone (a RemoteError, or a socket/SSH error raised
-        by a channel of a transport that is no longer active)."""
-        return isinstance(exc, RemoteError) or (isinstance(exc, LOST) and not self.alive())
+        by a channel of a transport that is no longer active). A channel may see its socket closed
+        a moment before the transport's reader thread marks the transport inactive: wait for it."""
+        if isinstance(exc, RemoteError):
+            return True
+        if not isinstance(exc, LOST):
+            return False
+        deadline = time.monotonic() + settle_s
+        while self.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.alive()
 
     def alive(self) -> bool:
         transport = self.connection.client.get_transport()
