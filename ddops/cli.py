@@ -34,6 +34,7 @@ def global_options(
 ) -> None:
     """Deploy speculative-decoding LLM servers from hardware profiles."""
     shell.OPTIONS.debug = debug
+    shell.OPTIONS.events = False
     quiet_ssh_logs(not debug)
 
 
@@ -44,9 +45,9 @@ def quiet_ssh_logs(quiet: bool) -> None:
 
 
 def _guard_all(typer_app: typer.Typer) -> None:
-    """Every command, in every group, runs inside shell.guard."""
+    """Every command, in every group, runs inside shell.guard; every one with --json gets --json-events."""
     for command in typer_app.registered_commands:
-        command.callback = shell.guard(command.callback)
+        command.callback = shell.guard(shell.with_events(command.callback))
     for group in typer_app.registered_groups:
         _guard_all(group.typer_instance)
 

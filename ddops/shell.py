@@ -8,8 +8,10 @@ is also in the document). A traceback is shown only with the global `--debug`.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import sys
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,6 +30,7 @@ class BadInput(ValueError):
 @dataclass
 class Options:
     debug: bool = False
+    events: bool = False    # --json-events: the result document is one `{"event": "result", ...}` line
 
 
 OPTIONS = Options()
@@ -55,7 +58,37 @@ def envelope(code: int, error: str | None = None, hint: str | None = None, meani
 
 
 def print_json(code: int, **fields: Any) -> None:
-    print(json.dumps(envelope(code, **fields), indent=1, default=str))
+    doc = envelope(code, **fields)
+    if OPTIONS.events:
+        print(json.dumps({"event": "result", **doc}, default=str))
+    else:
+        print(json.dumps(doc, indent=1, default=str))
+
+
+def with_events(command: Callable) -> Callable:
+    """Give a command that prints one JSON document (`as_json`) the `--json-events` channel too:
+    the same document as the JSON Lines channel's final `result` event. Commands with events of
+    their own (the rollout commands) declare the option themselves and are left as they are."""
+    signature = inspect.signature(command)
+    if "as_json" not in signature.parameters or "json_events" in signature.parameters:
+        return command
+    option = inspect.Parameter("json_events", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                               default=typer.Option(False, "--json-events",
+                                                    help="Print the result as one JSON line event."))
+
+    @functools.wraps(command)
+    def evented(*args, json_events: bool = False, **kwargs):
+        OPTIONS.events = json_events
+        if json_events:
+            kwargs["as_json"] = True
+        return command(*args, **kwargs)
+    # the command's annotations may be strings (postponed evaluation): resolve them against its
+    # own module, or Typer would look them up in this one
+    hints = typing.get_type_hints(command, include_extras=True)
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
+    evented.__signature__ = signature.replace(parameters=[*params, option])
+    evented.__annotations__ = {**hints, "json_events": bool}
+    return evented
 
 
 def _error_table() -> list[tuple[type, int, str]]:
@@ -113,7 +146,7 @@ def guard(command: Callable) -> Callable:
         except Exception as exc:
             if OPTIONS.debug or kwargs.get("debug"):
                 raise
-            channel = "events" if kwargs.get("json_events") else \
+            channel = "events" if kwargs.get("json_events") or OPTIONS.events else \
                 "json" if kwargs.get("as_json") or kwargs.get("json_doc") else "human"
             raise typer.Exit(report(exc, channel)) from None
     return guarded

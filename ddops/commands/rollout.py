@@ -154,7 +154,7 @@ def shadow_abort(inventory: Inventory = None, yes: Yes = False, json_doc: Json =
 
 
 @shadow_app.command("status")
-def shadow_status(json_doc: Json = False) -> None:
+def shadow_status(json_doc: Json = False, json_events: Events = False) -> None:
     """Show the recorded shadow (read-only)."""
     from ddops.rollout.records import load_shadow
 
@@ -163,7 +163,7 @@ def shadow_status(json_doc: Json = False) -> None:
         out.event("stage", f"shadow: {record.to_dict() if record else 'none recorded'}")
         return out.finish(OK, {"shadow": record.to_dict() if record else None})
 
-    _run(_output(json_doc, False), body)
+    _run(_output(json_doc, json_events), body)
 
 
 def _consent(yes: bool, question: str, out: Output) -> None:

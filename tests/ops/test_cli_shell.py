@@ -164,6 +164,17 @@ def test_the_same_option_has_the_same_name_everywhere():
     assert [path for path, opts in found if "--inventory" in opts and "-i" not in opts] == []
     assert [path for path, opts in found if opts & {"--unit-name", "--unit_name"} and "--unit" not in opts] == []
     assert [path for path, opts in found if "--json-events" in opts and "--json" not in opts] == []
+    assert [path for path, opts in found if "--json" in opts and "--json-events" not in opts] == []
+
+
+@pytest.mark.parametrize("args, code", [(("validate", "cpu-ar"), 0), (("render", "nope"), 2)])
+def test_json_events_ends_in_one_result_line_with_the_envelope(args, code):
+    proc = ddops(*args, "--json-events")
+    assert proc.returncode == code, proc.stderr
+    [line] = proc.stdout.splitlines()
+    event = json.loads(line)
+    assert event.pop("event") == "result" and event["exit_code"] == code
+    Envelope.model_validate(event)
 
 
 def test_one_module_spells_systemctl_and_journalctl():
