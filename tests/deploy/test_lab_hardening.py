@@ -84,8 +84,10 @@ def test_the_bundled_unit_is_sandboxed_below_exposure_5_and_passes_the_gate(host
 
 def test_the_key_is_nowhere_after_deploy_failed_deploy_and_rollback(host):
     lab, machine, remote = host
-    deploys = [ddops(lab, "deploy", profile, "--host", machine.name, *TARGET, "--yes", "--json")
-               for profile in ("cpu-ar", LOOPBACK, MISSING_MODEL)]
+    # the missing model is knowable, so deploy would refuse it (exit 2, nothing touched): --force
+    # makes it a real failed deploy, gated and reverted
+    deploys = [ddops(lab, "deploy", profile, "--host", machine.name, *TARGET, "--yes", "--json", *force)
+               for profile, force in (("cpu-ar", ()), (LOOPBACK, ()), (MISSING_MODEL, ("--force",)))]
     assert [done.returncode for done in deploys] == [0, 0, 1], [d.stdout + d.stderr for d in deploys]
     entries = json.loads(ddops(lab, "history", "--host", machine.name, "--unit", UNIT, "--json").stdout)["entries"]
     first = next(e["id"] for e in entries if (e["profile"], e["result"]) == ("cpu-ar", "passed"))
