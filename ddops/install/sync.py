@@ -93,7 +93,10 @@ def sync_files(remote: Remote, files: dict[str, Path], dest: str, log=print, pro
     tick(total=total)
     for rel in plan.copy:
         log(f"  copy {rel}")
-        send_file(remote, files[rel], posixpath.join(dest, rel), sums[rel], lambda n: tick(advance=n))
+        target = posixpath.join(dest, rel)
+        if posixpath.dirname(rel):  # a file in a subfolder (tokenizer/, ...): its folder first
+            remote.mkdir(posixpath.dirname(target))
+        send_file(remote, files[rel], target, sums[rel], lambda n: tick(advance=n))
     return SyncReport(dest, plan.copy, plan.skip, total)
 
 

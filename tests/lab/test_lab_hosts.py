@@ -136,7 +136,7 @@ def test_bad_push_model_input_is_one_line_and_touches_nothing(lab_hosts, tmp_pat
 
 def test_missing_key_or_known_hosts_file_is_named_before_connecting(lab_hosts, tmp_path):
     host = lab_hosts.host(lab_hosts.hosts[0])
-    with pytest.raises(RemoteError, match="ssh_key .*absent: no such file"):
+    with pytest.raises(RemoteError, match="ssh key .*absent: no such file"):
         connect(host.model_copy(update={"ssh_key": tmp_path / "absent"}))
     with pytest.raises(RemoteError, match="known_hosts .*absent: no such file"):
         connect(host.model_copy(update={"known_hosts": tmp_path / "absent"}))
