@@ -6,11 +6,7 @@ stop rules, block sizes and tree budgets. Sampling: the chi-square test of
 tests/speculative/test_sampling.py on a 5-token hybrid.
 """
 
-import hashlib
 import json
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,10 +23,10 @@ from serving.tools.tiny import save_weights, write_tiny
 from serving.tools.tiny_draft import draft_config, random_model, write_tiny_draft
 from serving.tools.tiny_hybrid import hybrid_config, hybrid_weights
 from tests.speculative import test_sampling as sampling
+from tests.speculative.conftest import DRAFT_TOOLS as SPEC_DRAFT_TOOLS, cached_distilled_draft
 from tests.speculative.test_lossless import GREEDY, cases, engine_for
 
-ROOT = Path(__file__).resolve().parents[2]
-DRAFT_TOOLS = ("serving/tools/tiny_draft.py", "serving/tools/train_draft.py", "serving/tools/tiny_hybrid.py")
+DRAFT_TOOLS = (*SPEC_DRAFT_TOOLS, "serving/tools/tiny_hybrid.py")
 # (draft, method, block size, budget): every shape with the distilled draft (real acceptance),
 # a chain and a tree with the random one (rejections at every depth)
 SETTINGS = [("distilled", "dflash", None, None), ("distilled", "dflash", 3, None),
@@ -46,17 +42,7 @@ def hybrid_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def drafts(hybrid_dir, tmp_path_factory, cache_dir):
     """random: a seeded draft (low acceptance); distilled: trained on the target's text (cached)."""
-    digest = hashlib.sha256((hybrid_dir / "model.safetensors").read_bytes())
-    for tool in DRAFT_TOOLS:
-        digest.update((ROOT / tool).read_bytes())
-    distilled = cache_dir / "models" / f"tiny-qwen3_5-dflash-distilled-{digest.hexdigest()[:12]}"
-    if not (distilled / "model.safetensors").exists():
-        tmp = distilled.with_name(distilled.name + f".tmp{os.getpid()}")
-        write_tiny_draft(hybrid_dir, tmp, seed=0, distill=True)
-        tmp.rename(distilled)
-        for stale in distilled.parent.glob("tiny-qwen3_5-dflash-distilled-*"):
-            if stale != distilled and ".tmp" not in stale.name:
-                shutil.rmtree(stale, ignore_errors=True)
+    distilled = cached_distilled_draft(hybrid_dir, cache_dir, "qwen3_5", DRAFT_TOOLS)
     return {"random": write_tiny_draft(hybrid_dir, tmp_path_factory.mktemp("hdraft") / "random", seed=1),
             "distilled": distilled}
 

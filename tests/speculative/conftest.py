@@ -41,26 +41,29 @@ def random_drafts(tiny_dirs, tmp_path_factory) -> dict[str, Path]:
     return {arch: write_tiny_draft(d, root / arch, seed=1) for arch, d in tiny_dirs.items()}
 
 
+def cached_distilled_draft(target: Path, cache_dir: Path, name: str, tools=DRAFT_TOOLS) -> Path:
+    """The distilled draft of `target` under $DDOPS_CACHE/models/tiny-<name>-dflash-distilled-<digest>,
+    keyed by the target's weights and the draft tools; built once, atomically, older builds removed."""
+    digest = hashlib.sha256((target / "model.safetensors").read_bytes())
+    for tool in tools:
+        digest.update((ROOT / tool).read_bytes())
+    path = cache_dir / "models" / f"tiny-{name}-dflash-distilled-{digest.hexdigest()[:12]}"
+    if not (path / "model.safetensors").exists():
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        write_tiny_draft(target, tmp, seed=0, distill=True)
+        try:
+            tmp.rename(path)  # atomic: a half-written draft is never picked up
+        except OSError:  # another test session built the same draft meanwhile: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+        for stale in path.parent.glob(f"tiny-{name}-dflash-distilled-*"):  # built by older tools
+            if stale != path and ".tmp" not in stale.name:
+                shutil.rmtree(stale, ignore_errors=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def distilled_drafts(tiny_dirs, cache_dir) -> dict[str, Path]:
-    out = {}
-    for arch, target in tiny_dirs.items():
-        digest = hashlib.sha256((target / "model.safetensors").read_bytes())
-        for tool in DRAFT_TOOLS:
-            digest.update((ROOT / tool).read_bytes())
-        path = cache_dir / "models" / f"tiny-{arch}-dflash-distilled-{digest.hexdigest()[:12]}"
-        if not (path / "model.safetensors").exists():
-            tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-            write_tiny_draft(target, tmp, seed=0, distill=True)
-            try:
-                tmp.rename(path)  # atomic: a half-written draft is never picked up
-            except OSError:  # another test session built the same draft meanwhile: keep theirs
-                shutil.rmtree(tmp, ignore_errors=True)
-            for stale in path.parent.glob(f"tiny-{arch}-dflash-distilled-*"):  # built by older tools
-                if stale != path and ".tmp" not in stale.name:
-                    shutil.rmtree(stale, ignore_errors=True)
-        out[arch] = path
-    return out
+    return {arch: cached_distilled_draft(target, cache_dir, arch) for arch, target in tiny_dirs.items()}
 
 
 @pytest.fixture(scope="session")
