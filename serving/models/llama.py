@@ -101,15 +101,18 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class CausalLM(nn.Module):
-    """The target model of docs/contracts.md section 3."""
+class TargetLM(nn.Module):
+    """What every target model shares around its layers: the token embedding, the final norm, the
+    lm head (tied to the embedding or its own), the RoPE tables, dtype and device."""
 
-    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32):
+    def __init__(self, config: ModelConfig, layers: nn.ModuleList, norm: nn.Module, rotary_dim: int,
+                 dtype: torch.dtype):
         super().__init__()
         self.config = config
+        self.rotary_dim = rotary_dim
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
-        self.layers = nn.ModuleList(DecoderLayer(config, dtype) for _ in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
+        self.layers = layers
+        self.norm = norm
         self.lm_head_weight = (self.embed_tokens.weight if config.tie_word_embeddings else
                                nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)))
         self.cos = self.sin = None
@@ -123,17 +126,25 @@ class CausalLM(nn.Module):
         return self.embed_tokens.weight.device
 
     def init_rope(self, positions: int) -> None:
-        cos, sin = rope_tables(self.config.rope, self.config.head_dim, positions)
+        cos, sin = rope_tables(self.config.rope, self.rotary_dim, positions)
         self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
-
-    def new_cache(self, capacity: int) -> KVCache:
-        return KVCache.for_model(self.config, capacity, self.dtype, self.device)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(tokens)                     # [T] -> [T, hidden]
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.lm_head_weight).float()  # [T, hidden] -> [T, vocab] fp32
+
+
+class CausalLM(TargetLM):
+    """The target model of docs/contracts.md section 3."""
+
+    def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32):
+        super().__init__(config, nn.ModuleList(DecoderLayer(config, dtype) for _ in range(config.num_hidden_layers)),
+                         RMSNorm(config.hidden_size, config.rms_norm_eps, dtype), config.head_dim, dtype)
+
+    def new_cache(self, capacity: int) -> KVCache:
+        return KVCache.for_model(self.config, capacity, self.dtype, self.device)
 
     @torch.inference_mode()
     def forward(self, tokens, positions, cache: KVCache, tree_mask=None, capture=(), last_only=False):

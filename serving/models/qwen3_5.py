@@ -19,8 +19,8 @@ from serving.models.config import ModelConfig
 from serving.models.gated_deltanet import GatedDeltaNet
 from serving.models.hybrid_cache import HybridCache
 from serving.models.linear_rows import plan_rows
-from serving.models.llama import MLP, attend, attention_mask
-from serving.models.rope import apply_rope, rope_tables
+from serving.models.llama import MLP, TargetLM, attend, attention_mask
+from serving.models.rope import apply_rope
 
 # The recurrence and the conv run in plain PyTorch on every device (the tree step has no
 # fused kernel anywhere); /server_info reports this.
@@ -90,41 +90,18 @@ class _Context:
         self.cos, self.sin, self.mask, self.cache, self.rows = cos, sin, mask, cache, rows
 
 
-class HybridLM(nn.Module):
+class HybridLM(TargetLM):
     def __init__(self, config: ModelConfig, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, dtype=dtype)
-        self.layers = nn.ModuleList(HybridLayer(config, i, dtype) for i in range(config.num_hidden_layers))
-        self.norm = ZeroCentredRMSNorm(config.hidden_size, config.rms_norm_eps, dtype)
-        self.lm_head_weight = (self.embed_tokens.weight if config.tie_word_embeddings else
-                               nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)))
-        self.cos = self.sin = None
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed_tokens.weight.device
+        layers = nn.ModuleList(HybridLayer(config, i, dtype) for i in range(config.num_hidden_layers))
+        super().__init__(config, layers, ZeroCentredRMSNorm(config.hidden_size, config.rms_norm_eps, dtype),
+                         config.rotary_dim, dtype)
 
     @property
     def kernels(self) -> dict:
         return dict(KERNELS)
 
-    def init_rope(self, positions: int) -> None:
-        cos, sin = rope_tables(self.config.rope, self.config.rotary_dim, positions)
-        self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
-
     def new_cache(self, capacity: int) -> HybridCache:
         return HybridCache(self.config, capacity, self.dtype, self.device)
-
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(tokens)
-
-    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_head_weight).float()
 
     @torch.inference_mode()
     def forward(self, tokens, positions, cache: HybridCache, tree_mask=None, capture=(), last_only=False):
