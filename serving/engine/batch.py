@@ -10,10 +10,10 @@ single-sequence `forward`, one chunk at a time (fixed chunk boundaries, so a pro
 never depend on what runs beside it). Each sequence samples with its own `PositionalDraws`,
 seeded from the request's seed (or the server seed and an arrival counter), as ARDecoder seeds.
 
-Speculative methods (policy, docs/serving.md "Batching"): a round in which exactly one
-sequence decodes is a speculative round for it (serving.speculative.lane); with two or more,
-all take one batched plain step and their drafter features are kept for later rounds.
-Both are lossless: every committed token is the target's own choice.
+Speculative methods: every round is one batched speculative round for all decoding
+sequences (serving.speculative.lane: one draft pass, one target forward over every sequence's
+tree, per-sequence walk and KV compaction); its adaptive controller may choose plain rows per
+batch size. Lossless: every committed token is the target's own choice.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ class BatchRunner:
         draws = PositionalDraws(seed if seed is not None else self.default_seed * 1_000_003 + self.sequences,
                                 self.target.device)
         seq.state.update(cache=cache, draws=draws, next=None)
+        if self.spec:
+            self.spec.admit(seq, cache.capacity)
         return True
 
     def prefill(self, seq, chunk: int) -> list[int]:
@@ -78,19 +80,16 @@ class BatchRunner:
         return [self._choose(seq, logits, end)]
 
     def decode(self, seqs) -> list[list[int]]:
-        if self.spec and len(seqs) == 1:
-            return [self.spec.round(seqs[0])]
+        if self.spec:
+            return self.spec.round(seqs)
         caches = [s.state["cache"] for s in seqs]
         device = self.target.device
         tokens = torch.tensor([s.state["next"] for s in seqs], dtype=torch.long, device=device)
         positions = torch.tensor([c.length for c in caches], device=device)
-        capture = self.spec.layers if self.spec else ()
-        logits, hidden = batched.decode_step(self.target, tokens, positions, caches, capture)   # [B, vocab]
+        logits, _ = batched.decode_step(self.target, tokens, positions, caches)   # [B, vocab]
         out = []
         for b, seq in enumerate(seqs):
             caches[b].commit(1)
-            if self.spec:
-                self.spec.record(seq, hidden[b:b + 1])
             out.append([self._choose(seq, logits[b:b + 1], caches[b].length)])
         return out
 

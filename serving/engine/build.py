@@ -13,8 +13,9 @@ def build_decoder_factory(args, target, tokenizer):
 
     Routed through serving.speculative.METHODS: the method is built (and its draft preflighted
     against the target) here, so a mismatch stops start-up with one line naming both sides.
-    A target the batched step supports gets the batch runner (many sequences in flight);
-    any other gets the method's one-sequence Decoder.
+    A target the batched forward supports, with a method whose drafter has a batched form (or
+    no method), gets the batch runner (many sequences in flight); any other gets the method's
+    one-sequence Decoder.
     """
     spec = speculative.resolve(args.speculative_algorithm)
     options = speculative.SpecOptions(draft_path=args.speculative_draft_model_path,
@@ -25,7 +26,13 @@ def build_decoder_factory(args, target, tokenizer):
         return speculative.decoder_factory(spec, target, options, capacity=args.context_length,
                                            seed=args.random_seed)   # options carry `adaptive`
     from serving.engine.batch import BatchRunner
+    from serving.speculative.decoder import SpecDecoder
+    from serving.speculative.lane import SpecLane
 
-    return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=args.context_length,
+    method = speculative.build(spec, target, options)
+    if method is not None and not SpecLane.batchable(method):
+        return partial(SpecDecoder, target, method, capacity=args.context_length, seed=args.random_seed,
+                       adaptive=options.adaptive)
+    return partial(BatchRunner, target, method, capacity=args.context_length,
                    max_running=args.max_running_requests, max_total_tokens=args.max_total_tokens,
                    seed=args.random_seed, adaptive=options.adaptive)

@@ -1,19 +1,22 @@
-"""One decode step for many sequences through a `CausalLM`: a single forward, B rows.
+"""One forward through a `CausalLM` for many sequences at once: ragged rows, one pass.
 
-Every projection, norm and MLP runs once over [B, hidden]; attention runs per sequence on its
-own KV cache (each a contiguous slice of one pool), exactly as the single-sequence path runs
-it for one new token, so no padding and no mask are needed and each row's attention numerics
-are the single-sequence ones. Works for the dense decoders in serving.models.llama; a model
-without those parts reports `supports(model) == False` and the engine decodes it one by one.
+The rows of all sequences are packed back to back ([N] = sum of each sequence's T_b rows:
+one decode token, a prefill chunk, or a speculative tree). Every projection, norm and MLP runs
+once over [N, hidden]; attention runs per sequence on its own KV cache (each a contiguous
+slice of one pool) with the mask the single-sequence path would use for those rows (none for
+one row, causal for a chunk or a chain, the ancestor-only tree mask for a tree). That is the
+block-diagonal mask of the whole batch without ever building it: no row sees another
+sequence's keys, no padding, and each row's attention numerics are the single-sequence ones.
+Works for the dense decoders in serving.models.llama; a model without those parts reports
+`supports(model) == False` and the engine decodes it one sequence at a time.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from serving.models.kv_cache import KVCache
-from serving.models.llama import Attention, CausalLM, DecoderLayer
+from serving.models.llama import Attention, CausalLM, DecoderLayer, attend, attention_mask
 from serving.models.rope import apply_rope
 
 
@@ -22,37 +25,51 @@ def supports(model) -> bool:
         type(layer) is DecoderLayer and type(layer.self_attn) is Attention for layer in model.layers)
 
 
-@torch.inference_mode()
 def decode_step(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, caches: list[KVCache],
                 capture: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """tokens, positions [B] (one new token per sequence); caches[b] is sequence b's cache.
+    """tokens, positions [B] (one new token per sequence) -> logits [B, vocab], hidden [B, ...] or None."""
+    return forward(model, tokens, positions, caches, [1] * len(caches), capture=capture)
 
-    Writes each row's K/V at caches[b].length without committing (as `forward` does).
-    Returns logits [B, vocab] float32 and hidden [B, len(capture) * hidden] or None.
+
+@torch.inference_mode()
+def forward(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, caches: list[KVCache],
+            counts: list[int], tree_masks: list | None = None, capture: tuple[int, ...] = (),
+            logit_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """tokens, positions [N]: counts[b] rows of sequence b, in order; caches[b] its KV cache;
+    tree_masks[b] a bool [T_b, T_b] ancestor mask, or None (causal rows).
+
+    Writes each sequence's K/V at caches[b].length without committing (as `CausalLM.forward`).
+    Returns logits [N or len(logit_rows), vocab] fp32 and hidden [N, len(capture) * H] or None.
     """
-    x = model.embed(tokens)                                           # [B, hidden]
+    x = model.embed(tokens)                                           # [N, hidden]
     cos, sin = model.cos.index_select(0, positions), model.sin.index_select(0, positions)
+    groups, masks = model.config.kv_groups, tree_masks or [None] * len(caches)
+    masks = [attention_mask(n, c.length, m, groups, x.device, c) for n, c, m in zip(counts, caches, masks)]
     captured = {}
     for i, layer in enumerate(model.layers):
-        x = x + _attention(layer.self_attn, layer.input_layernorm(x), cos, sin, caches, i)
+        x = x + _attention(layer.self_attn, layer.input_layernorm(x), cos, sin, caches, counts, masks, i)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
         if i in capture:
             captured[i] = x
     hidden = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
+    if logit_rows is not None:
+        x = x.index_select(0, logit_rows)
     return model.lm_head(model.norm(x)), hidden
 
 
-def _attention(attn: Attention, x, cos, sin, caches: list[KVCache], layer: int) -> torch.Tensor:
-    B, G, KV, D = x.shape[0], attn.heads // attn.kv_heads, attn.kv_heads, attn.head_dim
+def _attention(attn: Attention, x, cos, sin, caches: list[KVCache], counts: list[int], masks,
+               layer: int) -> torch.Tensor:
+    N, KV, D = x.shape[0], attn.kv_heads, attn.head_dim
     q, k, v = attn.qkv_proj(x).split(attn.splits, dim=-1)
-    q, k, v = q.view(B, attn.heads, D), k.view(B, KV, D), v.view(B, KV, D)
+    q, k, v = q.view(N, attn.heads, D), k.view(N, KV, D), v.view(N, KV, D)
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    # query head h = kv * G + g: per sequence [1, KV, G, D] against its own [1, KV, L, D]
-    q = q.view(B, KV, G, D)
-    out = torch.empty(B, KV, G, D, dtype=x.dtype, device=x.device)
-    for b, cache in enumerate(caches):
-        keys, values = cache.write(layer, k[b, :, None], v[b, :, None])          # [KV, L, D]
-        out[b] = F.scaled_dot_product_attention(q[b, None], keys[None], values[None])[0]
-    return attn.o_proj(out.view(B, attn.heads * D))
+    out = torch.empty(N, attn.heads * D, dtype=x.dtype, device=x.device)
+    begin = 0
+    for cache, count, mask in zip(caches, counts, masks):
+        rows = slice(begin, begin + count)
+        keys, values = cache.write(layer, k[rows].transpose(0, 1), v[rows].transpose(0, 1))  # [KV, L, D]
+        out[rows] = attend(q[rows], keys, values, mask)
+        begin += count
+    return attn.o_proj(out)

@@ -49,6 +49,12 @@ class DFlashDrafter:
         self.head = target.lm_head_weight if vocab is None else target.lm_head_weight[self.vocab].contiguous()
         self.reset()
 
+    def batch(self):
+        """The batched form (serving.speculative.dflash_batch): one draft pass for many sequences."""
+        from .dflash_batch import BatchDrafter
+
+        return BatchDrafter(self)
+
     def reserve(self, capacity: int) -> None:
         """Allocate room for `capacity` positions (context plus one block), keeping the rows."""
         if self.cache is not None and self.cache.capacity >= capacity:

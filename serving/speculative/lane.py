@@ -1,82 +1,153 @@
-"""Speculative rounds for one sequence at a time inside the batch runner (serving.engine.batch).
+"""Speculative rounds for every decoding sequence at once, inside the batch runner (serving.engine.batch).
 
-The runner keeps, per sequence, the target features of every committed token (captured by
-prefill, batched plain steps and speculative rounds alike). Before a round, the one drafter
-catches up on what it has not seen of that sequence, or starts over from all of its features
-when it last drafted for another one; the round itself is `SpecDecoder.step` run on the
-sequence's own slice of the KV pool, its own sampling parameters and draws.
+One round for B sequences: the controller for B's batch-size bucket picks the setting (plain
+decoding or a verify width); one batched draft pass proposes a block for every sequence that
+drafts (serving.speculative.dflash_batch); each sequence's verifier plans its own tree; one
+target forward runs all trees packed back to back, each under its own ancestor mask over its
+own slice of the KV pool (serving.models.batched.forward); then, per sequence, the walk, KV
+compaction and the accepted rows' features queued for its draft context.
+
+Rows are ragged, neither padded to the widest tree nor grouped by setting: a sequence near
+its max_tokens drafts less, a /health_generate probe drafts a full block, plain rows are one
+row, and each costs only its own rows. Speculation pays less as the batch grows (a batch of
+plain steps already reads the weights once for B tokens), so the adaptive controller keeps
+its measurements per batch-size bucket (1, 2, 3-4, 5-8, ...) and each bucket finds its own
+best setting, plain included. Lossless: every committed token is the target's own choice.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
 
+from serving.models import batched
+
+from .adaptive import Controller, Setting
 from .base import Method
-from .decoder import SpecDecoder
+from .decoder import settings
+from .tree import Tree, chain_tree, visibility, walk
+
+ABSORB_ROWS = 64  # while plain rounds run, project a sequence's queued features once this many wait
 
 
-class _Tee:
-    """The drafter, with every `extend` also kept in the current sequence's feature list."""
+def bucket(batch: int) -> int:
+    """The smallest power of two >= batch: 1, 2, 4 (3-4), 8 (5-8), ..."""
+    return 1 << (batch - 1).bit_length()
 
-    def __init__(self, drafter):
-        self.inner, self.needs, self.feature_width = drafter, drafter.needs, drafter.feature_width
-        self.vocab = drafter.vocab
-        self.sink: list | None = None
 
-    def reserve(self, capacity: int) -> None:
-        self.inner.reserve(capacity)
+def bucket_label(key: int) -> str:
+    return str(key) if key <= 2 else f"{key // 2 + 1}-{key}"
 
-    def reset(self) -> None:
-        self.inner.reset()
 
-    def extend(self, features) -> None:
-        self.sink.append(features)
-        self.inner.extend(features)
-
-    def propose(self, bonus, start, depth):
-        return self.inner.propose(bonus, start, depth)
+def draft_depth(block: int, rows: int, room: int) -> int:
+    """Never deeper than the trained block, the tokens still wanted, or the verify rows can hold."""
+    return max(0, min(block - 1, room - 1, rows - 1))
 
 
 class SpecLane:
     def __init__(self, target, method: Method, adaptive: bool = False):
-        self.tee = _Tee(method.drafter)
-        self.decoder = SpecDecoder(target, Method(method.name, self.tee, method.verifier), capacity=0,
-                                   adaptive=adaptive)
-        self.decoder.cache = None               # rounds run on the sequence's slice of the pool
+        self.target, self.method, self.adaptive = target, method, adaptive
+        self.drafter = method.drafter.batch()
         self.layers = method.needs.target_layers
-        self.width = method.drafter.feature_width
-        self.owner = None                       # the sequence the drafter's context belongs to
+        self.width = self.drafter.feature_width
+        self.controllers: dict[int, Controller] = {}
+        self.last = self.controller(1)
+
+    @staticmethod
+    def batchable(method: Method) -> bool:
+        """The method's drafter has a batched form (capability, not name)."""
+        return callable(getattr(method.drafter, "batch", None))
+
+    def controller(self, batch: int) -> Controller:
+        key = bucket(batch)
+        if key not in self.controllers:
+            self.controllers[key] = Controller(settings(self.method, self.adaptive))
+        return self.controllers[key]
 
     @property
     def server_args(self) -> dict:
-        return self.decoder.server_args
+        """Resolved speculative arguments; current setting and measurements of the batch size
+        that ran last, and per batch-size bucket."""
+        return {"speculative_algorithm": self.method.name.upper(),
+                "speculative_num_draft_tokens": self.drafter.needs.draft_tokens,
+                "speculative_ddtree_budget": getattr(self.method.verifier, "budget", None),
+                "speculative_adaptive": self.adaptive,
+                "speculative_current_setting": self.last.current.label,
+                "speculative_settings": self.last.report(),
+                "speculative_settings_by_batch": {bucket_label(k): {"current": c.current.label, "settings": c.report()}
+                                                  for k, c in sorted(self.controllers.items())}}
 
-    def record(self, seq, hidden) -> None:
+    def admit(self, seq, rows: int) -> None:
+        seq.state["draft"] = self.drafter.context(rows)
+
+    def record(self, seq, hidden: torch.Tensor) -> None:
         """Target features hidden [n, >= width] of the sequence's next n committed tokens."""
-        seq.state.setdefault("features", []).append(hidden[:, : self.width])
+        self.drafter.extend(seq.state["draft"], hidden[:, : self.width])
 
     def forget(self, seq) -> None:
-        if self.owner is seq:
-            self.owner = None
+        seq.state.pop("draft", None)
 
-    def round(self, seq) -> list[int]:
-        features = seq.state["features"]
-        seen = seq.state.get("seen", 0) if self.owner is seq else 0
-        if self.owner is not seq:
-            self.tee.reset()
-            self.owner = seq
-        for f in features[seen:]:
-            self.tee.inner.extend(f)
-        d, bonus = self.decoder, seq.state["next"]
-        d.cache, d.sampling, d.draws = seq.state["cache"], seq.request.sampling, seq.state["draws"]
-        d.bonus, d.start_pos, d.remaining = bonus, d.cache.length, seq.remaining
-        d.bonus_on_device = torch.tensor([bonus], dtype=torch.long, device=d.cache.k.device)
-        self.tee.sink = features
-        if seq.request.probe and seq.rounds == 0:
-            d.force_speculation()
-        try:
-            committed = d.step()
-        finally:
-            d.cache, self.tee.sink = None, None
-        seq.state["next"], seq.state["seen"] = d.bonus, len(features)
+    def round(self, seqs) -> list[list[int]]:
+        """One speculative (or plain) round for every sequence: its committed tokens, bonus last."""
+        t0 = time.perf_counter()
+        controller = self.last = self.controller(len(seqs))
+        probes = [s.request.probe and s.rounds == 0 for s in seqs]
+        setting = controller.settings[-1] if any(probes) else controller.choose()
+        trees = self._plan(seqs, setting, probes)
+        logits, hidden = self._verify(seqs, trees)
+        committed = [self._accept(seq, tree, logits[rows], hidden[rows])
+                     for seq, tree, rows in zip(seqs, trees, _row_slices(trees))]
+        if setting.rows == 1:
+            self.drafter.absorb([s.state["draft"] for s in seqs if s.state["draft"].pending_rows >= ABSORB_ROWS])
+        controller.record(setting, sum(map(len, committed)), time.perf_counter() - t0)
         return committed
+
+    def _plan(self, seqs, setting: Setting, probes: list[bool]) -> list[Tree]:
+        """Each sequence's tree: a batched draft pass, then its verifier's plan (a lone root if it drafts nothing)."""
+        block = self.drafter.needs.draft_tokens
+        rows = [min(setting.rows, s.state["cache"].capacity - s.state["cache"].length) for s in seqs]
+        depths = [draft_depth(block, r, block if probe else s.remaining) for s, r, probe in zip(seqs, rows, probes)]
+        drafting = [i for i, d in enumerate(depths) if d]
+        proposals = self.drafter.propose([seqs[i].state["draft"] for i in drafting],
+                                         [seqs[i].state["next"] for i in drafting],
+                                         [depths[i] for i in drafting]) if drafting else []
+        drafts = dict(zip(drafting, proposals))
+        plan = self.method.verifier.plan
+        return [plan(s.state["next"], drafts[i], rows[i], self.drafter.vocab) if i in drafts
+                else chain_tree(s.state["next"], []) for i, s in enumerate(seqs)]
+
+    def _verify(self, seqs, trees: list[Tree]):
+        """One target forward over every tree: logits [N, vocab], captured features [N, width]."""
+        device = self.target.device
+        caches = [s.state["cache"] for s in seqs]
+        packed = torch.tensor([[t for tree in trees for t in tree.tokens],
+                               [c.length + d for tree, c in zip(trees, caches) for d in tree.depths]],
+                              dtype=torch.long, device=device)                  # [2, N]: tokens, positions
+        masks = [None if tree.is_chain else visibility(tree, device) for tree in trees]
+        return batched.forward(self.target, packed[0], packed[1], caches, [len(t) for t in trees], masks,
+                               capture=self.layers)
+
+    def _accept(self, seq, tree: Tree, logits: torch.Tensor, hidden: torch.Tensor) -> list[int]:
+        """Walk the sequence's tree with its own draws; keep the path's KV and features."""
+        cache = seq.state["cache"]
+        positions = [cache.length + d + 1 for d in tree.depths]               # the position each row's draw fills
+        choices = seq.state["draws"].choose(logits, seq.request.sampling, positions).tolist()
+        path, bonus = walk(tree, choices)
+        if path[-1] == len(path) - 1:                                          # rows 0..k: already in place
+            cache.commit(len(path))
+            kept = hidden[: len(path)]
+        else:
+            cache.keep(path)
+            kept = hidden[torch.tensor(path, device=hidden.device)]
+        self.record(seq, kept)
+        seq.state["next"] = bonus
+        return [tree.tokens[i] for i in path[1:]] + [bonus]
+
+
+def _row_slices(trees: list[Tree]) -> list[slice]:
+    out, begin = [], 0
+    for tree in trees:
+        out.append(slice(begin, begin + len(tree)))
+        begin += len(tree)
+    return out
