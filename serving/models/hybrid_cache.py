@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from serving.models.gated_deltanet import chunked_delta_rule
+from serving.models.delta_rule import chunked_delta_rule
 from serving.models.kv_cache import KVCache
 from serving.models.linear_rows import Rows
 

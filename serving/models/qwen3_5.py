@@ -16,16 +16,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from serving.models.config import ModelConfig
+from serving.models import gdn_kernels
 from serving.models.gated_deltanet import GatedDeltaNet
 from serving.models.hybrid_cache import HybridCache
 from serving.models.linear_rows import plan_rows
 from serving.models.llama import MLP, TargetLM, attend, attention_mask
 from serving.models.rope import apply_rope
-
-# The recurrence and the conv run in plain PyTorch on every device (the tree step has no
-# fused kernel anywhere); /server_info reports this.
-KERNELS = {"linear_attention": "torch", "conv": "torch"}
-
 
 class ZeroCentredRMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float, dtype: torch.dtype):
@@ -81,13 +77,13 @@ class HybridLayer(nn.Module):
 
     def forward(self, x, ctx):
         h = self.input_layernorm(x)
-        x = x + (self.linear_attn(h, ctx.cache, ctx.rows) if self.linear else self.self_attn(h, ctx))
+        x = x + (self.linear_attn(h, ctx.cache, ctx.rows, ctx.ops) if self.linear else self.self_attn(h, ctx))
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class _Context:
-    def __init__(self, cos, sin, mask, cache, rows):
-        self.cos, self.sin, self.mask, self.cache, self.rows = cos, sin, mask, cache, rows
+    def __init__(self, cos, sin, mask, cache, rows, ops):
+        self.cos, self.sin, self.mask, self.cache, self.rows, self.ops = cos, sin, mask, cache, rows, ops
 
 
 class HybridLM(TargetLM):
@@ -97,8 +93,15 @@ class HybridLM(TargetLM):
                          config.rotary_dim, dtype)
 
     @property
+    def ops(self) -> gdn_kernels.KernelChoice:
+        """The Gated DeltaNet kernels for this model's device and dtype, chosen on first use."""
+        if getattr(self, "_ops", None) is None:
+            self._ops = gdn_kernels.select(self.device, self.dtype)
+        return self._ops
+
+    @property
     def kernels(self) -> dict:
-        return dict(KERNELS)
+        return self.ops.report()
 
     def new_cache(self, capacity: int) -> HybridCache:
         return HybridCache(self.config, capacity, self.dtype, self.device)
@@ -114,7 +117,7 @@ class HybridLM(TargetLM):
         cache.state_seconds += time.perf_counter() - began
         ctx = _Context(self.cos.index_select(0, positions), self.sin.index_select(0, positions),
                        attention_mask(T, cache.length, tree_mask, self.config.kv_groups, x.device, cache.kv),
-                       cache, rows)
+                       cache, rows, self.ops)
         captured = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, ctx)

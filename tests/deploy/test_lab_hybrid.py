@@ -47,7 +47,7 @@ def test_hybrid_ddtree_profile_deploys_and_passes_the_gate(deploy_lab, cache_dir
         assert info["speculative_algorithm"] == "DDTREE"
         assert info["internal_states"][0]["avg_spec_accept_length"] > 1
         assert info["memory"]["state_cache_bytes"] == info["memory"]["predicted_state_cache_bytes"] > 0
-        assert info["kernels"]["linear_attention"] == "torch"
+        assert info["kernels"]["linear_attention"] == "torch" and info["kernels"]["torch_because"] == "device is cpu"
     finally:
         with connect(deploy_lab.host(host)) as remote:
             remote.run(f"systemctl disable --now {UNIT}", check=False)

@@ -95,4 +95,4 @@ def test_a_hybrid_reports_its_linear_state_and_kernels(served):
     width = 4 if info["dtype"] == "float32" else 2
     per_layer = (s.conv_kernel - 1) * s.conv_dim * width + s.v_heads * s.k_head_dim * s.v_head_dim * 4
     assert info["memory"]["state_cache_bytes"] == s.layers * per_layer > 0
-    assert info["kernels"]["linear_attention"] == "torch"
+    assert info["kernels"]["linear_attention"] == "torch" and info["kernels"]["torch_because"] == "device is cpu"

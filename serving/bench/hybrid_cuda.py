@@ -1,0 +1,131 @@
+"""CUDA check of the hybrid kernel path: parity with the PyTorch reference, and timings.
+
+    python -m serving.bench.hybrid_cuda [--model DIR] [--dtype bfloat16] [--prompt 512] [--batch 8]
+
+Needs a CUDA device with fla-core and causal-conv1d installed (`pip install '.[cuda-hybrid]'`).
+Per op, at Qwen3.6-27B's Gated DeltaNet shapes (48 value heads over 16 key heads, dk = dv = 128,
+conv kernel 4): the chunked chain (prefill of --prompt rows), the one-token recurrent step for
+--batch sequences, the conv chain and the conv step, each through serving.models.gdn_ops on the
+chosen kernels and on PyTorch: max abs difference and milliseconds of each. Then a whole model
+(--model, default the tiny hybrid of `serving.tools.tiny --arch qwen3_5`): prefill logits and
+16 greedy steps on both paths. Exit 1 when no kernel was chosen (printing why) or a difference
+exceeds its bound; 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from serving.models import gdn_kernels, gdn_ops, inspect_checkpoint, load_model
+from serving.models.delta_rule import l2_normalise
+
+TORCH = gdn_kernels.KernelChoice()
+HK, HV, DK, DV, KERNEL = 16, 48, 128, 128, 4
+BOUND = {torch.bfloat16: 5e-2, torch.float16: 1e-2, torch.float32: 1e-4}
+
+
+def timed(fn, repeat: int = 5):
+    """(result, ms per call) after one warm-up call (Triton compiles on the first)."""
+    out = fn()
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(repeat):
+        out = fn()
+    torch.cuda.synchronize()
+    return out, 1000 * (time.perf_counter() - began) / repeat
+
+
+def heads(T: int, device, gen):
+    q = l2_normalise(torch.randn(T, HV, DK, device=device, generator=gen)) * DK ** -0.5
+    k = l2_normalise(torch.randn(T, HV, DK, device=device, generator=gen))
+    v = torch.randn(T, HV, DV, device=device, generator=gen)
+    return q, k, v, -torch.rand(T, HV, device=device, generator=gen), torch.rand(T, HV, device=device, generator=gen)
+
+
+def op_rows(choice, dtype, prompt: int, batch: int) -> list[tuple]:
+    """(op, max abs diff, kernel ms, torch ms, within bound) per op."""
+    dev, gen = "cuda", torch.Generator("cuda").manual_seed(0)
+    C = 2 * HK * DK + HV * DV
+    chain, step = heads(prompt, dev, gen), heads(batch, dev, gen)
+    state, states = torch.randn(HV, DK, DV, device=dev) * 0.1, torch.randn(batch, HV, DK, DV, device=dev) * 0.1
+    inputs, weight = torch.randn(KERNEL - 1 + prompt, C, device=dev, dtype=dtype), torch.randn(C, KERNEL, device=dev, dtype=dtype)
+    window, x = torch.randn(batch, KERNEL - 1, C, device=dev, dtype=dtype), torch.randn(batch, C, device=dev, dtype=dtype)
+    cases = {"prefill delta rule": lambda c: gdn_ops.chain_delta_rule(c, *chain, state, dtype),
+             "decode delta rule": lambda c: gdn_ops.step_delta_rule(c, *step, states),
+             "prefill conv": lambda c: gdn_ops.chain_conv(c, inputs, weight),
+             "decode conv": lambda c: gdn_ops.step_conv(c, window, x, weight)}
+    rows = []
+    for name, run in cases.items():
+        try:
+            got, ms = timed(lambda: run(choice))
+            ref, ref_ms = timed(lambda: run(TORCH))
+            got, ref = (got, ref) if isinstance(got, tuple) else ((got,), (ref,))
+            diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, ref))
+            rows.append((name, diff, ms, ref_ms, diff <= BOUND[dtype]))
+        except Exception as e:   # a kernel that cannot take these shapes is a finding, not a crash
+            rows.append((f"{name}: {type(e).__name__}: {e}"[:160], float("inf"), 0.0, 0.0, False))
+    return rows
+
+
+def model_rows(model_dir: Path, choice, dtype) -> list[tuple]:
+    """One row: logits of prefill + 16 greedy steps; passes when the greedy ids agree."""
+    model = load_model(inspect_checkpoint(model_dir), dtype, "cuda", 1024)
+    prompt = torch.arange(3, 300, device="cuda") % model.config.vocab_size
+    runs = {}
+    for name, ops in (("kernels", choice), ("torch", TORCH)):
+        model._ops = ops
+        began = time.perf_counter()
+        cache = model.new_cache(512)
+        logits, _ = model.forward(prompt, torch.arange(prompt.numel(), device="cuda"), cache, last_only=True)
+        cache.commit(prompt.numel())
+        steps = [logits.float()]
+        for t in range(16):
+            token = steps[-1].argmax(-1)
+            steps.append(model.forward(token, torch.tensor([prompt.numel() + t], device="cuda"), cache)[0].float())
+            cache.commit(1)
+        torch.cuda.synchronize()
+        runs[name] = (torch.cat(steps), 1000 * (time.perf_counter() - began))
+    same = bool((runs["kernels"][0].argmax(-1) == runs["torch"][0].argmax(-1)).all())
+    diff = float((runs["kernels"][0] - runs["torch"][0]).abs().max())
+    return [(f"model prefill {prompt.numel()} + 16 steps (greedy ids equal: {same})", diff,
+             runs["kernels"][1], runs["torch"][1], same)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m serving.bench.hybrid_cuda", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, help="a hybrid checkpoint (default: a fresh tiny one)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    args = ap.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
+    if not torch.cuda.is_available():
+        print("no CUDA device: the kernel path cannot run here")
+        return 1
+    choice = gdn_kernels.select("cuda", dtype)
+    print("kernels:", choice.report())
+    if choice.why_torch:
+        print("PyTorch runs instead of some kernels:", choice.why_torch)
+    rows = op_rows(choice, dtype, args.prompt, args.batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model or Path(tmp) / "tiny-qwen3_5"
+        if args.model is None:
+            subprocess.run([sys.executable, "-m", "serving.tools.tiny", "--arch", "qwen3_5", "--out", str(model)],
+                           check=True, capture_output=True)
+        rows += model_rows(model, choice, dtype)
+    print(f"{'check':<60} {'max |diff|':>11} {'kernel ms':>10} {'torch ms':>10}")
+    for name, diff, ms, ref_ms, _ in rows:
+        print(f"{name:<60} {diff:>11.3g} {ms:>10.3f} {ref_ms:>10.3f}")
+    chosen = any(f is not None for f in (choice.chunk, choice.recurrent, choice.conv_chain, choice.conv_step))
+    return 0 if chosen and all(row[-1] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

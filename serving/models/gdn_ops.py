@@ -1,0 +1,64 @@
+"""The Gated DeltaNet ops a forward calls, on the kernels `gdn_kernels.select` chose or in PyTorch.
+
+Our layout is time-major per sequence: q, k [T, H, dk] already L2-normalised (q also scaled
+by dk^-1/2) and repeated to the H value heads; v [T, H, dv]; g (log decay), beta [T, H] fp32;
+recurrent state [H, dk, dv] fp32; conv inputs [K-1 + T, C] (committed columns, then new rows).
+The kernels take fla's [B, T, H, K] with state [N, H, K, V] (the same K x V orientation) and
+causal-conv1d's channels-first [B, C, T]; the adapters below reshape to and from those, call
+every kernel by keyword, pass scale 1 and use_qk_l2norm_in_kernel False (our q, k arrive
+normalised and scaled), and return fp32 outputs and states in our layout. Tests run the same
+adapters over PyTorch references written in the kernels' conventions (tests/hybrid).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from serving.models.delta_rule import chunked_delta_rule, recurrent_step
+from serving.models.gdn_kernels import KernelChoice
+
+
+def chain_delta_rule(choice: KernelChoice, q, k, v, g, beta, state, dtype: torch.dtype):
+    """A causal chain from `state`: o [T, H, dv] fp32 and the final state [H, dk, dv] fp32.
+    dtype: what the kernel computes in (the model's; fla's chunked kernel refuses fp32)."""
+    if choice.chunk is None:
+        return chunked_delta_rule(q, k, v, g, beta, state)
+    o, final = choice.chunk(q=q[None].to(dtype), k=k[None].to(dtype), v=v[None].to(dtype), g=g[None],
+                            beta=beta[None].to(dtype), scale=1.0, initial_state=state[None].contiguous(),
+                            output_final_state=True, use_qk_l2norm_in_kernel=False)
+    return o[0].float(), final[0].float()
+
+
+def step_delta_rule(choice: KernelChoice, q, k, v, g, beta, states):
+    """One new row per sequence (B of them, shapes as our layout with T -> B); states [B, H, dk, dv].
+    Returns o [B, H, dv] fp32 and the new states [B, H, dk, dv] fp32."""
+    if choice.recurrent is None:
+        return recurrent_step(q, k, v, g, beta, states)
+    o, final = choice.recurrent(q=q[:, None], k=k[:, None], v=v[:, None], g=g[:, None], beta=beta[:, None],
+                                scale=1.0, initial_state=states.contiguous(), output_final_state=True,
+                                use_qk_l2norm_in_kernel=False)
+    return o[:, 0].float(), final.float()
+
+
+def chain_conv(choice: KernelChoice, inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """inputs [K-1 + T, C], weight [C, K] -> silu(causal depthwise conv) of the T new rows, [T, C]."""
+    past = weight.shape[1] - 1
+    if choice.conv_chain is None:
+        return F.silu(F.conv1d(inputs.T[None], weight[:, None, :], groups=weight.shape[0])[0].T)
+    # [1, C, T] and [1, C, K-1] views of time-major storage: channels are the contiguous dim,
+    # the channel-last layout causal_conv1d_fn takes initial states in
+    out = choice.conv_chain(x=inputs[past:].T[None], weight=weight, bias=None,
+                            initial_states=inputs[:past].T[None], return_final_states=False, activation="silu")
+    return out[0].T
+
+
+def step_conv(choice: KernelChoice, window: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """window [B, K-1, C] (each sequence's committed conv inputs), x [B, C] -> silu(conv) [B, C].
+    The caller keeps the new window (window[:, 1:] ; x); the kernel's in-place update of its
+    own copy is discarded, so a staged (uncommitted) step never touches the committed state."""
+    if choice.conv_step is None:
+        full = torch.cat([window, x[:, None]], dim=1)                     # [B, K, C]
+        return F.silu(torch.einsum("bkc,ck->bc", full, weight))
+    state = window.transpose(1, 2).contiguous()                         # [B, C, K-1]
+    return choice.conv_step(x=x, conv_state=state, weight=weight, bias=None, activation="silu")
