@@ -11,6 +11,7 @@ import torch
 from serving.engine import ARDecoder, Engine, StopRule
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
+from serving.speculative import METHODS
 from tests.serving.conftest import load
 from tests.server_process import ServerProcess
 
@@ -95,28 +96,64 @@ def _health(server):
     return response.status_code, response.json()
 
 
-def test_batched_answers_equal_answers_alone(ours, tokenizer):
-    """Continuous batching on the real model: 6 chat requests (greedy and seeded samples, different
-    max_tokens) answered together equal each answered alone, token for token."""
+@pytest.fixture(scope="module")
+def smollm_draft(smollm_dir, tmp_path_factory):
+    """A random DFlash draft shaped for SmolLM2 (not the trained drafter, which may change):
+    low acceptance, but every tree is drafted, verified, walked and compacted."""
+    from serving.tools.tiny_draft import write_tiny_draft
+
+    return write_tiny_draft(smollm_dir, tmp_path_factory.mktemp("smollm-draft"), seed=1)
+
+
+QUESTIONS = ["What is the capital of France?", "Write a haiku about the sea.", "Name three prime numbers.",
+             "Why is the sky blue?", "Say hello in Spanish.", "What is 2 + 2?"]
+
+
+def chat_cases(tokenizer):
+    """Greedy and seeded-sampled chats of different max_tokens, with a stop id."""
+    return [(tokenizer.encode_chat([{"role": "user", "content": q}]),
+             SamplingParams(temperature=0.7, seed=i) if i % 2 else SamplingParams(temperature=0),
+             StopRule(6 + 3 * i, stop_ids=frozenset({2}))) for i, q in enumerate(QUESTIONS)]
+
+
+def batch_answers(model, method, tokenizer, crowd: bool) -> list:
+    """Token ids of every chat case on a batch runner: one at a time, or all at once (threads)."""
     import threading
 
     from serving.engine.batch import BatchRunner
 
-    questions = ["What is the capital of France?", "Write a haiku about the sea.", "Name three prime numbers.",
-                 "Why is the sky blue?", "Say hello in Spanish.", "What is 2 + 2?"]
-    cases = [(tokenizer.encode_chat([{"role": "user", "content": q}]),
-              SamplingParams(temperature=0.7, seed=i) if i % 2 else SamplingParams(temperature=0),
-              StopRule(6 + 3 * i, stop_ids=frozenset({2}))) for i, q in enumerate(questions)]
-    engine = Engine(lambda: BatchRunner(ours, None, capacity=512, max_running=8), tokenizer).start()
+    cases = chat_cases(tokenizer)
+    engine = Engine(lambda: BatchRunner(model, method, capacity=512, max_running=8), tokenizer).start()
     try:
-        alone = [engine.generate(*case).token_ids for case in cases]
-        together = [None] * len(cases)
-        threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, engine.generate(*cases[i]).token_ids))
+        if not crowd:
+            return [engine.generate(*case).token_ids for case in cases]
+        out = [None] * len(cases)
+        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, engine.generate(*cases[i]).token_ids))
                    for i in range(len(cases))]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=300)
+        return out
     finally:
         engine.stop()
-    assert together == alone
+
+
+@pytest.fixture(scope="module")
+def plain_alone(ours, tokenizer):
+    return batch_answers(ours, None, tokenizer, crowd=False)
+
+
+@pytest.mark.parametrize("name, budget", [("none", None)] + [
+    (name, 4 if spec.takes_budget else None) for name, spec in METHODS.items() if spec.speculative])
+def test_batched_answers_equal_answers_alone(ours, tokenizer, smollm_draft, plain_alone, name, budget):
+    """Continuous batching on the real model: 6 chat requests (greedy and seeded samples, different
+    max_tokens) answered together equal each answered alone by plain decoding, token for token,
+    for plain decoding and for every speculative method's batched rounds (one draft pass and one
+    verify forward for all); a speculative method alone gives them too."""
+    from serving.speculative import SpecOptions, build
+
+    method = build(METHODS[name], ours, SpecOptions(draft_path=str(smollm_draft), block_size=4, budget=budget))
+    assert batch_answers(ours, method, tokenizer, crowd=True) == plain_alone
+    if method is not None:
+        assert batch_answers(ours, method, tokenizer, crowd=False) == plain_alone
