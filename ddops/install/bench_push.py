@@ -1,10 +1,12 @@
 """Benchmark: push a model to N hosts in parallel vs to one host, same run, same model.
 
-    python -m ddops.install.bench_push [--hosts lab-1,lab-2,lab-3,lab-4] [--model DIR] [--inventory PATH]
+    python -m ddops.install.bench_push [--hosts lab-1,lab-2,lab-3,lab-4] [--model DIR] [--inventory PATH] [--levers]
 
 Each timing starts from an empty destination on every host (nothing to skip or resume) and
 ends when every file is sha256-verified in place. Prints both wall times and their ratio
-(the goal of issue 13: N=4 hosts within 1.5x of one).
+(the goal of issue 13: N=4 hosts within 1.5x of one), the CPU seconds the pushing processes
+used, and for lab hosts the CPU seconds of their containers (sshd, sftp-server, sha256).
+--levers times the transfer as it was before each lever, adding one lever per row.
 """
 
 from __future__ import annotations
@@ -12,16 +14,31 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import resource
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 
 from ddops.install.many import push_model_many
+from ddops.install.sync import Transfer
 from ddops.inventory import load_inventory
 from ddops.remote import connect
 
 DEST = "/var/lib/ddops/models/bench-push"
+BEFORE = Transfer(one_packet_writes=False, fast_sha256=False, ciphers=())   # paramiko's order: aes128-ctr
+LEVERS = {"before (aes128-ctr, 32 KiB writes, sha256sum)": BEFORE,
+          "+ aes128-gcm first": Transfer(one_packet_writes=False, fast_sha256=False),
+          "+ one-packet SFTP writes": Transfer(fast_sha256=False),
+          "+ openssl sha256 on the host (= now)": Transfer()}
+
+
+@dataclass(frozen=True)
+class Timing:
+    wall_s: float
+    client_cpu_s: float     # the push processes (children of this one)
+    host_cpu_s: float | None
 
 
 def clear(hosts: list) -> None:
@@ -30,15 +47,41 @@ def clear(hosts: list) -> None:
             remote.run(f"rm -rf {DEST} /var/lib/ddops/models/.bench-push.ddops-part-* /tmp/.ddops-part-*")
 
 
-def timed_push(hosts: list, model: Path) -> float:
+def lab_cpu_s(hosts: list) -> float | None:
+    """CPU seconds used so far by the lab containers of hosts (their cgroups), None elsewhere."""
+    from ddops.lab.container import cgroup_dirs
+    from ddops.lab.layout import LabLayout
+    layout, total = LabLayout.from_env(), 0.0
+    for host in hosts:
+        stats = [d / "cpu.stat" for d in cgroup_dirs(layout, host.name) if (d / "cpu.stat").is_file()]
+        if not stats:
+            return None
+        total += int(stats[0].read_text().split()[1]) / 1e6     # usage_usec
+    return total
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_push(hosts: list, model: Path, transfer: Transfer) -> Timing:
     clear(hosts)
-    start = time.monotonic()
-    outcomes = push_model_many(hosts, model, DEST, console=Console(file=io.StringIO()))
-    took = time.monotonic() - start
+    host0, client0, start = lab_cpu_s(hosts), children_cpu_s(), time.monotonic()
+    outcomes = push_model_many(hosts, model, DEST, console=Console(file=io.StringIO()), transfer=transfer)
+    took, client = time.monotonic() - start, children_cpu_s() - client0
+    host1 = lab_cpu_s(hosts)
     failed = [o for o in outcomes if not o.ok]
     if failed:
         raise SystemExit(f"push failed: {failed[0].host}: {failed[0].detail}")
-    return took
+    return Timing(took, client, None if host0 is None or host1 is None else host1 - host0)
+
+
+def line(label: str, size: int, n: int, one: Timing, many: Timing) -> str:
+    host = f"{many.host_cpu_s:.1f}" if many.host_cpu_s is not None else "n/a"
+    return (f"{label}: 1 host {one.wall_s:.2f} s ({size / one.wall_s / 1e6:.0f} MB/s); {n} hosts {many.wall_s:.2f} s "
+            f"({n * size / many.wall_s / 1e6:.0f} MB/s total, CPU s: pushers {many.client_cpu_s:.1f}, hosts {host}); "
+            f"ratio {many.wall_s / one.wall_s:.2f}x")
 
 
 def main() -> None:
@@ -47,16 +90,17 @@ def main() -> None:
     parser.add_argument("--hosts", default="lab-1,lab-2,lab-3,lab-4")
     parser.add_argument("--model", type=Path, default=cache / "models" / "smollm2-135m-instruct")
     parser.add_argument("--inventory", type=Path, default=None)
+    parser.add_argument("--levers", action="store_true", help="one row per lever, from before the first")
     args = parser.parse_args()
     inventory = load_inventory(args.inventory)
     hosts = [inventory.host(name.strip()) for name in args.hosts.split(",")]
     size = sum(p.stat().st_size for p in args.model.rglob("*") if p.is_file())
-    one = timed_push(hosts[:1], args.model)
-    many = timed_push(hosts, args.model)
+    print(f"push-model {args.model.name} ({size / 1e6:.1f} MB), goal: {len(hosts)} hosts within 1.5x of one")
+    for label, transfer in (LEVERS.items() if args.levers else [("now", Transfer())]):
+        one = timed_push(hosts[:1], args.model, transfer)
+        many = timed_push(hosts, args.model, transfer)
+        print(line(label, size, len(hosts), one, many), flush=True)
     clear(hosts)
-    print(f"push-model {args.model.name} ({size / 1e6:.1f} MB): 1 host {one:.2f} s "
-          f"({size / one / 1e6:.1f} MB/s); {len(hosts)} hosts in parallel {many:.2f} s "
-          f"({len(hosts) * size / many / 1e6:.1f} MB/s total); ratio {many / one:.2f}x (goal <= 1.5x)")
 
 
 if __name__ == "__main__":

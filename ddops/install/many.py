@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                            TransferSpeedColumn)
 
-from ddops.install.sync import local_checksums, local_files, model_dest, sync_files
+from ddops.install.sync import Transfer, local_checksums, local_files, model_dest, sync_files
 from ddops.remote import connect
 
 
@@ -54,20 +54,21 @@ def run_on_hosts(hosts: list, work: Callable, console: Console | None = None) ->
 
 
 def push_model_many(hosts: list, directory: Path, dest: str | None = None,
-                    console: Console | None = None) -> list[HostOutcome]:
+                    console: Console | None = None, transfer: Transfer = Transfer()) -> list[HostOutcome]:
     """One process per host: SSH encryption and SFTP framing are Python work, so threads would
     share one interpreter lock; processes use every core."""
     files = local_files(directory)
     sums = local_checksums(files)
-    return run_in_processes(hosts, _push_one, (files, model_dest(directory, dest), sums), console)
+    return run_in_processes(hosts, _push_one, (files, model_dest(directory, dest), sums, transfer), console)
 
 
-def _push_one(host, files, target, sums, queue):
+def _push_one(host, files, target, sums, transfer, queue):
     """Runs in a child process: one host's push, its progress sent to the parent's bars."""
     def tick(**update):
         queue.put((host.name, update))
-    with connect(host) as remote:
-        return sync_files(remote, files, target, log=lambda _: None, progress=tick, local_sums=sums)
+    with connect(host, ciphers=transfer.ciphers) as remote:
+        return sync_files(remote, files, target, log=lambda _: None, progress=tick, local_sums=sums,
+                          transfer=transfer)
 
 
 def run_in_processes(hosts: list, worker: Callable, args: tuple, console: Console | None = None) -> list[HostOutcome]:

@@ -21,6 +21,8 @@ def test_each_host_answers_ssh_at_its_own_address_with_systemd_running(lab_hosts
             assert f"inet {host.address}/24" in remote.run("ip -4 -o addr show dev eth0").stdout
             names.add(remote.run("hostname").stdout.strip())
             assert remote.run("ps -p 1 -o comm=").stdout.strip() == "systemd"
+            transport = remote.connection.transport     # GCM offered first (bulk pushes cost less CPU)
+            assert (transport.local_cipher, transport.remote_cipher) == ("aes128-gcm@openssh.com",) * 2
     assert names == set(lab_hosts.hosts)
 
 

@@ -1,6 +1,8 @@
 """Pure parts of the lab and install code: names, addresses, sync plans, wheel identities, inventory shape."""
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +11,7 @@ import pytest
 
 from ddops.inventory import load_inventory
 from ddops.install.runtime import missing_wheels
-from ddops.install.sync import plan_sync
+from ddops.install.sync import FAST_SHA256, one_packet_request, plan_sync, sha256_lines
 from ddops.install.wheelhouse import Bundle, Wheelhouse, runtime_requirements, wheel_identity
 from ddops.lab import inventory_file
 from ddops.lab.errors import LabError
@@ -69,6 +71,27 @@ def test_mirror_comes_from_deb822_or_one_line_sources_and_skips_security():
 def test_sync_plan_copies_changed_and_missing_files_and_skips_identical_ones():
     plan = plan_sync({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "x", "extra": "9"})
     assert plan.copy == ("b", "c") and plan.skip == ("a",)
+
+
+@pytest.mark.parametrize("with_openssl", [True, False])
+def test_host_sha256_reads_openssl_or_sha256sum_output_alike(tmp_path, with_openssl):
+    """The snippet hosts run: OpenSSL's digest when installed, else coreutils' (a PATH without openssl)."""
+    (tmp_path / "a b.bin").write_bytes(b"x" * 70000)
+    (tmp_path / "c.json").write_text("{}")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("sha256sum", "xargs", "find") + (("openssl",) if with_openssl else ()):
+        (tools / tool).symlink_to(shutil.which(tool))
+    out = subprocess.run(["/bin/sh", "-c", FAST_SHA256 + "echo $h >&2; find . -type f -name '*.*' -print0 | xargs -0 $h"],
+                         cwd=tmp_path, env={"PATH": str(tools)}, capture_output=True, text=True, check=True)
+    assert out.stderr.strip() == ("openssl dgst -sha256 -r" if with_openssl else "sha256sum")
+    assert sha256_lines(out.stdout) == {f"./{name}": hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+                                        for name in ("a b.bin", "c.json")}
+
+
+def test_sftp_writes_fit_one_ssh_packet_of_the_server():
+    assert one_packet_request(32768, 32768, 4) == 32768 - 64 - 25 - 4     # OpenSSH's 32 KiB packets
+    assert one_packet_request(32768, 1 << 20, 4) == 32768                  # never above paramiko's size
 
 
 def test_wheel_identity_normalizes_names_like_dist_info_dirs():

@@ -5,12 +5,15 @@ against real sudo, sshd and a bastion."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 
+import paramiko
 import pytest
 
 from ddops.inventory import Host
 from ddops.remote.become import Become, BecomeError, become_of
+from ddops.remote.connect import FAST_CIPHERS, preferring
 from ddops.remote.sshconfig import endpoint
 
 
@@ -54,3 +57,15 @@ def test_an_alias_of_the_ssh_config_with_proxyjump(tmp_path):
     assert (stated.user, stated.port) == ("admin", 2222)        # the inventory wins where it speaks
     plain = endpoint(Host(name="x", address="10.9.9.9", ssh_config=config))
     assert (plain.hostname, plain.user, plain.jump) == ("10.9.9.9", "root", None)
+
+
+def test_gcm_is_offered_first_and_every_other_cipher_of_paramiko_still_follows():
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        default = paramiko.Transport(ours).get_security_options().ciphers
+        offered = preferring(FAST_CIPHERS)(ours).get_security_options().ciphers
+        assert offered[:2] == ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+        assert sorted(offered) == sorted(default)          # nothing dropped: old servers still negotiate
+        unknown = preferring(("chacha20-poly1305@openssh.com", "aes256-gcm@openssh.com"))(ours)
+        assert unknown.get_security_options().ciphers[0] == "aes256-gcm@openssh.com"   # one paramiko lacks is skipped
+        assert preferring(())(ours).get_security_options().ciphers == default
