@@ -4,9 +4,11 @@ Allocation model (the same one ddops.fit uses for this runtime): every parameter
 runtime dtype, plus one preallocated target KV pool of `context_length + draft_tokens` rows
 over all full-attention layers (the extra rows hold one verify pass past the context), or
 `--max-total-tokens` rows when set; running sequences share it (serving.engine.kv_pool).
-Hybrid targets (served one sequence at a time) add that sequence's linear-attention state: per
-Gated DeltaNet layer the conv state ((K-1) x conv channels, runtime dtype) and the recurrent
-state (Hv x dk x dv, fp32). The draft's context K/V, the features kept for it and a verify
+Hybrid targets add Gated DeltaNet state slots (serving.contract.runtime.state_slots: one per
+running sequence when decoding plainly in the batch runner, one when a speculative method
+serves them one sequence at a time, whose KV is then context + verify rows): per layer and
+slot the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state
+(Hv x dk x dv, fp32). The draft's context K/V, the features kept for it and a verify
 pass's per-row states are transient, so neither side counts them. /server_info reports
 both under `memory` so an operator (and a test) can compare prediction and measurement.
 """
@@ -20,6 +22,7 @@ import torch
 from torch import nn
 
 from serving import speculative
+from serving.contract.runtime import state_slots
 from serving.models.config import text_part
 from serving.models.hybrid_cache import HybridCache
 from serving.models.kv_cache import KVCache
@@ -38,7 +41,7 @@ def measure(decoder) -> dict:
                 seen.add(tensor.data_ptr())
                 weights += tensor.numel() * tensor.element_size()
     kv = sum(t.numel() * t.element_size() for c in caches if isinstance(c, KVCache) for t in (c.k, c.v))
-    state = sum(c.state_bytes() for c in caches if isinstance(c, HybridCache))
+    state = sum(c.state_bytes() for c in caches if hasattr(c, "state_bytes"))   # HybridCache, HybridPool
     return {"weights_bytes": weights, "kv_cache_bytes": kv, "state_cache_bytes": state}
 
 
@@ -80,10 +83,12 @@ def predict(args) -> dict:
     kv_heads = target.get("num_key_value_heads") or heads
     kinds = layer_kinds(target)
     linear = kinds.count("linear_attention")
-    # hybrids run on the one-sequence decoder: one cache of context + verify rows, no pool
-    rows = args.context_length + extra if linear else args.max_total_tokens or args.context_length + extra
+    slots = state_slots(bool(linear), method.speculative, args.max_running_requests)
+    # a hybrid served one sequence at a time: one cache of context + verify rows, no pool
+    serial = linear and method.speculative
+    rows = args.context_length + extra if serial else args.max_total_tokens or args.context_length + extra
     kv = kinds.count("full_attention") * kv_heads * head_dim * 2 * rows * width
-    state = linear * linear_state_bytes(target, width) if linear else 0
+    state = slots * linear * linear_state_bytes(target, width) if linear else 0
     return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
             "predicted_state_cache_bytes": state, "predicted_bytes": params * width + kv + state}
 

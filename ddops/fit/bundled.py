@@ -3,8 +3,9 @@
 Its allocation model is simple and exact: every parameter in the runtime's dtype, one
 preallocated KV cache for the target of `context_length + verify_tokens` slots over its
 full-attention layers (the extra slots hold one verify pass past the context), and for hybrid
-targets one sequence's linear-attention state (conv state in the runtime dtype, recurrent state
-in fp32 whatever the config's mamba_ssm_dtype). The draft's context K/V grows with each
+targets linear-attention state slots (conv state in the runtime dtype, recurrent state in fp32
+whatever the config's mamba_ssm_dtype): one per running sequence when decoding plainly, one
+with a speculative method (serving.contract.runtime.state_slots, the runtime's own rule). The draft's context K/V grows with each
 sequence and is not preallocated, so it is not part of the prediction. The runtime reports the
 same numbers, measured from its tensors, under `/server_info` `memory`.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddops.fit.model import LinearState, ModelFacts, dtype_bytes
+from serving.contract.runtime import state_slots
 from ddops.fit.profile_fit import Models, verify_tokens
 from ddops.profile import Profile
 
@@ -50,7 +52,9 @@ def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
     weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
     a = target.attention
     kv = int(a.layers * a.kv_heads * (a.head_dim + a.v_head_dim) * slots * dtype_bytes(dtype))
-    return BundledMemory(dtype, slots, weights, kv, linear_state_bytes(target.linear, dtype))
+    sequences = state_slots(target.linear is not None, profile.method.is_speculative,
+                            profile.memory.max_running_requests)
+    return BundledMemory(dtype, slots, weights, kv, sequences * linear_state_bytes(target.linear, dtype))
 
 
 def linear_state_bytes(s: LinearState | None, dtype: str) -> int:

@@ -1,5 +1,6 @@
-"""The truth both sides share, stdlib only: what each speculative method needs, and the rules
-a draft must meet to run on a target.
+"""The truth both sides share, stdlib only: what each speculative method needs, the rules
+a draft must meet to run on a target, and the state slots the bundled runtime preallocates
+(`runtime.py`).
 
 `ddops` imports this package and nothing else of `serving` (tests/test_boundaries.py), so the
 capabilities it renders and gates on and the pairing rules it checks before touching a host are

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from serving.engine.kv_pool import KVPool
+from serving.contract.runtime import DEFAULT_MAX_RUNNING
+from serving.engine.hybrid_pool import pool_for
 from serving.models import batched
 from serving.sampling import PositionalDraws
-
-DEFAULT_MAX_RUNNING = 32
 
 
 class BatchRunner:
@@ -36,8 +35,8 @@ class BatchRunner:
         self.spec = SpecLane(target, method, adaptive) if method is not None else None
         self.verify_rows = method.needs.draft_tokens if method is not None else 0
         rows = max_total_tokens or capacity + self.verify_rows
-        self.pool = KVPool(target.config, rows, target.dtype, target.device)
         self.max_running = max_running or DEFAULT_MAX_RUNNING
+        self.pool = pool_for(target, rows, self.max_running)
         self.default_seed, self.sequences = seed, 0
 
     @property

@@ -14,7 +14,8 @@ def build_decoder_factory(args, target, tokenizer):
     Routed through serving.speculative.METHODS: the method is built (and its draft preflighted
     against the target) here, so a mismatch stops start-up with one line naming both sides.
     A target the batched forward supports, with a method whose drafter has a batched form (or
-    no method), gets the batch runner (many sequences in flight); any other gets the method's
+    no method), gets the batch runner (many sequences in flight), and so does a target with
+    only a batched decode step (hybrids) decoding plainly; any other gets the method's
     one-sequence Decoder.
     """
     spec = speculative.resolve(args.speculative_algorithm)
@@ -22,7 +23,7 @@ def build_decoder_factory(args, target, tokenizer):
                                       block_size=args.speculative_num_draft_tokens,
                                       budget=args.speculative_ddtree_budget,
                                       adaptive=args.speculative_adaptive == "on")
-    if not batched.supports(target):
+    if not batched.supports(target) and (spec.speculative or not batched.decodes(target)):
         return speculative.decoder_factory(spec, target, options, capacity=args.context_length,
                                            seed=args.random_seed)   # options carry `adaptive`
     from serving.engine.batch import BatchRunner

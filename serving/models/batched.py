@@ -8,15 +8,19 @@ one row, causal for a chunk or a chain, the ancestor-only tree mask for a tree).
 block-diagonal mask of the whole batch without ever building it: no row sees another
 sequence's keys, no padding, and each row's attention numerics are the single-sequence ones.
 Works for the dense decoders in serving.models.llama; a model without those parts reports
-`supports(model) == False` and the engine decodes it one sequence at a time.
+`supports(model) == False`. Hybrids (serving.models.qwen3_5) have a plain decode step only
+(`decodes`, serving.models.hybrid_batched): they join batched plain decoding, and speculative
+rounds for them stay one sequence at a time.
 """
 
 from __future__ import annotations
 
 import torch
 
+from serving.models import hybrid_batched
 from serving.models.kv_cache import KVCache
 from serving.models.llama import Attention, CausalLM, DecoderLayer, attend, attention_mask
+from serving.models.qwen3_5 import HybridLM
 from serving.models.rope import apply_rope
 
 
@@ -25,9 +29,16 @@ def supports(model) -> bool:
         type(layer) is DecoderLayer and type(layer.self_attn) is Attention for layer in model.layers)
 
 
-def decode_step(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, caches: list[KVCache],
+def decodes(model) -> bool:
+    """A batched plain decode step exists for this target (every `supports` model, and hybrids)."""
+    return supports(model) or isinstance(model, HybridLM)
+
+
+def decode_step(model, tokens: torch.Tensor, positions: torch.Tensor, caches: list,
                 capture: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
     """tokens, positions [B] (one new token per sequence) -> logits [B, vocab], hidden [B, ...] or None."""
+    if isinstance(model, HybridLM):
+        return hybrid_batched.decode_step(model, tokens, positions, caches, capture)
     return forward(model, tokens, positions, caches, [1] * len(caches), capture=capture)
 
 

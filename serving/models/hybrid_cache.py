@@ -8,6 +8,11 @@ its new rows' conv inputs and per-row states; the caller then commits the last r
 By-depth forwards stage every row's state (snapshot: commit is a copy); chunked chains stage
 the final state and their per-row inputs (commit of a shorter prefix recomputes it). Staged
 tensors are transient (the verify pass's activations), not preallocated.
+
+In the batch runner a cache is a view (`over`): K/V rows of the pool's full-attention KV and
+state slot `slot` of its stacked conv/recurrent tensors. A batched decode step
+(serving.models.hybrid_batched) advances every sequence's state in place and marks the row
+`advanced`; the caller's `commit(1)` then accepts its K/V, as for a dense cache.
 """
 
 from __future__ import annotations
@@ -30,9 +35,25 @@ class HybridCache:
         self.conv = torch.zeros(n, L.conv_kernel - 1, L.conv_dim, dtype=dtype, device=device)
         self.recurrent = torch.zeros(n, L.num_value_heads, L.key_head_dim, L.value_head_dim,
                                      dtype=torch.float32, device=device)
+        self._fresh(n)
+
+    def _fresh(self, n: int) -> None:
         self.rows: Rows | None = None
         self.staged: list = [None] * n
+        self.advanced = 0          # rows a batched step already advanced the state by
+        self.slot = self.pool_conv = self.pool_recurrent = None   # views only: their pool's slot
         self.state_seconds = 0.0   # planning rows + committing states (the benchmark reads it)
+
+    @classmethod
+    def over(cls, kv: KVCache, pool_conv: torch.Tensor, pool_recurrent: torch.Tensor, slot: int) -> "HybridCache":
+        """A view: kv over pool rows; state slot `slot` of pool_conv [slots, n, K-1, C] and
+        pool_recurrent [slots, n, H, dk, dv]."""
+        cache = cls.__new__(cls)
+        cache.kernel, cache.kv = pool_conv.shape[2] + 1, kv
+        cache.conv, cache.recurrent = pool_conv[slot], pool_recurrent[slot]
+        cache._fresh(pool_conv.shape[1])
+        cache.slot, cache.pool_conv, cache.pool_recurrent = slot, pool_conv, pool_recurrent
+        return cache
 
     @property
     def length(self) -> int:
@@ -60,7 +81,12 @@ class HybridCache:
 
     def commit(self, count: int) -> None:
         """Accept the `count` rows just written (a causal chain): the state after row count-1."""
-        self._settle(count - 1)
+        if self.advanced:
+            if count != self.advanced:
+                raise ValueError(f"a batched step advanced the state by {self.advanced} rows, not {count}")
+            self.advanced = 0
+        else:
+            self._settle(count - 1)
         self.kv.commit(count)
 
     def keep(self, path) -> None:
@@ -73,7 +99,7 @@ class HybridCache:
         if length == 0:
             self.conv.zero_()
             self.recurrent.zero_()
-            self.staged = [None] * len(self.staged)
+            self.staged, self.advanced = [None] * len(self.staged), 0
         elif length != self.length:
             raise ValueError(f"a hybrid cache cannot roll back from {self.length} to {length} tokens "
                              "(recurrent state); commit a prefix with keep(path) instead")

@@ -52,15 +52,23 @@ class GatedAttention(nn.Module):
         r = self.rotary_dim
         return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
 
-    def forward(self, x, ctx):
+    def project(self, x, cos, sin):
+        """x [T, hidden] -> q [T, H, D], k, v [T, KV, D] (normed, rotated), gate [T, H * D]."""
         T, KV, D = x.shape[0], self.kv_heads, self.head_dim
         qg, k, v = self.qkv_proj(x).split(self.splits, dim=-1)
         q, gate = qg.view(T, self.heads, 2 * D).split(D, dim=-1)
         q, k = self.q_norm(q), self.k_norm(k.view(T, KV, D))
-        q, k = self._rope(q, ctx.cos, ctx.sin), self._rope(k, ctx.cos, ctx.sin)
-        keys, values = ctx.cache.write(self.slot, k.transpose(0, 1), v.view(T, KV, D).transpose(0, 1))
-        out = attend(q, keys, values, ctx.mask)
-        return self.o_proj(out * torch.sigmoid(gate.reshape(T, -1)))
+        q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+        return q, k, v.view(T, KV, D), gate.reshape(T, -1)
+
+    def output(self, out, gate):
+        """out [T, H * D] from attention -> [T, hidden] through the sigmoid gate."""
+        return self.o_proj(out * torch.sigmoid(gate))
+
+    def forward(self, x, ctx):
+        q, k, v, gate = self.project(x, ctx.cos, ctx.sin)
+        keys, values = ctx.cache.write(self.slot, k.transpose(0, 1), v.transpose(0, 1))
+        return self.output(attend(q, keys, values, ctx.mask), gate)
 
 
 class HybridLayer(nn.Module):

@@ -158,5 +158,10 @@ def test_bundled_figures_of_the_27b_hybrid_count_kv_of_its_full_layers_and_its_l
     memory = bundled_memory(load_profile("p", tmp_path), Models(qwen27b, qwen27b_draft))
     assert memory.kv_slots == 4096 + 32
     assert memory.kv_cache_bytes == 16 * 2 * 4 * 256 * memory.kv_slots * 2
-    assert memory.state_cache_bytes == 48 * (3 * 10240 * 2 + 48 * 128 * 128 * 4)
+    assert memory.state_cache_bytes == 48 * (3 * 10240 * 2 + 48 * 128 * 128 * 4)   # one sequence's state
     assert memory.predicted_bytes == memory.weights_bytes + memory.kv_cache_bytes + memory.state_cache_bytes
+    write(tmp_path, "plain", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
+                             "memory: {context_length: 4096, max_running_requests: 6}\nservice: {device: cuda}\n")
+    plain = bundled_memory(load_profile("plain", tmp_path), Models(qwen27b, None))
+    assert plain.kv_slots == 4096                       # plain decoding in the batch runner: a slot per sequence
+    assert plain.state_cache_bytes == 6 * memory.state_cache_bytes

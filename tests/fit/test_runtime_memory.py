@@ -85,7 +85,8 @@ def test_kv_cache_grows_with_the_context_length_as_predicted(served):
 
 
 def test_a_hybrid_reports_its_linear_state_and_kernels(served):
-    """Per Gated DeltaNet layer: (K-1) x conv channels in the runtime dtype + Hv x dk x dv fp32."""
+    """Per Gated DeltaNet layer and state slot: (K-1) x conv channels in the runtime dtype +
+    Hv x dk x dv fp32; plain decoding: a slot for each of the 32 running sequences (the default)."""
     profile, url = served
     info = httpx.get(url + "/server_info", timeout=10).json()
     s = read_models(profile, local_reader()).target.linear
@@ -94,5 +95,5 @@ def test_a_hybrid_reports_its_linear_state_and_kernels(served):
         return
     width = 4 if info["dtype"] == "float32" else 2
     per_layer = (s.conv_kernel - 1) * s.conv_dim * width + s.v_heads * s.k_head_dim * s.v_head_dim * 4
-    assert info["memory"]["state_cache_bytes"] == s.layers * per_layer > 0
+    assert info["memory"]["state_cache_bytes"] == 32 * s.layers * per_layer > 0
     assert info["kernels"]["linear_attention"] == "torch" and info["kernels"]["torch_because"] == "device is cpu"

@@ -1,13 +1,20 @@
-"""Which runner serves a hybrid: the batch runner cannot (recurrent state is not a KV view), so the
-runtime builds the one-sequence Decoder and the engine serves requests one at a time."""
+"""Which runner serves a hybrid: plain decoding joins the batch runner (a HybridPool with a state
+slot per running sequence); a speculative method keeps the one-sequence Decoder, since its
+rounds have no batched form for the recurrent state (serving.contract.runtime.state_slots)."""
 
 from types import SimpleNamespace
 
+import torch
+
 from serving.engine import Engine, Finished, StopRule
+from serving.engine.batch import BatchRunner
 from serving.engine.build import build_decoder_factory
+from serving.engine.hybrid_pool import HybridPool
 from serving.engine.serial import SerialRunner
-from serving.models import batched
+from serving.models import batched, inspect_checkpoint, load_model
 from serving.sampling import SamplingParams
+from serving.tools.tiny import write_tiny
+from serving.tools.tiny_draft import write_tiny_draft
 
 
 class Ids:
@@ -15,13 +22,34 @@ class Ids:
         return " ".join(map(str, ids))
 
 
-def test_a_hybrid_is_served_one_request_at_a_time(hf_pairs):
+def server_args(**overrides):
+    args = dict(speculative_algorithm=None, speculative_draft_model_path=None,
+                speculative_num_draft_tokens=None, speculative_ddtree_budget=None,
+                speculative_adaptive="on", context_length=128, random_seed=0,
+                max_running_requests=4, max_total_tokens=None)
+    return SimpleNamespace(**{**args, **overrides})
+
+
+def test_a_plain_hybrid_is_served_by_the_batch_runner_with_a_state_slot_per_sequence(hf_pairs):
     model = hf_pairs["lllf-lllf"][1]
-    assert not batched.supports(model)
-    args = SimpleNamespace(speculative_algorithm=None, speculative_draft_model_path=None,
-                           speculative_num_draft_tokens=None, speculative_ddtree_budget=None,
-                           speculative_adaptive="on", context_length=128, random_seed=0,
-                           max_running_requests=None, max_total_tokens=None)
+    assert not batched.supports(model) and batched.decodes(model)
+    engine = Engine(build_decoder_factory(server_args(), model, None), Ids()).start()
+    try:
+        runner = engine.scheduler.runner
+        assert isinstance(runner, BatchRunner) and isinstance(runner.pool, HybridPool)
+        assert runner.pool.conv.shape[0] == 4 and runner.pool.capacity == 128
+        result = engine.generate([5, 6, 7], SamplingParams(temperature=0), StopRule(4))
+        assert isinstance(result, Finished) and len(result.token_ids) == 4
+    finally:
+        engine.stop()
+
+
+def test_a_speculative_hybrid_keeps_the_one_sequence_decoder(tmp_path):
+    target = write_tiny(tmp_path / "hybrid", "qwen3_5")
+    draft = write_tiny_draft(target, tmp_path / "draft", seed=1)
+    model = load_model(inspect_checkpoint(target), torch.float32, "cpu", 256)
+    args = server_args(speculative_algorithm="ddtree", speculative_draft_model_path=str(draft),
+                       speculative_ddtree_budget=4)
     engine = Engine(build_decoder_factory(args, model, None), Ids()).start()
     try:
         assert isinstance(engine.scheduler.runner, SerialRunner)
