@@ -141,13 +141,15 @@ def history(host: str = HOST, unit: Optional[str] = UNIT, as_json: bool = JSON,
 def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", help="history entry id"),
              unit: Optional[str] = UNIT, yes: bool = typer.Option(False, "--yes", "-y"),
              force: bool = typer.Option(False, "--force", help="apply even when planning knows it cannot start"),
+             profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir",
+                                                         help="where the entry's profile lives (for the fit check)"),
              as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
     """Deploy an earlier history entry again (gated; reverted if it fails; exit 2 if it cannot start)."""
     if not (yes or sys.stdin.isatty()):
         _bad("refusing to roll back without --yes: no terminal to confirm on")
     with _open(host, inventory) as remote:
         try:
-            back = rollbacks.find(remote, _unit(remote, unit), to)
+            back = rollbacks.find(remote, _unit(remote, unit), to, profiles_dir)
         except (ops.OpsError, FileNotFoundError) as err:
             _bad(str(err))
         if not as_json:

@@ -114,3 +114,25 @@ def test_rollback_to_an_entry_whose_model_is_gone_is_refused(prod):
     assert back.returncode == 2, back.stdout + back.stderr
     assert json.loads(back.stdout)["result"] == "refused"
     assert prod.unit_bytes() == before_bytes and prod.started() == before
+
+
+def test_rollback_to_an_entry_predicted_not_to_fit_is_refused(prod):
+    """The entry's profile still renders its unit, so its fit is predicted for the GPU the host
+    declares now; a profile that no longer renders it leaves a note instead."""
+    nofit = str(PROFILES / "sglang-tiny-nofit.yaml")
+    code, out = prod.deploy_json(nofit, "--force", inventory=prod.small_gpu_inventory)   # no SGLang there:
+    # it fails, is reverted and recorded
+    assert (code, out["result"]) == (1, "reverted"), out
+    entry = out["history_entry"]
+    before_bytes, before = prod.unit_bytes(), prod.started()
+    back = prod.ddops("rollback", "--host", prod.name, "--unit", UNIT, "--to", entry, "--yes", "--json",
+                      "--inventory", prod.small_gpu_inventory, "--profiles-dir", str(PROFILES))
+    assert back.returncode == 2, back.stdout + back.stderr
+    found = {r["check"]: r["reason"] for r in json.loads(back.stdout)["plan"]["refusals"]}
+    assert "predicted not to fit" in found.get("fit", ""), found
+    assert prod.unit_bytes() == before_bytes and prod.started() == before
+    elsewhere = prod.ddops("rollback", "--host", prod.name, "--unit", UNIT, "--to", entry, "--yes", "--json",
+                           "--inventory", prod.small_gpu_inventory, "--profiles-dir", str(HERE))
+    assert elsewhere.returncode == 2 and "fit" not in {r["check"] for r in json.loads(elsewhere.stdout)["plan"]["refusals"]}
+    assert "fit not checked" in " ".join(json.loads(elsewhere.stdout)["notes"])
+    assert prod.unit_bytes() == before_bytes and prod.started() == before
