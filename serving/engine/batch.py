@@ -6,8 +6,9 @@ rows for the whole life of the sequence, so admitted sequences never run out of 
 nothing is ever preempted; a request that does not fit yet waits.
 
 Plain decoding: one `batched.decode_step` for all decoding sequences per round. Prefill: the
-single-sequence `forward`, one chunk at a time (fixed chunk boundaries, so a prompt's numerics
-never depend on what runs beside it). Each sequence samples with its own `PositionalDraws`,
+next chunk of every prefilling sequence of a step packed into one `batched.forward` (each
+chunk's attention is its own causal one; chunk boundaries are fixed per prompt), so a burst
+of new prompts reads the weights once, not once per prompt. Each sequence samples with its own `PositionalDraws`,
 seeded from the request's seed (or the server seed and an arrival counter), as ARDecoder seeds.
 
 Speculative methods: every round is one batched speculative round for all decoding
@@ -62,21 +63,29 @@ class BatchRunner:
             self.spec.admit(seq, cache.capacity)
         return True
 
-    def prefill(self, seq, chunk: int) -> list[int]:
-        cache, begin = seq.state["cache"], seq.prefilled
-        end = min(len(seq.prompt), begin + chunk)
+    def prefill(self, seqs, chunk: int) -> list[list[int]]:
+        """The next prompt chunk of every sequence in one forward; [first token] for those whose
+        prompt is then read, [] for the others. A chunk's rows are [prefilled, prefilled + chunk)
+        of its prompt whatever else runs, so chunk boundaries are fixed per prompt."""
         device = self.target.device
-        tokens = torch.tensor(seq.prompt[begin:end], dtype=torch.long, device=device)
-        positions = torch.arange(begin, end, device=device)
+        spans = [(s.prefilled, min(len(s.prompt), s.prefilled + chunk)) for s in seqs]
+        tokens = torch.tensor([t for s, (b, e) in zip(seqs, spans) for t in s.prompt[b:e]], dtype=torch.long,
+                              device=device)
+        positions = torch.cat([torch.arange(b, e, device=device) for b, e in spans])
+        counts = [e - b for b, e in spans]
+        last = torch.tensor(counts, device=device).cumsum(0) - 1                # each chunk's last row
         capture = self.spec.layers if self.spec else ()
-        logits, hidden = self.target.forward(tokens, positions, cache, capture=capture, last_only=True)
-        cache.commit(end - begin)
-        seq.prefilled = end
-        if self.spec:
-            self.spec.record(seq, hidden)
-        if end < len(seq.prompt):
-            return []
-        return [self._choose(seq, logits, end)]
+        logits, hidden = batched.forward(self.target, tokens, positions, [s.state["cache"] for s in seqs], counts,
+                                         capture=capture, logit_rows=last)
+        out, begin = [], 0
+        for i, (seq, (b, e)) in enumerate(zip(seqs, spans)):
+            seq.state["cache"].commit(e - b)
+            seq.prefilled = e
+            if self.spec:
+                self.spec.record(seq, hidden[begin:begin + e - b])
+            begin += e - b
+            out.append([self._choose(seq, logits[i:i + 1], e)] if e == len(seq.prompt) else [])
+        return out
 
     def decode(self, seqs) -> list[list[int]]:
         if self.spec:

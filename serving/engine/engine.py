@@ -48,7 +48,7 @@ class GenerationRequest:
     rule: StopRule
     emit: Callable[[object], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
-    submitted: float = field(default_factory=time.perf_counter)   # TTFT counts the wait in the queue
+    submitted: float = field(default_factory=time.perf_counter)   # TTFT counts from here: the HTTP arrival
     probe: bool = False  # /health_generate: its first round speculates whatever is preferred
 
 

@@ -1,14 +1,15 @@
 """The scheduler: admitted sequences in flight, one engine step at a time.
 
 A step runs prefill chunks (whole chunks, FIFO, up to `--chunked-prefill-size` tokens in all,
-at least one) for sequences still reading their prompt, then one decode round for every
+at least one; the runner packs them into one pass) for sequences still reading their prompt, then one decode round for every
 sequence that has its first token. Text, stops and max_tokens go through each sequence's
 `TextAssembler`; finished and cancelled sequences leave the running set and free their rows.
 
 A runner does the model work (docs/serving.md "Batching"):
     runner.max_running                      most sequences in flight
     runner.admit(seq) -> bool               reserve what the sequence needs, False = not now
-    runner.prefill(seq, budget) -> list     one prompt chunk; [first token] once the prompt is read
+    runner.prefill(seqs, chunk) -> list     each sequence's next prompt chunk (one pass for all);
+                                            per sequence [first token] once its prompt is read
     runner.decode(seqs) -> list[list[int]]  one round for each sequence: its committed tokens
     runner.release(seq)
 """
@@ -75,20 +76,32 @@ class Scheduler:
             self._finish(seq)
 
     def _prefill(self) -> None:
-        budget = self.chunk_tokens
+        pack, budget = [], self.chunk_tokens
         for seq in [s for s in self.running if not s.started]:
             if budget <= 0:
                 break
-            before = seq.prefilled
-            try:
-                tokens = self.runner.prefill(seq, self.chunk_tokens)
-            except Exception as e:  # one bad request must not take the others down
-                self._fail(seq, e)
-                continue
-            budget -= seq.prefilled - before
+            pack.append(seq)
+            budget -= min(len(seq.prompt) - seq.prefilled, self.chunk_tokens)
+        if not pack:
+            return
+        try:
+            firsts = self.runner.prefill(pack, self.chunk_tokens)
+        except Exception as e:  # one bad request must not take the others down: retry them one by one
+            if len(pack) == 1:
+                self._fail(pack[0], e)
+                return
+            firsts = [self._prefill_alone(seq) for seq in pack]
+        for seq, tokens in zip(pack, firsts):
             if tokens:
                 seq.started, seq.ttft = True, time.perf_counter() - seq.began
                 self._emit(seq, tokens)
+
+    def _prefill_alone(self, seq: Sequence) -> list[int]:
+        try:
+            return self.runner.prefill([seq], self.chunk_tokens)[0]
+        except Exception as e:
+            self._fail(seq, e)
+            return []
 
     def _decode(self, seqs: list[Sequence]) -> None:
         try:

@@ -16,10 +16,12 @@ class SerialRunner:
     def admit(self, seq) -> bool:
         return True
 
-    def prefill(self, seq, budget: int) -> list[int]:
-        tokens = self.decoder.start(seq.prompt, seq.request.sampling, seq.request.rule.max_new_tokens)
-        seq.prefilled = len(seq.prompt)
-        return tokens
+    def prefill(self, seqs, budget: int) -> list[list[int]]:
+        out = []
+        for seq in seqs:
+            out.append(self.decoder.start(seq.prompt, seq.request.sampling, seq.request.rule.max_new_tokens))
+            seq.prefilled = len(seq.prompt)
+        return out
 
     def decode(self, seqs) -> list[list[int]]:
         for seq in seqs:

@@ -23,7 +23,7 @@ from serving.server import openapi
 from serving.server import responses as R
 from serving.server.faults import Faults
 from serving.server.generation import Admitted, HealthProbe
-from serving.server.guard import Guard, error_response
+from serving.server.guard import ARRIVAL, Guard, error_response
 from serving.server.metrics import Metrics
 from serving.server.protocol import DEFAULT_MAX_TOKENS, APIError, CompletionSpec, parse_json, parse_request
 
@@ -163,7 +163,8 @@ async def _complete(state: AppState, request: Request, kind: str):
     rule = _stop_rule(state, spec, prompt_ids)
     model = state.args.served_model_name
     # admitted before any response starts: a full queue is a 503, never a 200 with an empty stream
-    admitted = Admitted(state.engine, prompt_ids, spec.sampling, rule, request.receive)
+    admitted = Admitted(state.engine, prompt_ids, spec.sampling, rule, request.receive,
+                        arrival=request.scope.get(ARRIVAL))
     if spec.stream:
         return StreamingResponse(_stream(state, spec, admitted, model), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})

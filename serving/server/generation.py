@@ -31,12 +31,15 @@ class Admitted:
     """One submitted GenerationRequest, its asyncio event queue and a watch on the client."""
 
     def __init__(self, engine, prompt_ids: list[int], sampling: SamplingParams, rule: StopRule,
-                 receive: Receive | None = None, probe: bool = False):
+                 receive: Receive | None = None, probe: bool = False, arrival: float | None = None):
+        """arrival: perf_counter() when the HTTP request arrived (TTFT counts from it); None: now."""
         loop = asyncio.get_running_loop()
         self.events: asyncio.Queue = asyncio.Queue()
         self.request = GenerationRequest(prompt_ids, sampling, rule,
                                          lambda e: loop.call_soon_threadsafe(self.events.put_nowait, e),
                                          probe=probe)
+        if arrival is not None:
+            self.request.submitted = arrival
         try:
             engine.submit(self.request)
         except EngineBusy as e:

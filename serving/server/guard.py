@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import time
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
@@ -31,6 +32,9 @@ def error_response(e: APIError) -> JSONResponse:
     return ASCIIJSONResponse(e.body(), status_code=e.status, headers=e.headers())
 
 
+ARRIVAL = "ddops.arrival"   # ASGI scope key: perf_counter() when the request arrived
+
+
 class Guard:
     """ASGI middleware: `open_paths` need no key; everything else needs `Bearer api_key` when set."""
 
@@ -41,6 +45,7 @@ class Guard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        scope[ARRIVAL] = time.perf_counter()    # the request's headers are in: TTFT counts from here
         started: list[int] = []
 
         async def tracked_send(message):

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from serving.engine import Delta, Engine, EngineBusy, Finished, GenerationRequest, RequestTooLarge, StopRule
+from serving.engine import Delta, Engine, EngineBusy, Failed, Finished, GenerationRequest, RequestTooLarge, StopRule
 from serving.engine.batch import BatchRunner
 from serving.engine.kv_pool import KVPool
 from serving.sampling import SamplingParams
@@ -142,3 +142,16 @@ def test_pool_ranges_are_reused_and_merged(llama_model):
     pool.release(c)
     pool.release(d)
     assert pool.free == [(0, 100)]
+
+
+def test_a_prompt_that_breaks_the_packed_prefill_fails_alone(engine, llama_model):
+    """Prompts are prefilled together in one pass; a prompt holding a token id the model does
+    not have fails that pass, and then only itself: the others are prefilled one by one and
+    answer as they do alone."""
+    bad = ([5, llama_model.config.vocab_size + 7, 9], GREEDY, StopRule(4))
+    good = [([5, 17, 42, 99, 3], GREEDY, StopRule(6)), ([8] * 20, GREEDY, StopRule(6))]
+    alone = [engine.generate(*r).token_ids for r in good]
+    results = crowd(engine, [good[0], bad, good[1]])
+    assert isinstance(results[1], Failed)
+    assert [r.token_ids for r in (results[0], results[2])] == alone
+    assert engine.scheduler.runner.pool.free == [(0, engine.scheduler.runner.pool.capacity)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -213,3 +214,24 @@ def test_metrics_count_tokens_and_latency(server, client):
     assert values["serving_e2e_request_latency_seconds_count"] >= 1
     assert values["serving_avg_spec_accept_length"] == 1.0
     assert values['serving_requests_total{path="/v1/completions",status="200"}'] >= 1
+
+
+def test_time_to_first_token_counts_from_the_request_arrival(client):
+    """The TTFT metric starts when the request's headers arrive, not when the engine takes it:
+    a body that takes a second to upload adds that second (as a client-side clock sees it)."""
+    def ttft_sum() -> float:
+        lines = client.get("/metrics").text.splitlines()
+        return float(next(line for line in lines if line.startswith("serving_time_to_first_token_seconds_sum"))
+                     .rsplit(None, 1)[1])
+
+    before = ttft_sum()
+    body = json.dumps({"model": "tiny", "prompt": PROMPT_IDS, "max_tokens": 2, "temperature": 0}).encode()
+
+    def slow_upload():
+        yield body[:8]
+        time.sleep(1.0)
+        yield body[8:]
+
+    response = client.post("/v1/completions", content=slow_upload(), headers={"Content-Type": "application/json"})
+    assert response.status_code == 200
+    assert ttft_sum() - before >= 1.0
