@@ -67,16 +67,8 @@ class BatchRunner:
         """The next prompt chunk of every sequence in one forward; [first token] for those whose
         prompt is then read, [] for the others. A chunk's rows are [prefilled, prefilled + chunk)
         of its prompt whatever else runs, so chunk boundaries are fixed per prompt."""
-        device = self.target.device
         spans = [(s.prefilled, min(len(s.prompt), s.prefilled + chunk)) for s in seqs]
-        tokens = torch.tensor([t for s, (b, e) in zip(seqs, spans) for t in s.prompt[b:e]], dtype=torch.long,
-                              device=device)
-        positions = torch.cat([torch.arange(b, e, device=device) for b, e in spans])
-        counts = [e - b for b, e in spans]
-        last = torch.tensor(counts, device=device).cumsum(0) - 1                # each chunk's last row
-        capture = self.spec.layers if self.spec else ()
-        logits, hidden = batched.forward(self.target, tokens, positions, [s.state["cache"] for s in seqs], counts,
-                                         capture=capture, logit_rows=last)
+        logits, hidden = self._prompt_pass(seqs, spans)
         out, begin = [], 0
         for i, (seq, (b, e)) in enumerate(zip(seqs, spans)):
             seq.state["cache"].commit(e - b)
@@ -86,6 +78,20 @@ class BatchRunner:
             begin += e - b
             out.append([self._choose(seq, logits[i:i + 1], e)] if e == len(seq.prompt) else [])
         return out
+
+    def _prompt_pass(self, seqs, spans):
+        """logits [B, vocab] of each chunk's last row, captured features [N, F] (or None)."""
+        device, capture = self.target.device, self.spec.layers if self.spec else ()
+        chunks = [torch.tensor(s.prompt[b:e], dtype=torch.long, device=device) for s, (b, e) in zip(seqs, spans)]
+        positions = [torch.arange(b, e, device=device) for b, e in spans]
+        if not batched.supports(self.target):      # hybrids: each chunk through the one-sequence forward
+            outs = [self.target.forward(t, p, s.state["cache"], capture=capture, last_only=True)
+                    for t, p, s in zip(chunks, positions, seqs)]
+            return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs]) if capture else None
+        counts = [e - b for b, e in spans]
+        last = torch.tensor(counts, device=device).cumsum(0) - 1                # each chunk's last row
+        return batched.forward(self.target, torch.cat(chunks), torch.cat(positions), [s.state["cache"] for s in seqs],
+                               counts, capture=capture, logit_rows=last)
 
     def decode(self, seqs) -> list[list[int]]:
         if self.spec:
