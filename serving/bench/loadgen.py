@@ -75,6 +75,11 @@ class Server:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def info(self) -> dict:
+        """/server_info (unkeyed: the benchmark's own server has no API key)."""
+        with urllib.request.urlopen(f"{self.url}/server_info", timeout=10) as r:
+            return json.load(r)
+
     def rss_bytes(self) -> int:
         """Resident memory of the server process (Linux /proc)."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

@@ -4,7 +4,7 @@ concurrency 1, 2, 4, 8, 16 against the runtime, and transformers' continuous bat
 
     python -m serving.bench.serve --model $DDOPS_CACHE/models/smollm2-135m-instruct \\
         [--concurrency 1,2,4,8,16] [--requests-per-client 2] [--max-tokens 32] [--peer-at 8] \\
-        [--json OUT.json] [--plot OUT.png] [--server-arg=--speculative-algorithm=...]
+        [--json OUT.json] [--plot OUT.png] [--server-arg=--speculative-algorithm=...] [--serial]
     python -m serving.bench.serve --model M --soak 120 --clients 64      # bounded loopback soak
 
 Starts the runtime as a subprocess on a loopback port (or uses --url). Prints a Rich table of
@@ -14,6 +14,11 @@ request ignores EOS so each produces exactly --max-tokens tokens; greedy. Beside
 figures, tokens per CPU-second of the server process (and of the peer's process): on a shared
 machine the CPU share a process gets swings, and CPU time is the steadier comparison. The soak counts
 complete answers, 503 server_busy, other errors and truncated streams, and the server's RSS.
+--serial runs the same sweep again on a second server with `--max-running-requests 1` (one
+sequence at a time, as before batching) and reports batched over serial per concurrency: with a
+speculative method's --server-args, batched speculative rounds against serial ones. With a
+speculative method, the server's per-batch-size settings (`speculative_settings_by_batch`:
+what the adaptive controller measured and chose) are printed after each sweep.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ def parse(argv=None):
     ap.add_argument("--threads", type=int, default=2, help="torch threads for the server and the peer")
     ap.add_argument("--soak", type=float, default=0, help="seconds of soak instead of the sweep")
     ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--serial", action="store_true",
+                    help="also sweep a server with --max-running-requests 1 and report batched / serial")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--plot", type=Path)
     return ap.parse_args(argv)
@@ -94,6 +101,7 @@ def table(levels: list[dict], peer_row: dict | None, conditions: str) -> None:
     from rich.table import Table
 
     t = Table(title=f"serving load benchmark ({conditions})")
+    levels = [{**r, "concurrency": f"{r['concurrency']}{r.get('label', '')}"} for r in levels]
     for col in ("concurrency", "requests", "errors", "output tok/s", "tok/CPU-s", "req/s", "TTFT p50 ms",
                 "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"):
         t.add_column(col, justify="right")
@@ -105,7 +113,7 @@ def table(levels: list[dict], peer_row: dict | None, conditions: str) -> None:
         t.add_row(f"transformers @{peer_row['concurrency']}", str(peer_row["requests"]), "-",
                   f"{peer_row['output_tok_s']:.1f}", f"{peer_row['output_tok_per_cpu_s']:.1f}",
                   f"{peer_row['req_s']:.2f}", "-", "-", "-", "-")
-    Console().print(t)
+    Console(width=160).print(t)
 
 
 def ratios(levels: list[dict], peer_row: dict | None, at: int) -> dict:
@@ -143,34 +151,55 @@ def plot(levels: list[dict], peer_row: dict | None, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    server = Server(args.model, args.port, args.threads, args.server_arg, args.url)
-    with server:
-        if args.soak:
-            report = asyncio.run(soak(server, args.clients, args.soak, args.max_tokens))
-            print(json.dumps(report, indent=2))
-            if args.json:
-                args.json.write_text(json.dumps(report, indent=2))
-            return 0 if report["other_errors"] == 0 and report["truncated"] == 0 else 1
-        levels = []
+def sweep(args, extra: list[str]) -> tuple[list[dict], dict]:
+    """Every concurrency level against one server started with `extra` flags; its speculative
+    settings per batch size afterwards (empty for plain decoding)."""
+    levels = []
+    with Server(args.model, args.port, args.threads, extra, args.url) as server:
         for c in [int(x) for x in args.concurrency.split(",")]:
             began, cpu = time.perf_counter(), server.cpu_s()
             shots = asyncio.run(run_level(server, c, args.requests_per_client, args.max_tokens))
             levels.append(summarize(c, shots, time.perf_counter() - began, server.cpu_s() - cpu))
             print(json.dumps(levels[-1]), flush=True)
+        info = server.info().get("speculative_settings_by_batch") or {}
+    for key, bucket in info.items():
+        print(f"batch {key}: current {bucket['current']}; " + ", ".join(
+            f"{s['setting']} {s['rounds']} rounds {s['tokens_per_round']} tok/round {s['tokens_per_s']} tok/s"
+            for s in bucket["settings"]), flush=True)
+    return levels, info
+
+
+def serial_ratios(levels: list[dict], serial: list[dict]) -> dict:
+    by = {r["concurrency"]: r for r in serial}
+    return {f"tok_s_batched_over_serial_at_{r['concurrency']}": r["output_tok_s"] / by[r["concurrency"]]["output_tok_s"]
+            for r in levels if r["concurrency"] in by}
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.soak:
+        with Server(args.model, args.port, args.threads, args.server_arg, args.url) as server:
+            report = asyncio.run(soak(server, args.clients, args.soak, args.max_tokens))
+        print(json.dumps(report, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+        return 0 if report["other_errors"] == 0 and report["truncated"] == 0 else 1
+    levels, settings = sweep(args, args.server_arg)
+    one_at_a_time = ["--max-running-requests=1", "--max-queued-requests=256"]    # the others wait, none refused
+    serial, _ = sweep(args, [*args.server_arg, *one_at_a_time]) if args.serial else ([], {})
     peer_row = peer(args.model, args.peer_at, args.peer_at * args.requests_per_client, args.max_tokens,
                     args.threads) if args.peer_at else None
     conditions = f"{args.max_tokens} tokens/request, {args.threads} torch threads, greedy, ignore_eos"
-    table(levels, peer_row, conditions)
+    table(levels + [{**r, "label": " serial"} for r in serial], peer_row, conditions)
     report = {"conditions": conditions, "server_args": args.server_arg, "levels": levels, "transformers": peer_row,
-              "ratios": ratios(levels, peer_row, args.peer_at or 8)}
+              "ratios": {**ratios(levels, peer_row, args.peer_at or 8), **serial_ratios(levels, serial)},
+              "serial_levels": serial, "speculative_settings_by_batch": settings}
     print(json.dumps(report["ratios"], indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     if args.plot:
         plot(levels, peer_row, args.plot)
-    return 0 if all(r["errors"] == 0 for r in levels) else 1
+    return 0 if all(r["errors"] == 0 for r in levels + serial) else 1
 
 
 if __name__ == "__main__":
