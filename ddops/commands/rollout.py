@@ -213,6 +213,7 @@ def rollout_command(
     approve: Annotated[bool, typer.Option("--approve", help="Continue this plan's paused rollout (needs no --yes).")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Revert every host this plan's paused rollout changed (needs no --yes).")] = False,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
+    force: Force = False,
 ) -> None:
     """Roll PROFILE out in waves: canary first, analysis while baking, pauses for approval,
     halt and revert past max failures; resumable."""
@@ -220,7 +221,7 @@ def rollout_command(
 
     def body(out: Output) -> int:
         return run_plan(plan_file, inventory=inventory, restart=restart, yes=yes, out=out,
-                        approve=approve, abort=abort)
+                        approve=approve, abort=abort, force=force)
 
     _run(_output(json_doc, json_events), body)
 

@@ -73,13 +73,13 @@ def endpoints(fleet: Fleet) -> dict:
             for h, t in fleet.targets.items()}
 
 
-def deployer(fleet: Fleet, command: str):
+def deployer(fleet: Fleet, command: str, force: bool = False):
     def deploy_one(host: str) -> Outcome:
         target = fleet.targets[host]
         try:
             with connect(target.host) as remote:
                 before = hostops.version_before(remote, target.desired.unit_name)
-                result = hostops.deploy(remote, target, command)
+                result = hostops.deploy(remote, target, command, force=force)
         except RemoteError as err:
             return Outcome(FAILED, changed=False, detail=f"unreachable: {err}")
         status = RESULT_STATUS.get(result.result, FAILED if result.code == EXIT_GATE_FAILED else

@@ -28,7 +28,9 @@ QUESTION = "Roll {profile} out to {n} host(s) ({waves} wave(s), canary first)?"
 
 
 def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: bool, out: Output,
-             approve: bool = False, abort: bool = False) -> int:
+             approve: bool = False, abort: bool = False, force: bool = False) -> int:
+    """force: hosts whose planning refuses the change get it anyway (each history entry records
+    what was overridden); reverts are never forced."""
     if approve and abort or (approve or abort) and restart:
         raise BadInput("--approve, --abort and --restart: choose one")
     plan = load_plan(plan_file)
@@ -53,13 +55,14 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     emit = _emitter(out, notifier, plan)
     started = time.monotonic()
     with _live(out, state) as view:
-        rollout = _rollout(fleet, state, store, pauses, out, view, emit, f"ddops rollout {plan_file}")
+        command = f"ddops rollout {plan_file}" + (" --force" if force else "")
+        rollout = _rollout(fleet, state, store, pauses, out, view, emit, command, force)
         if approve:
             rollout.approve()
         elif not resumed:
             checks = [c.model_dump() for c in fleet.analysis.checks] if fleet.analysis else []
             rollout.on_event("start", {"hosts": list(fleet.hosts), "waves": [list(w) for w in waves],
-                                       "checks": checks})
+                                       "checks": checks, "forced": force})
         try:
             final = rollout.abort() if abort else rollout.run()
         except KeyboardInterrupt:  # hosts in flight finished first; their outcome is recorded
@@ -73,7 +76,7 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     return _result(out, final, resumed, store, wall, notifier.close())
 
 
-def _rollout(fleet, state, store, pauses, out, view, emit, command) -> Rollout:
+def _rollout(fleet, state, store, pauses, out, view, emit, command, force: bool = False) -> Rollout:
     def on_change(current: RolloutState, host: str) -> None:
         if host:
             h = current.hosts[host]
@@ -86,7 +89,7 @@ def _rollout(fleet, state, store, pauses, out, view, emit, command) -> Rollout:
     if fleet.analysis is not None:
         watcher = Watcher(fleet.analysis, fleet.limits.bake_s, endpoints(fleet),
                           lambda host, kind, data: rollout.record(host, kind, data))
-    deploy_one = deployer(fleet, command)
+    deploy_one = deployer(fleet, command, force)
     if watcher is not None:  # `unchanged` falls back to it when no host is left unchanged
         def deploy_one(host, deploy=deploy_one):  # noqa: F811 - the same deploy, after a baseline
             watcher.capture_before(host)

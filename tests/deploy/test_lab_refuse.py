@@ -136,3 +136,24 @@ def test_rollback_to_an_entry_predicted_not_to_fit_is_refused(prod):
     assert elsewhere.returncode == 2 and "fit" not in {r["check"] for r in json.loads(elsewhere.stdout)["plan"]["refusals"]}
     assert "fit not checked" in " ".join(json.loads(elsewhere.stdout)["notes"])
     assert prod.unit_bytes() == before_bytes and prod.started() == before
+
+
+def test_a_rollout_host_refused_by_planning_is_forced_only_with_force(prod, tmp_path):
+    profile = tmp_path / "ro-prod-missing.yaml"     # production's unit and port, a model the host lacks
+    profile.write_text(yaml.safe_dump({"extends": "cpu-ar", "model": {"path": f"{MODELS}/not-pushed"},
+                                       "service": {"unit": UNIT, "port": int(PORT)}}))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"profile": str(profile), "hosts": [prod.name], "canary": 1, "max_failures": 0}))
+    env = {"DDOPS_STATE": str(tmp_path / "state"), "DDOPS_PROFILES": str(HERE.parent.parent / "profiles")}
+    before_bytes, before = prod.unit_bytes(), prod.started()
+    refused = prod.ddops("rollout", str(plan), "--yes", "--json", env=env)
+    doc = json.loads(refused.stdout)
+    assert doc["hosts"][prod.name]["status"] == "failed" and "model-missing" in doc["hosts"][prod.name]["detail"]
+    assert prod.unit_bytes() == before_bytes and prod.started() == before       # zero restarts
+    forced = prod.ddops("rollout", str(plan), "--yes", "--json", "--restart", "--force", env=env)
+    doc = json.loads(forced.stdout)
+    assert forced.returncode == 1 and doc["hosts"][prod.name]["status"] == "failed", doc   # tried, gate failed
+    newest = prod.remote.run(f"ls -d /var/lib/ddops/history/{UNIT}/*/ | tail -1").stdout.strip()
+    meta = json.loads(prod.remote.read_text(f"{newest}meta.json"))
+    assert meta["forced"][0]["check"] == "model-missing" and meta["result"] == "failed-reverted", meta
+    assert prod.unit_bytes() == before_bytes and prod.started()[2] == "active"   # reverted byte for byte
