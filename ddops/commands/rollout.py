@@ -48,9 +48,10 @@ def shadow_compare(
     shadow_url: Annotated[Optional[str], typer.Option("--shadow-url", help="Compare this endpoint instead of the recorded shadow.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", help="Profile whose rollout policy judges (default: the shadow's).")] = None,
     results_dir: Annotated[Optional[Path], typer.Option("--results-dir", help="Where to save the JSON result (default: $DDOPS_STATE/results).")] = None,
-    json_doc: Json = False, json_events: Events = False,
+    inventory: Inventory = None, json_doc: Json = False, json_events: Events = False,
 ) -> None:
-    """Replay prompts to production and the shadow at temperature 0 and judge the shadow."""
+    """Replay prompts to production and the shadow at temperature 0 and judge the shadow
+    (through SSH to a recorded host behind a bastion or bound to its loopback)."""
     from ddops.report.build import write_report
     from ddops.rollout import tables
     from ddops.rollout.compare import Settings
@@ -60,7 +61,8 @@ def shadow_compare(
         settings = Settings(count=count, concurrency=concurrency, max_tokens=max_tokens)
         out.event("stage", f"replaying {count} prompts to production, then to the shadow")
         run = run_compare(prompts_path=prompts, settings=settings, production_url=production_url,
-                          shadow_url=shadow_url, profile_name=profile, results_dir=results_dir)
+                          shadow_url=shadow_url, profile_name=profile, results_dir=results_dir,
+                          inventory=inventory)
         out.show(tables.prompts_table(run.comparison))
         out.show(tables.totals_table(run.comparison))
         out.show(tables.verdict_table(run.verdict))

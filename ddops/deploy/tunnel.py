@@ -2,7 +2,8 @@
 directly: one that listens on the host's loopback only (SGLang's default bind), or any service
 of a host reached through a jump host or by an ssh_config alias (`remote.behind_ssh`: its address
 is not one to dial). A local listener on 127.0.0.1 carries each connection as a direct-tcpip
-channel to the port on the host. Used by the gate and `ddops status`."""
+channel to the port on the host. Used by the gate, `ddops status`, and (through
+rollout/hostops.dialable) shadow compare and the rollout's bake."""
 
 from __future__ import annotations
 

@@ -51,6 +51,13 @@ def endpoint(host) -> Endpoint:
     return _resolve(config, host.address, explicit, hops=1)
 
 
+def behind_ssh(host) -> bool:
+    """Whether the host's services cannot be dialed at its inventory address from here: it is
+    reached through a jump host, or its address is an ssh_config alias of another HostName."""
+    where = endpoint(host)
+    return where.jump is not None or where.hostname != host.address
+
+
 def _resolve(config: paramiko.SSHConfig, alias: str, explicit: dict, hops: int) -> Endpoint:
     found = config.lookup(alias)
     keys = explicit["keys"] or tuple(os.path.expanduser(k) for k in found.get("identityfile", []))

@@ -3,6 +3,7 @@ any host is touched, and deploy / revert one host through the deploy engine."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,9 +68,11 @@ def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
                  pick(plan.pause_after, tuple(policy.pause_after)), tuple(hooks))
 
 
-def endpoints(fleet: Fleet) -> dict:
-    """Where analysis reads /metrics and sends probe requests, per host."""
-    return {h: Endpoint(t.spec.base_url, t.spec.served_model, env_value(t.desired.env_text, API_KEY_ENV))
+def endpoints(fleet: Fleet, tunnels: ExitStack) -> dict:
+    """Where analysis reads /metrics and sends probe requests, per host: through an SSH tunnel
+    kept open in `tunnels` for a host behind a bastion (or a service on its loopback)."""
+    return {h: Endpoint(tunnels.enter_context(hostops.dialable(t.host, t.spec.base_url)), t.spec.served_model,
+                        env_value(t.desired.env_text, API_KEY_ENV))
             for h, t in fleet.targets.items()}
 
 

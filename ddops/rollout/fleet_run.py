@@ -8,7 +8,7 @@ says it is still paused (exit 5) and changes nothing.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 from rich.live import Live
@@ -54,9 +54,9 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     notifier = Notifier(list(fleet.webhooks))
     emit = _emitter(out, notifier, plan)
     started = time.monotonic()
-    with _live(out, state) as view:
+    with _live(out, state) as view, ExitStack() as tunnels:
         command = f"ddops rollout {plan_file}" + (" --force" if force else "")
-        rollout = _rollout(fleet, state, store, pauses, out, view, emit, command, force)
+        rollout = _rollout(fleet, state, store, pauses, out, view, emit, command, force, tunnels)
         if approve:
             rollout.approve()
         elif not resumed:
@@ -76,7 +76,7 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     return _result(out, final, resumed, store, wall, notifier.close())
 
 
-def _rollout(fleet, state, store, pauses, out, view, emit, command, force: bool = False) -> Rollout:
+def _rollout(fleet, state, store, pauses, out, view, emit, command, force: bool, tunnels: ExitStack) -> Rollout:
     def on_change(current: RolloutState, host: str) -> None:
         if host:
             h = current.hosts[host]
@@ -87,7 +87,7 @@ def _rollout(fleet, state, store, pauses, out, view, emit, command, force: bool 
     rollout = None
     watcher = None
     if fleet.analysis is not None:
-        watcher = Watcher(fleet.analysis, fleet.limits.bake_s, endpoints(fleet),
+        watcher = Watcher(fleet.analysis, fleet.limits.bake_s, endpoints(fleet, tunnels),
                           lambda host, kind, data: rollout.record(host, kind, data))
     deploy_one = deployer(fleet, command, force)
     if watcher is not None:  # `unchanged` falls back to it when no host is left unchanged

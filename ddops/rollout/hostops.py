@@ -8,9 +8,11 @@ snapshot  what a unit runs now (files header, history entry, /server_info) befor
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import time
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import httpx
 
@@ -23,8 +25,10 @@ from ddops import systemd
 from ddops.deploy.adopt import content_hash, env_file_of
 from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
 from ddops.deploy.facts import unit_state
-from ddops.deploy.tunnel import reachable
+from ddops.deploy.tunnel import is_loopback, reachable
 from ddops.deploy.gate import GateSpec, endpoint, run_health
+from ddops.remote import connect
+from ddops.remote.sshconfig import behind_ssh
 from ddops.render import ENV_DIR, UNIT_DIR, read_header
 
 q = shlex.quote
@@ -174,6 +178,19 @@ def snapshot(remote, unit: str) -> Snapshot:
                     time.time())
 
 
+@contextlib.contextmanager
+def dialable(host, url: str) -> Iterator[str]:
+    """url itself when this machine can dial it; else, while the context lasts, a local URL
+    tunnelled through an SSH connection to host (a host behind a bastion or known by an
+    ssh_config alias, or a service bound to the host's loopback). RemoteError when the host
+    cannot be reached."""
+    if not (is_loopback(url) or behind_ssh(host)):
+        yield url
+        return
+    with connect(host) as remote, reachable(remote, url) as local:
+        yield local
+
+
 def _server_info(remote, unit_text: str | None, url: str) -> dict:
     """/server_info with the unit's own API key (from its env file on the host), through the SSH
     connection when the host's address is not one to dial."""
@@ -186,5 +203,5 @@ def _server_info(remote, unit_text: str | None, url: str) -> dict:
 
 
 # load_target is re-exported so rollout code reaches the deploy engine through this module only.
-__all__ = ["NO_UNIT", "Result", "Snapshot", "deploy", "health_of", "load_target", "refusals", "remove_unit",
+__all__ = ["NO_UNIT", "Result", "Snapshot", "deploy", "dialable", "health_of", "load_target", "refusals", "remove_unit",
            "rollback", "snapshot", "start_unit", "stop_unit", "unit_paths", "version_before"]

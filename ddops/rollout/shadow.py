@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddops.deploy import ops
@@ -76,16 +77,34 @@ def endpoints(record: ShadowRecord | None, production_url: str | None, shadow_ur
 
 def run_compare(*, prompts_path: Path | None, settings: Settings, production_url: str | None = None,
                 shadow_url: str | None = None, profile_name: str | None = None,
-                results_dir: Path | None = None) -> CompareRun:
+                results_dir: Path | None = None, inventory: Path | None = None) -> CompareRun:
+    """Recorded endpoints are reached through SSH where the host needs it (bastion, ssh_config
+    alias, loopback bind); URLs given explicitly are dialed as they are."""
     record = load_shadow()
     prod, cand, policy = endpoints(record, production_url, shadow_url, profile_name)
     prompts = load_prompts(prompts_path)
-    comparison = compare(prod, cand, prompts, settings)
+    with ExitStack() as tunnels:
+        hosts = _recorded_hosts(record, production_url, shadow_url, inventory)
+        live = [replace(e, url=tunnels.enter_context(hostops.dialable(hosts[e.name], e.url))) if e.name in hosts
+                else e for e in (prod, cand)]
+        comparison = compare(*live, prompts, settings)
     verdict = judge(comparison, policy)
     doc = {"shadow": record.to_dict() if record else None, "policy": policy.model_dump(),
            "comparison": comparison.to_dict(), "verdict": verdict.to_dict()}
     path = save_result("shadow-compare", doc, results_dir)
     return CompareRun(comparison, verdict, path, prod, cand)
+
+
+def _recorded_hosts(record: ShadowRecord | None, production_url: str | None, shadow_url: str | None,
+                    inventory: Path | None) -> dict:
+    """Endpoint name -> inventory host, for the endpoints that come from the shadow record."""
+    if record is None or (production_url and shadow_url):
+        return {}
+    from ddops.inventory import load_inventory
+    hosts = load_inventory(inventory)
+    names = {"production": None if production_url else record.production_host,
+             "shadow": None if shadow_url else record.host}
+    return {role: hosts.host(name) for role, name in names.items() if name}
 
 
 # -- lifecycle: start, promote, abort (through the deploy engine) ----------------------------

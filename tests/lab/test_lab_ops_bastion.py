@@ -91,13 +91,35 @@ def test_deploy_and_rollback_as_ops_through_the_bastion(ops_lab, tmp_path):
     assert after != before and b"# ddops-profile: cpu-ar\n" in after
 
 
-def test_a_two_host_rollout_as_ops_through_the_bastion(ops_lab, tmp_path):
+def test_a_watched_two_host_rollout_and_a_shadow_compare_through_the_bastion(ops_lab, tmp_path):
+    """The bake's /metrics scrapes and probes, and the shadow replay, reach hosts named by
+    ssh_config aliases only through SSH tunnels (these names do not resolve here)."""
+    analysis = {"interval_s": 1, "min_requests": 2, "probe": {"rate_per_s": 4, "max_tokens": 2},
+                "checks": [{"metric": "error_ratio", "max": 0.0}]}
     plan = tmp_path / "plan.yaml"
-    plan.write_text(yaml.safe_dump({"profile": "cpu-ar", "hosts": ["lab-1", "lab-2"], "canary": 1, "wave_size": 1}))
+    plan.write_text(yaml.safe_dump({"profile": "cpu-ar", "hosts": ["lab-1", "lab-2"], "canary": 1, "wave_size": 1,
+                                    "bake_s": 4, "analysis": analysis}))
     done = ops_lab.ddops("rollout", str(plan), "--yes", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)
     assert {h: s["status"] for h, s in doc["hosts"].items()} == {"lab-1": "done", "lab-2": "done"}
     for name in ("lab-1", "lab-2"):
+        watched = doc["analysis"][name]
+        assert watched["verdict"]["status"] == "passed", watched
+        assert max(s["window"]["requests"] for s in watched["samples"] if "window" in s) >= 2
         status = json.loads(ops_lab.ddops("status", "--host", name, "--unit", "llm.service", "--json").stdout)
         assert status["units"][0]["health"] == "200", status
+    state = {"DDOPS_STATE": str(tmp_path / "state")}
+    loose = tmp_path / "cpu-ar-loose.yaml"     # equality judges; speed on 2 shared cores is noise
+    loose.write_text("extends: cpu-ar\nrollout: {min_token_equality: 1.0, max_p95_latency_regression: 50.0, "
+                     "min_tokens_per_s_ratio: 0.01}\n")
+    started = ddops({**ops_lab.env, **state}, "shadow", "start", str(loose), "--host", "lab-2",
+                    "--production-host", "lab-1", "--yes", "--json")
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        compared = ddops({**ops_lab.env, **state}, "shadow", "compare", "--count", "2", "--max-tokens", "4", "--json")
+        assert compared.returncode == 0, compared.stdout + compared.stderr
+        result = json.loads(compared.stdout)
+        assert result["comparison"]["prompts_equal"] == 2 and result["shadow_url"].startswith("http://lab-2:")
+    finally:
+        ddops({**ops_lab.env, **state}, "shadow", "abort", "--yes", "--json")

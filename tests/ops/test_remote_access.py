@@ -14,7 +14,8 @@ import pytest
 from ddops.inventory import Host
 from ddops.remote.become import Become, BecomeError, become_of
 from ddops.remote.connect import FAST_CIPHERS, preferring
-from ddops.remote.sshconfig import endpoint
+from ddops.remote.sshconfig import behind_ssh, endpoint
+from ddops.rollout.hostops import dialable
 
 
 def test_root_commands_run_as_they_are_and_sudo_without_password_never_prompts():
@@ -57,6 +58,17 @@ def test_an_alias_of_the_ssh_config_with_proxyjump(tmp_path):
     assert (stated.user, stated.port) == ("admin", 2222)        # the inventory wins where it speaks
     plain = endpoint(Host(name="x", address="10.9.9.9", ssh_config=config))
     assert (plain.hostname, plain.user, plain.jump) == ("10.9.9.9", "root", None)
+
+
+def test_services_of_aliased_or_jumped_hosts_are_reached_through_ssh_and_others_directly(tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu-1\n  HostName 10.0.0.11\n  ProxyJump bastion\nHost gpu-2\n  HostName 10.0.0.12\n")
+    assert behind_ssh(Host(name="gpu-1", address="gpu-1", ssh_config=config))
+    assert behind_ssh(Host(name="gpu-2", address="gpu-2", ssh_config=config))          # an alias: not dialable
+    direct = Host(name="x", address="10.9.9.9", ssh_config=config)
+    assert not behind_ssh(direct)
+    with dialable(direct, "http://10.9.9.9:30000") as url:     # no SSH connection is opened for it
+        assert url == "http://10.9.9.9:30000"
 
 
 def test_gcm_is_offered_first_and_every_other_cipher_of_paramiko_still_follows():
