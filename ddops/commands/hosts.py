@@ -14,7 +14,7 @@ import typer
 from ddops import exits
 from ddops.deploy import show
 from ddops.inventory import load_inventory
-from ddops.remote import fingerprint, host_key, known_hosts_of
+from ddops.remote import fingerprint, host_key, known_hosts_of, recorded_keys
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +31,7 @@ def trust(name: str = typer.Argument(..., help="inventory host name"),
     path = Path(known_hosts_of(host))
     known, key_type, key = host_key(host)
     print(f"{name}: {known} presents {key_type} {fingerprint(key)}")
-    recorded = _recorded(path, known)
+    recorded = recorded_keys(str(path), known)
     if (key_type, key) in recorded:
         print(f"already trusted in {path}")
         raise typer.Exit(exits.OK)
@@ -51,13 +51,3 @@ def trust(name: str = typer.Argument(..., help="inventory host name"),
     os.chmod(path, 0o644)
     print(f"recorded in {path}")
 
-
-def _recorded(path: Path, known: str) -> set[tuple[str, str]]:
-    if not path.is_file():
-        return set()
-    found = set()
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and known in parts[0].split(","):
-            found.add((parts[1], parts[2]))
-    return found

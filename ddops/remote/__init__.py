@@ -10,8 +10,8 @@ through sudo when the inventory says `become: sudo`).
   connect.py    keys and agent, host-key checking, `hosts trust` support
 """
 
-from ddops.remote.connect import connect, fingerprint, host_key, known_hosts_of
+from ddops.remote.connect import connect, fingerprint, host_key, known_hosts_of, recorded_keys
 from ddops.remote.session import Remote, RemoteError, Result, last_line, short
 
 __all__ = ["Remote", "RemoteError", "Result", "connect", "fingerprint", "host_key", "known_hosts_of",
-           "last_line", "short"]
+           "last_line", "recorded_keys", "short"]

@@ -127,6 +127,15 @@ def host_key(host, timeout: float = 15) -> tuple[str, str, str]:
     return name, key.get_name(), key.get_base64()
 
 
+def recorded_keys(path: str, name: str) -> set[tuple[str, str]]:
+    """(key type, base64 key) pairs the known_hosts file at path holds for name, the way the
+    connection reads it: plain and hashed (`|1|salt|hash`, `ssh-keygen -H`) entries alike."""
+    if not os.path.isfile(path):
+        return set()
+    entries = paramiko.HostKeys(path).lookup(name) or {}
+    return {(key_type, key.get_base64()) for key_type, key in entries.items()}
+
+
 def fingerprint(key_b64: str) -> str:
     """OpenSSH's SHA256 fingerprint of a base64 public key."""
     digest = hashlib.sha256(base64.b64decode(key_b64)).digest()

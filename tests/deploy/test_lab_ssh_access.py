@@ -44,6 +44,17 @@ def test_hosts_trust_shows_the_fingerprint_and_records_only_when_confirmed(deplo
     assert ddops("status", "--host", host.name, "--inventory", inv).returncode == 0
     again = ddops("hosts", "trust", host.name, "--inventory", inv)
     assert again.returncode == 0 and "already trusted" in again.stdout
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(known)], check=True, capture_output=True)   # |1|salt|hash
+    assert known.read_text().startswith("|1|") and host.address not in known.read_text()
+    assert ddops("status", "--host", host.name, "--inventory", inv).returncode == 0
+    hashed = ddops("hosts", "trust", host.name, "--inventory", inv)
+    assert hashed.returncode == 0 and "already trusted" in hashed.stdout and len(known.read_text().splitlines()) == 1
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    other = (tmp_path / "other.pub").read_text().split()[:2]
+    known.write_text(f"{host.address} {' '.join(other)}\n")
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(known)], check=True, capture_output=True)
+    changed = ddops("hosts", "trust", host.name, "--inventory", inv, "--yes")
+    assert changed.returncode == 2 and "DIFFERENT key" in changed.stdout + changed.stderr
 
 
 def test_a_host_alias_of_an_ssh_config_and_the_agent_reach_the_host(deploy_lab, tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from ddops.inventory import Host
 from ddops.remote.become import Become, BecomeError, become_of
-from ddops.remote.connect import FAST_CIPHERS, preferring
+from ddops.remote.connect import FAST_CIPHERS, preferring, recorded_keys
 from ddops.remote.sshconfig import behind_ssh, endpoint
 from ddops.rollout.hostops import dialable
 
@@ -81,3 +81,16 @@ def test_gcm_is_offered_first_and_every_other_cipher_of_paramiko_still_follows()
         unknown = preferring(("chacha20-poly1305@openssh.com", "aes256-gcm@openssh.com"))(ours)
         assert unknown.get_security_options().ciphers[0] == "aes256-gcm@openssh.com"   # one paramiko lacks is skipped
         assert preferring(())(ours).get_security_options().ciphers == default
+
+
+def test_known_hosts_entries_are_found_plain_and_hashed_by_ssh_keygen(tmp_path):
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")], check=True)
+    key_type, key = (tmp_path / "k.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"10.1.2.3 {key_type} {key}\n[10.1.2.4]:2222 {key_type} {key}\n")
+    assert recorded_keys(str(known), "10.1.2.3") == {(key_type, key)}
+    subprocess.run(["ssh-keygen", "-q", "-H", "-f", str(known)], check=True, capture_output=True)
+    assert known.read_text().startswith("|1|") and "10.1.2.3" not in known.read_text()
+    assert recorded_keys(str(known), "10.1.2.3") == {(key_type, key)}
+    assert recorded_keys(str(known), "[10.1.2.4]:2222") == {(key_type, key)}
+    assert recorded_keys(str(known), "10.1.2.4") == set() and recorded_keys(str(tmp_path / "absent"), "x") == set()
