@@ -1,14 +1,21 @@
 """Adaptive speculation: per round, plain decoding or one of the method's verify widths.
 
 Pure (no torch): settings in, a choice out, measurements back. Each setting keeps moving
-averages of tokens committed per round and seconds per round; the choice is the setting
-with the best tokens per second, changed only when another beats it by `margin`
-(hysteresis). Every `explore_every` rounds the least recently measured setting runs once,
-so a setting that became better (other content, a cooler CPU) is noticed; a setting measured
-at under `far` of the current one's rate is only explored every `far_every`-th time (each
-such round costs more than it can teach). Whatever is
-chosen, output is lossless: every setting is plain decoding or an ordinary speculative
-round.
+averages of tokens committed per round and seconds per round; the choice is the measured
+setting with the best tokens per second, changed only when another beats it by `margin`
+(hysteresis).
+
+Settings are ordered by verify rows (plain first) and measured by climbing: only the
+neighbours of the current setting are tried, on the assumption that rate is unimodal in
+width (a wider tree accepts more and costs more). A never-measured neighbour in the direction
+of the last move is tried at once (the climb goes on while it pays); every other trial is an
+exploration, paid for from a budget: what rounds off the current setting lost against it
+(their seconds minus the seconds the current setting would have taken for their tokens) may
+add up to at most `explore_share` of the wall time so far. So on content where speculation
+loses, the controller costs at most about that share against plain decoding, warm-up
+included; a setting about as fast as the current one is explored almost for free, and one
+that became better (other content, a cooler CPU) is noticed. Whatever is chosen, output
+is lossless: every setting is plain decoding or an ordinary speculative round.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ class Setting:
     tokens: float = 0.0  # moving average of tokens committed per round
     seconds: float = 0.0  # moving average of seconds per round
     last_round: int = -1  # controller round it last ran in
+    last_move: bool = False  # it became current by beating the setting before it
 
     @property
     def rate(self) -> float:
@@ -48,16 +56,20 @@ def widths(largest: int, smallest: int = 4) -> list[int]:
 
 @dataclass
 class Controller:
-    settings: list[Setting]
-    alpha: float = 0.2  # weight of the newest round in the moving averages
+    settings: list[Setting]  # ordered by verify rows; settings[0] is where measuring starts
+    alpha: float = 0.2  # weight of the newest round in the current setting's moving averages
+    alpha_explored: float = 0.5  # ... and in an explored one's (its average is older: let it move)
     margin: float = 0.05  # a challenger must be this much faster to take over
-    warmup: int = 2  # rounds each setting runs before the first comparison
-    explore_every: int = 32
-    far: float = 0.7
-    far_every: int = 4
+    warmup: int = 2  # rounds a setting runs before it is compared
+    explore_share: float = 0.02  # most of the wall time lost to rounds off the current setting
+    explore_gap: int = 8  # fewest rounds between two explorations
     round: int = 0
-    explorations: int = 0
+    explorations: int = 0  # rounds run off the current setting, warm-ups included
+    spent: float = 0.0  # seconds of all rounds
+    exploring: float = 0.0  # seconds those rounds lost against the current setting
     current: Setting = field(init=False)
+    heading: int = 1  # direction of the last move: +1 wider, -1 narrower
+    last_exploration: int = 0
 
     def __post_init__(self):
         self.current = self.settings[0]
@@ -65,33 +77,72 @@ class Controller:
     def choose(self) -> Setting:
         """The setting for the next round."""
         self.round += 1
-        cold = [s for s in self.settings if s.rounds < self.warmup]
-        if cold:
-            return cold[0]
-        if self.round % self.explore_every == 0:
-            return self._explore()
+        if self.current.rounds < self.warmup:
+            return self.current
+        started = [s for s in self._near() if 0 < s.rounds < self.warmup]
+        if started:
+            return started[0]  # finish a started warm-up: one round teaches little
+        ahead = self._neighbour(self.heading)
+        if ahead is not None and ahead.rounds == 0 and self._climbing():
+            return ahead
+        if self.round - self.last_exploration >= self.explore_gap:
+            pick = self._explore()
+            if pick is not None:
+                self.last_exploration = self.round
+                return pick
         return self.current
 
-    def _explore(self) -> Setting:
-        others = [s for s in self.settings if s is not self.current]
-        near = [s for s in others if s.rate >= self.far * self.current.rate]
-        self.explorations += 1
-        pool = others if self.explorations % self.far_every == 0 else near
-        return min(pool, key=lambda s: s.last_round, default=self.current)
+    def _neighbour(self, step: int) -> Setting | None:
+        i = self.settings.index(self.current) + step
+        return self.settings[i] if 0 <= i < len(self.settings) else None
+
+    def _climbing(self) -> bool:
+        # The first trial off the start, or the next one after a move that paid.
+        return self.current is self.settings[0] or self.current.last_move
+
+    def _near(self) -> list[Setting]:
+        return [s for s in (self._neighbour(-1), self._neighbour(1)) if s is not None]
+
+    def _explore(self) -> Setting | None:
+        """The least recently run neighbour whose expected loss the budget still covers."""
+        room = self.explore_share * self.spent - self.exploring
+        affordable = [s for s in self._near() if self._loss(s, s.tokens, s.seconds) <= room]
+        return min(affordable, key=lambda s: s.last_round, default=None)
+
+    def _loss(self, setting: Setting, tokens: float, seconds: float) -> float:
+        """Seconds a round of `setting` loses against the current setting's rate (an
+        unmeasured one: its whole time, as far as known)."""
+        if setting.rounds == 0:
+            return self.current.seconds
+        if self.current.rate <= 0:
+            return seconds
+        return max(0.0, seconds - tokens / self.current.rate)
 
     def record(self, setting: Setting, tokens: int, seconds: float) -> None:
         """A finished round: tokens committed (bonus included) and its wall time."""
         if setting.rounds == 0:
             setting.tokens, setting.seconds = float(tokens), seconds
         else:
-            a = self.alpha
+            a = self.alpha if setting is self.current else self.alpha_explored
             setting.tokens += a * (tokens - setting.tokens)
             setting.seconds += a * (seconds - setting.seconds)
         setting.rounds += 1
         setting.last_round = self.round
-        best = max(self.settings, key=lambda s: s.rate)
-        if best is not self.current and best.rate > self.current.rate * (1 + self.margin):
-            self.current = best
+        self.spent += seconds
+        if setting is not self.current:
+            self.explorations += 1
+            self.exploring += self._loss(setting, tokens, seconds)
+        self._maybe_move()
+
+    def _maybe_move(self) -> None:
+        warm = [s for s in self.settings if s.rounds >= self.warmup]
+        best = max(warm, key=lambda s: s.rate, default=self.current)
+        if best is self.current or best.rate <= self.current.rate * (1 + self.margin):
+            return
+        self.heading = 1 if best.rows > self.current.rows else -1
+        self.current.last_move = False
+        best.last_move = True
+        self.current = best
 
     def report(self) -> list[dict]:
         return [s.report() for s in self.settings]
