@@ -1,9 +1,10 @@
 """python -m serving.bench --model M --draft D [--methods none,dflash,ddtree:16,ddtree:64]
-[--prompts FILE] [--max-tokens N] [--json OUT] [--peer]
+[--prompts SET|FILE] [--max-tokens N] [--repeat N] [--json OUT] [--peer]
 
-Runs every method on the same prompts in one process and prints a Rich table; --json writes
-the figures. --prompts: a text file, one user prompt per line (default: a built-in set of
-code and prose prompts). Prompts go through the model's chat template. A method may carry
+Runs every method on the same prompts in one process, interleaved prompt by prompt (so load
+on a shared machine falls on every method alike), and prints a Rich table; --json writes
+the figures. --prompts: `default` (code and prose), `random-words` (unpredictable
+continuations) or a text file, one user prompt per line. Prompts go through the model's chat template. A method may carry
 `+adaptive` (the runtime's adaptive controller, e.g. ddtree:64+adaptive). --peer adds z-lab's
 dflash package's own loop on the same pair (speedup and "= none" compare it like a method).
 """
@@ -21,9 +22,10 @@ def parse(argv):
     ap.add_argument("--model", required=True, type=Path)
     ap.add_argument("--draft", type=Path, help="DFlash draft checkpoint (needed by speculative methods)")
     ap.add_argument("--methods", default="none,dflash,ddtree:16,ddtree:64")
-    ap.add_argument("--prompts", type=Path, help="one prompt per line (default: built-in set)")
+    ap.add_argument("--prompts", help="a built-in set (default, random-words) or a file, one prompt per line")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
+    ap.add_argument("--repeat", type=int, default=1, help="run the prompt set this many times")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--peer", action="store_true",
@@ -31,10 +33,13 @@ def parse(argv):
     return ap.parse_args(argv)
 
 
-def load_prompts(path: Path | None, limit: int) -> list[str]:
-    from serving.bench.prompts import DEFAULT_PROMPTS
+def load_prompts(name: str | None, limit: int) -> list[str]:
+    from serving.bench.prompts import PROMPT_SETS
 
-    prompts = DEFAULT_PROMPTS if path is None else [l for l in path.read_text().splitlines() if l.strip()]
+    if name is None or name in PROMPT_SETS:
+        prompts = PROMPT_SETS[name or "default"]()
+    else:
+        prompts = [line for line in Path(name).read_text().splitlines() if line.strip()]
     return prompts[:limit] if limit else prompts
 
 
@@ -60,7 +65,7 @@ def main(argv=None) -> int:
     import torch
     from rich.console import Console
 
-    from serving.bench.spec import compare, parse_methods, run_method
+    from serving.bench.spec import compare, parse_methods, run_methods
     from serving.models import inspect_checkpoint, load_model
     from serving.models.tokenizer import Tokenizer
 
@@ -83,21 +88,20 @@ def main(argv=None) -> int:
     stop_ids = frozenset(checkpoint.config.eos_token_ids) | frozenset(tokenizer.eos_ids)
     console.print(f"loaded {args.model} ({len(prompts)} prompts, max {args.max_tokens} tokens, "
                   f"{torch.get_num_threads()} threads)")
-    results = []
-    for method in methods:
-        console.print(f"running {method.label} ...")
-        results.append(run_method(method, target, str(args.draft) if args.draft else None, prompts,
-                                  args.max_tokens, stop_ids, capacity))
+    console.print(f"running {', '.join(m.label for m in methods)}, interleaved prompt by prompt ...")
+    results = run_methods(methods, target, str(args.draft) if args.draft else None, prompts,
+                          args.max_tokens, stop_ids, capacity, args.repeat)
     if args.peer:
         from serving.bench.peer import run_peer
 
         console.print("running the dflash package's own loop ...")
-        results.append(run_peer(args.model, args.draft, prompts, args.max_tokens, stop_ids))
+        results.append(run_peer(args.model, args.draft, prompts * args.repeat, args.max_tokens, stop_ids))
     compare(results)
     console.print(table(results, f"{args.model.name} + {args.draft.name if args.draft else '-'}"))
     if args.json:
         report = {"model": str(args.model), "draft": str(args.draft) if args.draft else None,
-                  "max_tokens": args.max_tokens, "prompts": len(prompts), "threads": torch.get_num_threads(),
+                  "max_tokens": args.max_tokens, "prompts": len(prompts), "repeat": args.repeat,
+                  "threads": torch.get_num_threads(),
                   "methods": [r.summary() for r in results]}
         args.json.write_text(json.dumps(report, indent=2))
         console.print(f"wrote {args.json}")

@@ -32,7 +32,7 @@ def run_peer(model_dir: Path, draft_dir: Path, prompts: list[list[int]], max_tok
         out = dflash_generate(draft, target, ids, max_new_tokens=n, stop_token_ids=sorted(stop_ids))
         return out[0, len(prompt):].tolist()
 
-    generate(prompts[0][:16], 8)  # warm-up, as run_method does
+    generate(prompts[0][:16], 8)  # warm-up, as bench.spec.prepare does
     for prompt in prompts:
         began = time.perf_counter()
         out = generate(prompt, max_tokens)

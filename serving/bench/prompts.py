@@ -1,4 +1,8 @@
-"""The default benchmark prompts: half code, half prose, as chat user turns."""
+"""The benchmark prompt sets, as chat user turns: `default` (half code, half prose: what a
+drafter can learn to predict) and `random-words` (continue a list of random words: what no
+drafter can predict, where speculation must cost next to nothing)."""
+
+import random
 
 DEFAULT_PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
@@ -10,3 +14,18 @@ DEFAULT_PROMPTS = [
     "Describe the water cycle for a ten-year-old.",
     "What is the difference between a list and a tuple in Python?",
 ]
+
+WORDS = ("apple river candle orbit velvet hammer puzzle glacier lantern cobalt meadow quartz "
+         "saddle thunder violin walnut zephyr basket cactus dragon ember falcon garnet harbor "
+         "igloo jasmine kettle lemon marble nectar oyster pepper quiver raven silver tulip "
+         "umbrella vortex willow yonder zinc anchor bramble cinder dune fable gravel hazel").split()
+
+
+def random_word_prompts(count: int = 8, words: int = 12, seed: int = 0) -> list[str]:
+    """`count` prompts asking to continue a list of `words` random words (seeded)."""
+    rng = random.Random(seed)
+    return [f"Continue this list of random words with twenty more: {', '.join(rng.sample(WORDS, words))},"
+            for _ in range(count)]
+
+
+PROMPT_SETS = {"default": lambda: DEFAULT_PROMPTS, "random-words": random_word_prompts}

@@ -1,7 +1,7 @@
 """Speculative decoding benchmark: every method on the same prompts, in one process.
 
 Pure where it can be: method specs parse to `BenchMethod`, runs reduce to `MethodResult`;
-the torch work is in `run_method`. Figures: tokens/s, speedup over `none` measured in
+the torch work is in `run_methods`. Figures: tokens/s, speedup over `none` measured in
 the same run, tau (tokens committed per verify round, bonus included), time per round
 split into draft / tree build (+ mask) / verify / accept (+ KV compaction), and whether
 every output equals the `none` output token for token. Hybrid targets add the state handling
@@ -128,32 +128,61 @@ def _state_seconds(decoder) -> float:
     return getattr(decoder.cache, "state_seconds", 0.0)
 
 
-def run_method(method: BenchMethod, target, draft: str | None, prompts: list[list[int]], max_tokens: int,
-               stop_ids: frozenset, capacity: int) -> MethodResult:
+@dataclass
+class Run:
+    """One method's decoder and the result its prompts add up to."""
+
+    decoder: object
+    result: MethodResult
+    before: dict | None  # the decoder's round times after warm-up
+
+
+def prepare(method: BenchMethod, target, draft: str | None, prompts: list[list[int]], stop_ids: frozenset,
+            capacity: int) -> Run:
     options = SpecOptions(draft_path=draft if method.spec.speculative else None, budget=method.budget,
                           adaptive=method.adaptive, draft_vocab=method.draft_vocab)
     decoder = decoder_factory(method.spec, target, options, capacity=capacity)()
     generate(decoder, prompts[0][:16], 8, stop_ids)  # warm-up: allocator, kernels
-    result = MethodResult(method.label, speculative=method.spec.speculative)
     times = getattr(decoder, "times", None)
-    before = dict(vars(times)) if times else None
+    result = MethodResult(method.label, speculative=method.spec.speculative)
     if hasattr(decoder.cache, "state_seconds"):
         result.state_seconds = 0.0
-    for prompt in prompts:
-        began = time.perf_counter()
-        out, state = generate(decoder, prompt, max_tokens, stop_ids)
-        result.seconds += time.perf_counter() - began
-        result.tokens += len(out)
-        result.outputs.append(out)
-        if result.state_seconds is not None:
-            result.state_seconds += state
-    report = getattr(decoder, "server_args", {})
+    return Run(decoder, result, dict(vars(times)) if times else None)
+
+
+def run_prompt(run: Run, prompt: list[int], max_tokens: int, stop_ids: frozenset) -> None:
+    result = run.result
+    began = time.perf_counter()
+    out, state = generate(run.decoder, prompt, max_tokens, stop_ids)
+    result.seconds += time.perf_counter() - began
+    result.tokens += len(out)
+    result.outputs.append(out)
+    if result.state_seconds is not None:
+        result.state_seconds += state
+
+
+def finish(run: Run, prompts: int) -> MethodResult:
+    result, times = run.result, getattr(run.decoder, "times", None)
+    report = getattr(run.decoder, "server_args", {})
     result.settings, result.choice = report.get("speculative_settings", []), report.get("speculative_current_setting", "")
     if times is not None:
-        result.rounds = times.rounds - before["rounds"]
-        result.accepted = times.accepted - before["accepted"]
-        result.phase_seconds = {p: getattr(times, p) - before[p] for p in PHASES}
+        result.rounds = times.rounds - run.before["rounds"]
+        result.accepted = times.accepted - run.before["accepted"]
+        result.phase_seconds = {p: getattr(times, p) - run.before[p] for p in PHASES}
     else:  # plain decoding: one token per round after each prompt's first
-        result.rounds = result.accepted = result.tokens - len(prompts)
+        result.rounds = result.accepted = result.tokens - prompts
         result.phase_seconds["verify"] = result.seconds
     return result
+
+
+def run_methods(methods: list[BenchMethod], target, draft: str | None, prompts: list[list[int]],
+                max_tokens: int, stop_ids: frozenset, capacity: int, repeat: int = 1) -> list[MethodResult]:
+    """Every method on every prompt, `repeat` times, interleaved: prompt by prompt, each method
+    in turn, so a slow moment of a shared machine falls on all of them alike. Each method keeps
+    its decoder (and an adaptive controller what it learned) from prompt to prompt."""
+    runs = [prepare(m, target, draft, prompts, stop_ids, capacity) for m in methods]
+    for _ in range(repeat):
+        for prompt in prompts:
+            for run in runs:
+                run_prompt(run, prompt, max_tokens, stop_ids)
+    return [finish(run, len(prompts) * repeat) for run in runs]

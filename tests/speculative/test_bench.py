@@ -26,7 +26,7 @@ def test_bench_reports_every_method_against_none(tiny_dirs, distilled_drafts, tm
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "serving.bench", "--model", str(tiny_dirs["llama"]),
            "--draft", str(distilled_drafts["llama"]), "--methods", "none,dflash,ddtree:4,ddtree:32,ddtree:32+adaptive",
-           "--max-tokens", "24", "--limit", "3", "--threads", "1", "--json", str(out), "--peer"]
+           "--max-tokens", "24", "--limit", "3", "--repeat", "2", "--threads", "1", "--json", str(out), "--peer"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
@@ -36,6 +36,7 @@ def test_bench_reports_every_method_against_none(tiny_dirs, distilled_drafts, tm
     assert {s["setting"] for s in rows["ddtree:32+adaptive"]["settings"]} == {
         "plain", "budget 4", "budget 8", "budget 16", "budget 32"}
     assert rows["none"]["speedup"] == 1.0 and rows["none"]["tau"] == 1.0
+    assert report["prompts"] == 3 and report["repeat"] == 2
     assert rows["ddtree:32"]["tau"] > 1.0 and rows["ddtree:32"]["rounds"] > 0
     assert set(rows["ddtree:32"]["ms_per_round"]) == {"draft", "tree", "verify", "accept"}
     assert "ddtree:32" in done.stdout and "tok/s" in done.stdout
@@ -45,3 +46,15 @@ def test_bench_rejects_a_missing_draft(tiny_dirs):
     done = subprocess.run([sys.executable, "-m", "serving.bench", "--model", str(tiny_dirs["llama"]),
                            "--methods", "none,ddtree"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--draft is required" in done.stdout
+
+
+def test_prompt_sets_are_built_in_or_read_from_a_file(tmp_path):
+    from serving.bench.__main__ import load_prompts
+
+    words = load_prompts("random-words", 3)
+    assert len(set(words)) == 3 and words == load_prompts("random-words", 3)  # seeded
+    assert load_prompts(None, 2) == load_prompts("default", 2)
+    (tmp_path / "p.txt").write_text("one\n\ntwo\n")
+    assert load_prompts(str(tmp_path / "p.txt"), 0) == ["one", "two"]
+    with pytest.raises(OSError):
+        load_prompts(str(tmp_path / "missing.txt"), 0)
