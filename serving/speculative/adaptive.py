@@ -60,7 +60,7 @@ class Controller:
     alpha: float = 0.2  # weight of the newest round in the current setting's moving averages
     alpha_explored: float = 0.5  # ... and in an explored one's (its average is older: let it move)
     margin: float = 0.05  # a challenger must be this much faster to take over
-    warmup: int = 2  # rounds a setting runs before it is compared
+    warmup: int = 3  # rounds a setting runs before it is compared (the first one unmeasured)
     explore_share: float = 0.02  # most of the wall time lost to rounds off the current setting
     explore_gap: int = 8  # fewest rounds between two explorations
     round: int = 0
@@ -106,33 +106,43 @@ class Controller:
     def _explore(self) -> Setting | None:
         """The least recently run neighbour whose expected loss the budget still covers."""
         room = self.explore_share * self.spent - self.exploring
-        affordable = [s for s in self._near() if self._loss(s, s.tokens, s.seconds) <= room]
+        affordable = [s for s in self._near() if self._expected_loss(s) <= room]
         return min(affordable, key=lambda s: s.last_round, default=None)
 
-    def _loss(self, setting: Setting, tokens: float, seconds: float) -> float:
-        """Seconds a round of `setting` loses against the current setting's rate (an
-        unmeasured one: its whole time, as far as known)."""
-        if setting.rounds == 0:
-            return self.current.seconds
+    def _lost(self, tokens: float, seconds: float) -> float:
+        """Seconds a round of `tokens` in `seconds` loses against the current setting's rate."""
         if self.current.rate <= 0:
             return seconds
         return max(0.0, seconds - tokens / self.current.rate)
 
+    def _expected_loss(self, setting: Setting) -> float:
+        if setting.seconds <= 0:  # never measured: a round of the current setting, as far as known
+            return self.current.seconds
+        return self._lost(setting.tokens, setting.seconds)
+
     def record(self, setting: Setting, tokens: int, seconds: float) -> None:
         """A finished round: tokens committed (bonus included) and its wall time."""
-        if setting.rounds == 0:
-            setting.tokens, setting.seconds = float(tokens), seconds
-        else:
-            a = self.alpha if setting is self.current else self.alpha_explored
-            setting.tokens += a * (tokens - setting.tokens)
-            setting.seconds += a * (seconds - setting.seconds)
-        setting.rounds += 1
-        setting.last_round = self.round
-        self.spent += seconds
         if setting is not self.current:
             self.explorations += 1
-            self.exploring += self._loss(setting, tokens, seconds)
+            self.exploring += self._lost(tokens, seconds)
+        self.spent += seconds
+        self._measure(setting, tokens, seconds)
+        setting.rounds += 1
+        setting.last_round = self.round
         self._maybe_move()
+
+    def _measure(self, setting: Setting, tokens: int, seconds: float) -> None:
+        # A setting's first round primes it (first kernels of that width, allocator, the
+        # drafter catching up on features) and is not averaged: one slow outlier would
+        # otherwise condemn a setting, and make it look too dear to explore again.
+        if setting.rounds == 0:
+            return
+        if setting.rounds == 1:
+            setting.tokens, setting.seconds = float(tokens), seconds
+            return
+        a = self.alpha if setting is self.current else self.alpha_explored
+        setting.tokens += a * (tokens - setting.tokens)
+        setting.seconds += a * (seconds - setting.seconds)
 
     def _maybe_move(self) -> None:
         warm = [s for s in self.settings if s.rounds >= self.warmup]
