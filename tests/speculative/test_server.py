@@ -80,7 +80,9 @@ def test_adaptive_server_reports_its_choice_and_the_probe_forces_speculation(ada
     assert info["speculative_adaptive"] is True and info["speculative_ddtree_budget"] == 16
     assert set(settings) == {"plain", "budget 4", "budget 8", "budget 16"}
     assert info["speculative_current_setting"] in settings
-    assert all(s["rounds"] > 0 and s["tokens_per_s"] > 0 for s in settings.values())  # all measured
+    current = settings[info["speculative_current_setting"]]
+    assert current["rounds"] > 0 and current["tokens_per_s"] > 0
+    assert settings["budget 4"]["rounds"] > 0  # the climb starts from plain at the narrowest width
     widest = settings["budget 16"]["rounds"]
     probe = httpx.get(url + "/health_generate", timeout=30).json()
     assert probe["rounds"] == 1 and probe["accept_length"] >= 1
