@@ -123,7 +123,8 @@ def test_adaptive_crowd_with_probes_equals_answers_alone(name, tiny_dirs, target
         assert [(r.token_ids, r.finish_reason) for r in together] == plain_answers["llama"]
         by_batch = engine.decoder.server_args["speculative_settings_by_batch"]
         assert "1" in by_batch and len(by_batch) > 1      # measured and chosen per batch size
-        assert all(s["rounds"] > 0 for s in by_batch["1"]["settings"])   # alone: every setting measured
+        measured = [s for s in by_batch["1"]["settings"] if s["rounds"] > 0]
+        assert len(measured) >= 2   # alone: the controller climbed off plain, so settings switched
     finally:
         engine.stop()
 
