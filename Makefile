@@ -47,6 +47,8 @@ bench: drafter
 	mkdir -p $(DDOPS_CACHE)/bench
 	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
 	  --methods none,dflash,ddtree:16,ddtree:64,ddtree:64+adaptive --threads 1 --peer --json $(DDOPS_CACHE)/bench/spec.json
+	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) --prompts random-words \
+	  --methods none,dflash,ddtree:64,ddtree:64+adaptive,dflash+adaptive --max-tokens 48 --threads 1 --json $(DDOPS_CACHE)/bench/spec-random.json
 	$(PY) -m serving.bench.ar --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1
 
 # Continuous batching: openai clients at concurrency 1..16 against transformers generate_batch,
