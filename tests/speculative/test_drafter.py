@@ -59,7 +59,8 @@ def test_answers_are_the_runtimes_output_with_teacher_forced_features(targets, t
     n = answer.tokens.numel()
     logits, hidden = target.forward(answer.tokens, torch.arange(n), target.new_cache(n), capture=(1, 2))
     torch.testing.assert_close(answer.feats.float(), hidden, atol=2e-3, rtol=2e-3)  # stored as fp16
-    assert torch.equal(answer.picks, logits.argmax(-1))
+    p = answer.prompt_len - 1  # picks inside the prompt are no labels: stored as -1
+    assert torch.equal(answer.picks[p:], logits.argmax(-1)[p:]) and (answer.picks[:p] == -1).all()
 
 
 def test_simulated_round_accepts_what_the_engine_accepts(targets, tiny_dirs, distilled_drafts):
@@ -119,7 +120,7 @@ def test_command_trains_resumes_and_writes_a_loadable_draft(tiny_dirs, tmp_path)
     """Two runs of the command: the second resumes the first's checkpoint (a longer budget
     continues it), the log grows, the draft and its vocabulary load as the runtime loads them."""
     out = tmp_path / "draft"
-    common = ["--target", str(tiny_dirs["llama"]), "--out", str(out), "--prompts", "6", "--sample-every", "3",
+    common = ["--target", str(tiny_dirs["llama"]), "--out", str(out), "--answers", str(tmp_path / "answers"), "--prompts", "6", "--sample-every", "3",
               "--max-new", "12", "--minutes", "0", "--eval-every", "5", "--checkpoint-every", "5",
               "--vocab-size", "64", "--block", "4", "--taps", "1,2", "--answers-per-step", "2", "--anchors", "2"]
     assert cli.main(common + ["--steps", "5"]) == 0

@@ -4,8 +4,9 @@
 
 Default target: $DDOPS_CACHE/models/smollm2-135m-instruct; default output:
 $DDOPS_CACHE/models/smollm2-135m-instruct-dflash (config.json, model.safetensors,
-draft_vocab.json). Training state lives beside it in OUT.train/: the target's answers
-(cached by digest), checkpoint.pt (resumed by the next run; --fresh starts over) and
+draft_vocab.json). The target's answers are cached in shards named by digest under
+$DDOPS_CACHE/drafter-answers (--answers), shared by every run. Training state lives beside
+the output in OUT.train/: checkpoint.pt (resumed by the next run; --fresh starts over) and
 log.jsonl (held-out tau vs training minutes; `python -m serving.tools.drafter.plot` draws it).
 --minutes counts training time over all resumes, so a longer budget continues a finished run.
 """
@@ -27,13 +28,14 @@ def parse(argv):
     ap = argparse.ArgumentParser(prog="python -m serving.tools.drafter", description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
     ap.add_argument("--out", type=Path, default=CACHE / "models/smollm2-135m-instruct-dflash")
+    ap.add_argument("--answers", type=Path, default=CACHE / "drafter-answers", help="answer shard cache")
     ap.add_argument("--minutes", type=float, default=12.0, help="training-time budget, cumulative over resumes")
     ap.add_argument("--steps", type=int, help="fix the schedule to this many steps (deterministic runs)")
     ap.add_argument("--prompts", type=int, default=320, help="training prompts, each answered greedily")
     ap.add_argument("--sample-every", type=int, default=4, help="every N-th prompt also answered sampled (0: none)")
     ap.add_argument("--max-new", type=int, default=64, help="tokens per answer at most")
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--block", type=int, default=16)
+    ap.add_argument("--block", type=int, default=8, help="draft block: the bonus plus block-1 proposals")
     ap.add_argument("--taps", type=str, help="target layers the draft reads, e.g. 1,15,27")
     ap.add_argument("--vocab-size", type=int, default=4096, help="draft vocabulary (FR-Spec) size")
     ap.add_argument("--lr", type=float, default=3e-3)

@@ -77,7 +77,7 @@ def response_anchors(answer, stride: int = 1) -> torch.Tensor:
     return torch.arange(answer.prompt_len, answer.tokens.numel(), stride)
 
 
-def held_out_tau(model, target, head, vocab, answers, stride: int = 2) -> float:
+def held_out_tau(model, target, head, vocab, answers, stride: int = 1) -> float:
     """Mean accepted length of a DFlash round over the held-out answers' response positions."""
     was_training = model.training
     model.eval()

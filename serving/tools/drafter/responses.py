@@ -74,7 +74,7 @@ def answer_batch(target, requests: list[Request], taps, stop_ids: frozenset) -> 
         logits, hidden = batched.decode_step(target, tokens, positions, [s.cache for s in running], taps)
         for b, s in enumerate(running):
             s.cache.commit(1)
-            s.feed(s.next, hidden[b:b + 1], logits[b:b + 1])
+            s.feed(s.next, hidden[b:b + 1], logits[b:b + 1].argmax(-1), logits[b:b + 1])
         running = [s for s in running if not s.done(stop_ids)]
     return [s.answer() for s in live]
 
@@ -89,13 +89,13 @@ class _Live:
         self.tokens, self.feats, self.picks = [], [], []
         self.next = None
 
-    def feed(self, tokens, hidden: torch.Tensor, logits: torch.Tensor) -> None:
-        """Record tokens fed at the next positions with their features [n, F] and logits [n, V];
-        draw the token after the last one (as the runtime draws it: keyed by its position)."""
+    def feed(self, tokens, hidden: torch.Tensor, picks: torch.Tensor, last: torch.Tensor) -> None:
+        """Record tokens fed at the next positions with their features [n, F] and picks [n];
+        draw the token after them from `last` [1, V] (as the runtime does: keyed by position)."""
         self.tokens += [tokens] if isinstance(tokens, int) else list(tokens)
         self.feats.append(hidden.to(torch.float16))
-        self.picks.append(logits.argmax(-1))
-        self.next = int(self.draws.choose(logits[-1:], self.request.sampling, [len(self.tokens)])[0])
+        self.picks.append(picks)
+        self.next = int(self.draws.choose(last, self.request.sampling, [len(self.tokens)])[0])
 
     def done(self, stop_ids: frozenset) -> bool:
         generated = len(self.tokens) - self.prompt_len + 1  # the drawn `next` counts
@@ -106,11 +106,15 @@ class _Live:
 
 
 def _prefill(target, request: Request, taps) -> _Live:
+    """Prompt features for every position, the LM head for the last only (no anchor lies in the
+    prompt, so its other picks are never labels: they are stored as -1)."""
     live = _Live(target, request)
     n = len(request.prompt)
-    logits, hidden = target.forward(torch.tensor(request.prompt), torch.arange(n), live.cache, capture=taps)
+    logits, hidden = target.forward(torch.tensor(request.prompt), torch.arange(n), live.cache, capture=taps,
+                                    last_only=True)
     live.cache.commit(n)
-    live.feed(request.prompt, hidden, logits)
+    picks = torch.cat([torch.full((n - 1,), -1), logits.argmax(-1)])
+    live.feed(request.prompt, hidden, picks, logits)
     return live
 
 

@@ -39,8 +39,8 @@ def gather(args, config: dict, folder, console):
     longest = max(len(r.prompt) for r in train_req + held_req) + args.max_new + args.block + 1
     target = load_target(args.target, positions=longest)
     base = target_digest(args.target, taps)
-    held_out = answers_for(target, held_req, taps, base, stop_ids, folder, "held-out", console)
-    answers = answers_for(target, train_req, taps, base, stop_ids, folder, "training", console)
+    held_out = answers_for(target, held_req, taps, base, stop_ids, args.answers, "held-out", console)
+    answers = answers_for(target, train_req, taps, base, stop_ids, args.answers, "training", console)
     return target, answers, held_out
 
 
@@ -52,7 +52,7 @@ def train_and_save(args, config: dict, folder, console) -> None:
     ids = saved_or_new(folder, "vocab.json", lambda: choose_vocab(answers, args.vocab_size)[0])
     vocab = torch.tensor(ids)
     head = target.lm_head_weight[vocab].contiguous()  # [V', H]: the target's rows, as the drafter runs
-    model = random_model(config, args.seed)
+    model = initial_draft(config, target, args.seed)
     settings = Settings(steps=args.steps, minutes=args.minutes, lr=args.lr, answers_per_step=args.answers_per_step,
                         anchors_per_answer=args.anchors, eval_every=args.eval_every,
                         checkpoint_every=args.checkpoint_every, seed=args.seed)
@@ -70,6 +70,19 @@ def train_and_save(args, config: dict, folder, console) -> None:
     write_draft(args.out, model, config, answers, len(ids))
     console.log(f"wrote {args.out} (held-out tau {report.tau:.3f}, {trainer.step} steps, "
                 f"{trainer.seconds / 60:.1f} training min)")
+
+
+def initial_draft(config: dict, target, seed: int):
+    """Seeded random layers whose residual branches start at zero (o_proj, down_proj), and the
+    target's final-norm weights on the draft's: at step 0 the draft passes each block row's
+    token embedding straight to the target's own head, and training grows the layers from there."""
+    model = random_model(config, seed)
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.norm.weight.copy_(target.norm.weight)
+    return model
 
 
 def write_draft(out: Path, model, config: dict, answers, size: int) -> None:
@@ -106,7 +119,7 @@ def answers_for(target, requests, taps, base: str, stop_ids, folder: Path, label
 
     def shard_done(done, total):
         console.log(f"{label}: {done}/{total} answers ({time.monotonic() - began:.0f} s)")
-    answers = cached_answers(target, requests, taps, base, stop_ids, folder / "answers", on_shard=shard_done)
+    answers = cached_answers(target, requests, taps, base, stop_ids, folder, on_shard=shard_done)
     return [a for a in answers if a.tokens.numel() - a.prompt_len >= 2]  # room for one anchor and a label
 
 
