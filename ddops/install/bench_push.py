@@ -2,8 +2,9 @@
 
     python -m ddops.install.bench_push [--hosts lab-1,lab-2,lab-3,lab-4] [--model DIR] [--inventory PATH] [--levers]
 
-Each timing starts from an empty destination on every host (nothing to skip or resume) and
-ends when every file is sha256-verified in place. Prints both wall times and their ratio
+Each timing runs the push in a fresh process (interpreter start, imports and local checksums
+included, as a `ddops push-model` pays them), starts from an empty destination on every host
+(nothing to skip or resume) and ends when every file is sha256-verified in place. Prints both wall times and their ratio
 (the goal of issue 13: N=4 hosts within 1.5x of one), the CPU seconds the pushing processes
 used, and for lab hosts the CPU seconds of their containers (sshd, sftp-server, sha256).
 --levers times the transfer as it was before each lever, adding one lever per row.
@@ -13,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import resource
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -28,7 +32,7 @@ from ddops.remote import connect
 
 DEST = "/var/lib/ddops/models/bench-push"
 BEFORE = Transfer(one_packet_writes=False, fast_sha256=False, ciphers=())   # paramiko's order: aes128-ctr
-LEVERS = {"before (aes128-ctr, 32 KiB writes, sha256sum)": BEFORE,
+LEVERS = {"transfer as before (aes128-ctr, 32 KiB writes, sha256sum)": BEFORE,
           "+ aes128-gcm first": Transfer(one_packet_writes=False, fast_sha256=False),
           "+ one-packet SFTP writes": Transfer(fast_sha256=False),
           "+ openssl sha256 on the host (= now)": Transfer()}
@@ -37,7 +41,7 @@ LEVERS = {"before (aes128-ctr, 32 KiB writes, sha256sum)": BEFORE,
 @dataclass(frozen=True)
 class Timing:
     wall_s: float
-    client_cpu_s: float     # the push processes (children of this one)
+    client_cpu_s: float     # the pushing process and its children
     host_cpu_s: float | None
 
 
@@ -65,16 +69,29 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_push(hosts: list, model: Path, transfer: Transfer) -> Timing:
+def timed_push(hosts: list, model: Path, transfer: Transfer, inventory: Path | None) -> Timing:
     clear(hosts)
+    command = [sys.executable, "-m", "ddops.install.bench_push", "--push", ",".join(h.name for h in hosts),
+               "--model", str(model), "--transfer", json.dumps(asdict(transfer)),
+               *(["--inventory", str(inventory)] if inventory else [])]
     host0, client0, start = lab_cpu_s(hosts), children_cpu_s(), time.monotonic()
-    outcomes = push_model_many(hosts, model, DEST, console=Console(file=io.StringIO()), transfer=transfer)
+    done = subprocess.run(command, capture_output=True, text=True)
     took, client = time.monotonic() - start, children_cpu_s() - client0
     host1 = lab_cpu_s(hosts)
+    if done.returncode != 0:
+        raise SystemExit(f"push failed: {done.stderr.strip() or done.stdout.strip()}")
+    return Timing(took, client, None if host0 is None or host1 is None else host1 - host0)
+
+
+def push(hosts: list, model: Path, transfer: dict) -> None:
+    """The timed part, in its own process."""
+    outcomes = push_model_many(hosts, model, DEST, console=Console(file=io.StringIO()),
+                               transfer=Transfer(**{**transfer, "ciphers": tuple(transfer["ciphers"])}))
+    from multiprocessing import forkserver
+    forkserver._forkserver._stop()      # reaped here, so its children's CPU counts in this process's
     failed = [o for o in outcomes if not o.ok]
     if failed:
-        raise SystemExit(f"push failed: {failed[0].host}: {failed[0].detail}")
-    return Timing(took, client, None if host0 is None or host1 is None else host1 - host0)
+        raise SystemExit(f"{failed[0].host}: {failed[0].detail}")
 
 
 def line(label: str, size: int, n: int, one: Timing, many: Timing) -> str:
@@ -91,14 +108,18 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=cache / "models" / "smollm2-135m-instruct")
     parser.add_argument("--inventory", type=Path, default=None)
     parser.add_argument("--levers", action="store_true", help="one row per lever, from before the first")
+    parser.add_argument("--push", help=argparse.SUPPRESS)        # the timed child: these hosts
+    parser.add_argument("--transfer", help=argparse.SUPPRESS)
     args = parser.parse_args()
     inventory = load_inventory(args.inventory)
+    if args.push:
+        return push([inventory.host(n) for n in args.push.split(",")], args.model, json.loads(args.transfer))
     hosts = [inventory.host(name.strip()) for name in args.hosts.split(",")]
     size = sum(p.stat().st_size for p in args.model.rglob("*") if p.is_file())
     print(f"push-model {args.model.name} ({size / 1e6:.1f} MB), goal: {len(hosts)} hosts within 1.5x of one")
     for label, transfer in (LEVERS.items() if args.levers else [("now", Transfer())]):
-        one = timed_push(hosts[:1], args.model, transfer)
-        many = timed_push(hosts, args.model, transfer)
+        one = timed_push(hosts[:1], args.model, transfer, args.inventory)
+        many = timed_push(hosts, args.model, transfer, args.inventory)
         print(line(label, size, len(hosts), one, many), flush=True)
     clear(hosts)
 

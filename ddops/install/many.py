@@ -62,26 +62,40 @@ def push_model_many(hosts: list, directory: Path, dest: str | None = None,
     return run_in_processes(hosts, _push_one, (files, model_dest(directory, dest), sums, transfer), console)
 
 
-def _push_one(host, files, target, sums, transfer, queue):
+def _push_one(host, files, target, sums, transfer):
     """Runs in a child process: one host's push, its progress sent to the parent's bars."""
     def tick(**update):
-        queue.put((host.name, update))
+        _progress.put((host.name, update))
     with connect(host, ciphers=transfer.ciphers) as remote:
         return sync_files(remote, files, target, log=lambda _: None, progress=tick, local_sums=sums,
                           transfer=transfer)
 
 
+_progress = None    # in a child process: the queue to the parent's bars (set by _listen)
+
+
+def _listen(queue) -> None:
+    global _progress
+    _progress = queue
+
+
 def run_in_processes(hosts: list, worker: Callable, args: tuple, console: Console | None = None) -> list[HostOutcome]:
-    """worker(host, *args, queue) in a process per host; queue carries (host name, bar update)."""
-    context = multiprocessing.get_context("spawn")     # no fork of a threaded parent
-    with context.Manager() as manager, progress_bars(console) as bars:
-        queue = manager.Queue()
+    """worker(host, *args) in a process per host; it reports (host name, bar update) on _progress.
+    Children fork from a server that imported this module once (forkserver, never a fork of this
+    threaded process): a fresh interpreter per host cost ~0.5 CPU s of imports, and a Manager
+    process for the queue another."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    queue = context.Queue()
+    with progress_bars(console) as bars:
         tasks = {h.name: bars.add_task(h.name, total=None) for h in hosts}
-        with ProcessPoolExecutor(max_workers=len(hosts), mp_context=context) as pool:
-            futures = [(h, pool.submit(worker, h, *args, queue)) for h in hosts]
+        with ProcessPoolExecutor(max_workers=len(hosts), mp_context=context, initializer=_listen,
+                                 initargs=(queue,)) as pool:
+            futures = [(h, pool.submit(worker, h, *args)) for h in hosts]
             while not all(f.done() for _, f in futures):
                 _drain(queue, bars, tasks, wait_s=0.1)
-            _drain(queue, bars, tasks, wait_s=0)
+        _drain(queue, bars, tasks, wait_s=0)     # the children have exited: all they sent is here
+        queue.close()
         return [_outcome(h, f, bars, tasks) for h, f in futures]
 
 
