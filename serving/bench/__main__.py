@@ -86,8 +86,9 @@ def main(argv=None) -> int:
     capacity = max(map(len, prompts)) + args.max_tokens + 8
     target = load_model(checkpoint, torch.float32, "cpu", capacity + 128)
     stop_ids = frozenset(checkpoint.config.eos_token_ids) | frozenset(tokenizer.eos_ids)
+    kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {})}   # as /server_info reports them
     console.print(f"loaded {args.model} ({len(prompts)} prompts, max {args.max_tokens} tokens, "
-                  f"{torch.get_num_threads()} threads)")
+                  f"{torch.get_num_threads()} threads); kernels {json.dumps(kernels)}")
     console.print(f"running {', '.join(m.label for m in methods)}, interleaved prompt by prompt ...")
     results = run_methods(methods, target, str(args.draft) if args.draft else None, prompts,
                           args.max_tokens, stop_ids, capacity, args.repeat)
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     if args.json:
         report = {"model": str(args.model), "draft": str(args.draft) if args.draft else None,
                   "max_tokens": args.max_tokens, "prompts": len(prompts), "repeat": args.repeat,
-                  "threads": torch.get_num_threads(),
+                  "threads": torch.get_num_threads(), "kernels": kernels,
                   "methods": [r.summary() for r in results]}
         args.json.write_text(json.dumps(report, indent=2))
         console.print(f"wrote {args.json}")

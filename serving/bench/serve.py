@@ -151,9 +151,9 @@ def plot(levels: list[dict], peer_row: dict | None, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def sweep(args, extra: list[str]) -> tuple[list[dict], dict]:
+def sweep(args, extra: list[str]) -> tuple[list[dict], dict, dict]:
     """Every concurrency level against one server started with `extra` flags; its speculative
-    settings per batch size afterwards (empty for plain decoding)."""
+    settings per batch size afterwards (empty for plain decoding) and the kernels it ran."""
     levels = []
     with Server(args.model, args.port, args.threads, extra, args.url) as server:
         for c in [int(x) for x in args.concurrency.split(",")]:
@@ -161,12 +161,14 @@ def sweep(args, extra: list[str]) -> tuple[list[dict], dict]:
             shots = asyncio.run(run_level(server, c, args.requests_per_client, args.max_tokens))
             levels.append(summarize(c, shots, time.perf_counter() - began, server.cpu_s() - cpu))
             print(json.dumps(levels[-1]), flush=True)
-        info = server.info().get("speculative_settings_by_batch") or {}
+        server_info = server.info()
+    info, kernels = server_info.get("speculative_settings_by_batch") or {}, server_info.get("kernels", {})
+    print("kernels: " + json.dumps(kernels), flush=True)
     for key, bucket in info.items():
         print(f"batch {key}: current {bucket['current']}; " + ", ".join(
             f"{s['setting']} {s['rounds']} rounds {s['tokens_per_round']} tok/round {s['tokens_per_s']} tok/s"
             for s in bucket["settings"]), flush=True)
-    return levels, info
+    return levels, info, kernels
 
 
 def serial_ratios(levels: list[dict], serial: list[dict]) -> dict:
@@ -184,16 +186,16 @@ def main(argv=None) -> int:
         if args.json:
             args.json.write_text(json.dumps(report, indent=2))
         return 0 if report["other_errors"] == 0 and report["truncated"] == 0 else 1
-    levels, settings = sweep(args, args.server_arg)
+    levels, settings, kernels = sweep(args, args.server_arg)
     one_at_a_time = ["--max-running-requests=1", "--max-queued-requests=256"]    # the others wait, none refused
-    serial, _ = sweep(args, [*args.server_arg, *one_at_a_time]) if args.serial else ([], {})
+    serial, _, _ = sweep(args, [*args.server_arg, *one_at_a_time]) if args.serial else ([], {}, {})
     peer_row = peer(args.model, args.peer_at, args.peer_at * args.requests_per_client, args.max_tokens,
                     args.threads) if args.peer_at else None
     conditions = f"{args.max_tokens} tokens/request, {args.threads} torch threads, greedy, ignore_eos"
     table(levels + [{**r, "label": " serial"} for r in serial], peer_row, conditions)
     report = {"conditions": conditions, "server_args": args.server_arg, "levels": levels, "transformers": peer_row,
               "ratios": {**ratios(levels, peer_row, args.peer_at or 8), **serial_ratios(levels, serial)},
-              "serial_levels": serial, "speculative_settings_by_batch": settings}
+              "serial_levels": serial, "speculative_settings_by_batch": settings, "kernels": kernels}
     print(json.dumps(report["ratios"], indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
