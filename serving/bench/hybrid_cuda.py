@@ -9,7 +9,8 @@ conv kernel 4): the chunked chain (prefill of --prompt rows), the one-token recu
 chosen kernels and on PyTorch: max abs difference and milliseconds of each. Then a whole model
 (--model, default the tiny hybrid of `serving.tools.tiny --arch qwen3_5`): prefill logits and
 16 greedy steps on both paths. Exit 1 when no kernel was chosen (printing why) or a difference
-exceeds its bound; 0 otherwise.
+exceeds its bound; 0 otherwise. tests/hybrid/test_kernels.py runs the same comparisons on CPU
+with the PyTorch references in the kernels' conventions, so this command's own plumbing is tested.
 """
 
 from __future__ import annotations
@@ -31,14 +32,19 @@ HK, HV, DK, DV, KERNEL = 16, 48, 128, 128, 4
 BOUND = {torch.bfloat16: 5e-2, torch.float16: 1e-2, torch.float32: 1e-4}
 
 
-def timed(fn, repeat: int = 5):
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeat: int = 5):
     """(result, ms per call) after one warm-up call (Triton compiles on the first)."""
     out = fn()
-    torch.cuda.synchronize()
+    sync(device)
     began = time.perf_counter()
     for _ in range(repeat):
         out = fn()
-    torch.cuda.synchronize()
+    sync(device)
     return out, 1000 * (time.perf_counter() - began) / repeat
 
 
@@ -49,9 +55,9 @@ def heads(T: int, device, gen):
     return q, k, v, -torch.rand(T, HV, device=device, generator=gen), torch.rand(T, HV, device=device, generator=gen)
 
 
-def op_rows(choice, dtype, prompt: int, batch: int) -> list[tuple]:
+def op_rows(choice, dtype, prompt: int, batch: int, dev: str = "cuda") -> list[tuple]:
     """(op, max abs diff, kernel ms, torch ms, within bound) per op."""
-    dev, gen = "cuda", torch.Generator("cuda").manual_seed(0)
+    gen = torch.Generator(dev).manual_seed(0)
     C = 2 * HK * DK + HV * DV
     chain, step = heads(prompt, dev, gen), heads(batch, dev, gen)
     state, states = torch.randn(HV, DK, DV, device=dev) * 0.1, torch.randn(batch, HV, DK, DV, device=dev) * 0.1
@@ -64,8 +70,8 @@ def op_rows(choice, dtype, prompt: int, batch: int) -> list[tuple]:
     rows = []
     for name, run in cases.items():
         try:
-            got, ms = timed(lambda: run(choice))
-            ref, ref_ms = timed(lambda: run(TORCH))
+            got, ms = timed(lambda: run(choice), dev)
+            ref, ref_ms = timed(lambda: run(TORCH), dev)
             got, ref = (got, ref) if isinstance(got, tuple) else ((got,), (ref,))
             diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, ref))
             rows.append((name, diff, ms, ref_ms, diff <= BOUND[dtype]))
@@ -74,23 +80,23 @@ def op_rows(choice, dtype, prompt: int, batch: int) -> list[tuple]:
     return rows
 
 
-def model_rows(model_dir: Path, choice, dtype) -> list[tuple]:
+def model_rows(model_dir: Path, choice, dtype, dev: str = "cuda") -> list[tuple]:
     """One row: logits of prefill + 16 greedy steps; passes when the greedy ids agree."""
-    model = load_model(inspect_checkpoint(model_dir), dtype, "cuda", 1024)
-    prompt = torch.arange(3, 300, device="cuda") % model.config.vocab_size
+    model = load_model(inspect_checkpoint(model_dir), dtype, dev, 1024)
+    prompt = torch.arange(3, 300, device=dev) % model.config.vocab_size
     runs = {}
     for name, ops in (("kernels", choice), ("torch", TORCH)):
         model._ops = ops
         began = time.perf_counter()
         cache = model.new_cache(512)
-        logits, _ = model.forward(prompt, torch.arange(prompt.numel(), device="cuda"), cache, last_only=True)
+        logits, _ = model.forward(prompt, torch.arange(prompt.numel(), device=dev), cache, last_only=True)
         cache.commit(prompt.numel())
         steps = [logits.float()]
         for t in range(16):
             token = steps[-1].argmax(-1)
-            steps.append(model.forward(token, torch.tensor([prompt.numel() + t], device="cuda"), cache)[0].float())
+            steps.append(model.forward(token, torch.tensor([prompt.numel() + t], device=dev), cache)[0].float())
             cache.commit(1)
-        torch.cuda.synchronize()
+        sync(dev)
         runs[name] = (torch.cat(steps), 1000 * (time.perf_counter() - began))
     same = bool((runs["kernels"][0].argmax(-1) == runs["torch"][0].argmax(-1)).all())
     diff = float((runs["kernels"][0] - runs["torch"][0]).abs().max())

@@ -116,3 +116,16 @@ def test_a_whole_hybrid_through_the_adapters_equals_the_torch_path(hf_pairs):
         runs[name] = torch.cat(steps)
     model._ops = None
     torch.testing.assert_close(runs["adapters"], runs["torch"], atol=1e-4, rtol=1e-4)
+
+
+def test_the_gpu_check_compares_every_op_and_a_whole_model(tmp_path):
+    """serving.bench.hybrid_cuda's comparisons on CPU, the references standing in for the kernels:
+    its reshaping, timing and verdict plumbing works before a GPU session spends time on it."""
+    from serving.bench import hybrid_cuda
+    from serving.tools.tiny import write_tiny
+
+    rows = hybrid_cuda.op_rows(REFERENCE, torch.float32, prompt=70, batch=3, dev="cpu")
+    rows += hybrid_cuda.model_rows(write_tiny(tmp_path / "hybrid", "qwen3_5"), REFERENCE, torch.float32, dev="cpu")
+    assert [row[0].split(" (")[0] for row in rows] == [
+        "prefill delta rule", "decode delta rule", "prefill conv", "decode conv", "model prefill 297 + 16 steps"]
+    assert all(row[-1] for row in rows), rows
