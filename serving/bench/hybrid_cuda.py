@@ -25,10 +25,13 @@ from pathlib import Path
 import torch
 
 from serving.models import gdn_kernels, gdn_ops, inspect_checkpoint, load_model
+from serving.models.config import LinearAttention
 from serving.models.delta_rule import l2_normalise
 
 TORCH = gdn_kernels.KernelChoice()
 HK, HV, DK, DV, KERNEL = 16, 48, 128, 128, 4
+SHAPES_27B = LinearAttention(num_key_heads=HK, num_value_heads=HV, key_head_dim=DK, value_head_dim=DV,
+                             conv_kernel=KERNEL)
 BOUND = {torch.bfloat16: 5e-2, torch.float16: 1e-2, torch.float32: 1e-4}
 
 
@@ -58,11 +61,15 @@ def heads(T: int, device, gen):
 def op_rows(choice, dtype, prompt: int, batch: int, dev: str = "cuda") -> list[tuple]:
     """(op, max abs diff, kernel ms, torch ms, within bound) per op."""
     gen = torch.Generator(dev).manual_seed(0)
+
+    def rand(*shape, dt=dtype):
+        return torch.randn(*shape, device=dev, generator=gen).to(dt)
+
     C = 2 * HK * DK + HV * DV
     chain, step = heads(prompt, dev, gen), heads(batch, dev, gen)
-    state, states = torch.randn(HV, DK, DV, device=dev) * 0.1, torch.randn(batch, HV, DK, DV, device=dev) * 0.1
-    inputs, weight = torch.randn(KERNEL - 1 + prompt, C, device=dev, dtype=dtype), torch.randn(C, KERNEL, device=dev, dtype=dtype)
-    window, x = torch.randn(batch, KERNEL - 1, C, device=dev, dtype=dtype), torch.randn(batch, C, device=dev, dtype=dtype)
+    state, states = rand(HV, DK, DV, dt=torch.float32) * 0.1, rand(batch, HV, DK, DV, dt=torch.float32) * 0.1
+    inputs, weight = rand(KERNEL - 1 + prompt, C), rand(C, KERNEL)
+    window, x = rand(batch, KERNEL - 1, C), rand(batch, C)
     cases = {"prefill delta rule": lambda c: gdn_ops.chain_delta_rule(c, *chain, state, dtype),
              "decode delta rule": lambda c: gdn_ops.step_delta_rule(c, *step, states),
              "prefill conv": lambda c: gdn_ops.chain_conv(c, inputs, weight),
@@ -119,6 +126,8 @@ def main(argv=None) -> int:
     print("kernels:", choice.report())
     if choice.why_torch:
         print("PyTorch runs instead of some kernels:", choice.why_torch)
+    probed = gdn_ops.probe(choice, SHAPES_27B, dtype, "cuda")      # what a served 27B would keep
+    print("after the start-up probe at the 27B's shapes:", probed.report())
     rows = op_rows(choice, dtype, args.prompt, args.batch)
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or Path(tmp) / "tiny-qwen3_5"

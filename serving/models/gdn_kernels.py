@@ -8,8 +8,9 @@ Chosen once per model from capabilities, never from names of devices or models:
 - otherwise, and always on CPU, for verify chains and for draft trees (no kernel keeps the state
   after every row, nor takes a tree), the PyTorch forms in serving.models.gated_deltanet, which
   are also the reference the kernels are tested against (serving/bench/hybrid_cuda.py).
-A kernel is taken only when the device is CUDA, its package imports and its function has the
-keyword arguments called below. DDOPS_HYBRID_KERNELS=torch forces the PyTorch path.
+A kernel is taken only when the device is CUDA, its package imports, its function has the
+keyword arguments called below, and (HybridLM.ops, gdn_ops.probe) one call at the model's
+shapes agrees with PyTorch. DDOPS_HYBRID_KERNELS=torch forces the PyTorch path.
 /server_info `kernels` reports the choice and why (HybridLM.kernels).
 """
 

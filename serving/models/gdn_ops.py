@@ -8,6 +8,8 @@ causal-conv1d's channels-first [B, C, T]; the adapters below reshape to and from
 every kernel by keyword, pass scale 1 and use_qk_l2norm_in_kernel False (our q, k arrive
 normalised and scaled), and return fp32 outputs and states in our layout. Tests run the same
 adapters over PyTorch references written in the kernels' conventions (tests/hybrid).
+`probe` is the last capability check: each chosen kernel once at the model's shapes beside
+PyTorch, kept only when it runs and agrees.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from serving.models.delta_rule import chunked_delta_rule, recurrent_step
+from serving.models.delta_rule import chunked_delta_rule, l2_normalise, recurrent_step
 from serving.models.gdn_kernels import KernelChoice
 
 
@@ -62,3 +64,55 @@ def step_conv(choice: KernelChoice, window: torch.Tensor, x: torch.Tensor, weigh
         return F.silu(torch.einsum("bkc,ck->bc", full, weight))
     state = window.transpose(1, 2).contiguous()                         # [B, C, K-1]
     return choice.conv_step(x=x, conv_state=state, weight=weight, bias=None, activation="silu")
+
+
+PROBE_ROWS = 70        # two chunks of the chunked kernel, the second partial
+PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}   # of max |reference|
+
+
+def probe(choice: KernelChoice, linear, dtype: torch.dtype, device) -> KernelChoice:
+    """Each chosen kernel run once at the model's head shapes (`linear`: its LinearAttention
+    config) beside PyTorch; one that fails or disagrees (a shape it cannot take, a changed
+    convention its signature does not show) is dropped, and `why_torch` says so."""
+    ops = {f: getattr(choice, f) for f in ("chunk", "recurrent", "conv_chain", "conv_step")}
+    if all(fn is None for fn in ops.values()):
+        return choice
+    runs = _probe_runs(linear, dtype, device)
+    kept, why = {}, [choice.why_torch] if choice.why_torch else []
+    for field, fn in ops.items():
+        kept[field] = fn
+        if fn is None:
+            continue
+        try:
+            got, ref = runs[field](KernelChoice(**{field: fn})), runs[field](KernelChoice())
+            error = max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6))
+                        for a, b in zip(got, ref))
+        except Exception as e:   # the kernel cannot take these shapes here: PyTorch runs it
+            kept[field] = None
+            why.append(f"{field} kernel failed its probe ({type(e).__name__}: {e})"[:200])
+            continue
+        if not error <= PROBE_TOLERANCE[dtype]:
+            kept[field] = None
+            why.append(f"{field} kernel differs from PyTorch by {error:.3g} of the output's scale")
+    return KernelChoice(**kept, why_torch="; ".join(why))
+
+
+def _probe_runs(linear, dtype: torch.dtype, device) -> dict:
+    """Per op, a call on fixed random inputs at these shapes returning a tuple of tensors."""
+    gen = torch.Generator(device).manual_seed(0)
+    H, dk, dv, K, T = (linear.num_value_heads, linear.key_head_dim, linear.value_head_dim, linear.conv_kernel,
+                       PROBE_ROWS)
+
+    def rand(*shape, dt=torch.float32):
+        return torch.randn(*shape, generator=gen, device=device).to(dt)
+
+    q, k = l2_normalise(rand(T, H, dk)) * dk ** -0.5, l2_normalise(rand(T, H, dk))
+    v, g, beta = rand(T, H, dv), -rand(T, H).sigmoid(), rand(T, H).sigmoid()
+    state = rand(H, dk, dv) * 0.1
+    inputs, weight = rand(K - 1 + T, linear.conv_dim, dt=dtype), rand(linear.conv_dim, K, dt=dtype)
+    window = torch.stack([inputs[: K - 1], inputs[1:K]])                 # two sequences' windows
+    return {"chunk": lambda c: chain_delta_rule(c, q, k, v, g, beta, state, dtype),
+            "recurrent": lambda c: step_delta_rule(c, q[:2], k[:2], v[:2], g[:2], beta[:2],
+                                                   state.expand(2, -1, -1, -1)),
+            "conv_chain": lambda c: (chain_conv(c, inputs, weight),),
+            "conv_step": lambda c: (step_conv(c, window, inputs[K:K + 2], weight),)}

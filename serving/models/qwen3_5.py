@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from serving.models.config import ModelConfig
-from serving.models import gdn_kernels
+from serving.models import gdn_kernels, gdn_ops
 from serving.models.gated_deltanet import GatedDeltaNet
 from serving.models.hybrid_cache import HybridCache
 from serving.models.linear_rows import plan_rows
@@ -102,9 +102,11 @@ class HybridLM(TargetLM):
 
     @property
     def ops(self) -> gdn_kernels.KernelChoice:
-        """The Gated DeltaNet kernels for this model's device and dtype, chosen on first use."""
+        """The Gated DeltaNet kernels for this model's device and dtype, chosen (and probed at
+        its shapes) on first use."""
         if getattr(self, "_ops", None) is None:
-            self._ops = gdn_kernels.select(self.device, self.dtype)
+            chosen = gdn_kernels.select(self.device, self.dtype)
+            self._ops = gdn_ops.probe(chosen, self.config.linear, self.dtype, self.device)
         return self._ops
 
     @property

@@ -129,3 +129,27 @@ def test_the_gpu_check_compares_every_op_and_a_whole_model(tmp_path):
     assert [row[0].split(" (")[0] for row in rows] == [
         "prefill delta rule", "decode delta rule", "prefill conv", "decode conv", "model prefill 297 + 16 steps"]
     assert all(row[-1] for row in rows), rows
+
+
+def _transposed_state_recurrent(**kw):
+    """The reference with its state read V x K: a changed convention a signature does not show."""
+    kw["initial_state"] = kw["initial_state"].transpose(-1, -2).contiguous().reshape(kw["initial_state"].shape)
+    return REFERENCE.recurrent(**kw)
+
+
+def _refusing_conv(**kw):
+    raise RuntimeError("no kernel image for this shape")
+
+
+def test_the_probe_keeps_kernels_that_agree_and_drops_the_rest(hf_pairs):
+    linear = hf_pairs["lllf-lllf"][1].config.linear
+    kept = gdn_ops.probe(REFERENCE, linear, torch.float32, "cpu")
+    assert kept == REFERENCE
+    mixed = KernelChoice(chunk=REFERENCE.chunk, recurrent=_transposed_state_recurrent,
+                         conv_chain=REFERENCE.conv_chain, conv_step=_refusing_conv, why_torch="")
+    probed = gdn_ops.probe(mixed, linear, torch.float32, "cpu")
+    assert probed.chunk is REFERENCE.chunk and probed.conv_chain is REFERENCE.conv_chain
+    assert probed.recurrent is None and probed.conv_step is None
+    assert "recurrent kernel differs from PyTorch" in probed.why_torch
+    assert "conv_step kernel failed its probe (RuntimeError: no kernel image" in probed.why_torch
+    assert gdn_ops.probe(TORCH, linear, torch.float32, "cpu") is TORCH      # nothing to probe on CPU
