@@ -97,14 +97,19 @@ def run_compare(*, prompts_path: Path | None, settings: Settings, production_url
 
 def _recorded_hosts(record: ShadowRecord | None, production_url: str | None, shadow_url: str | None,
                     inventory: Path | None) -> dict:
-    """Endpoint name -> inventory host, for the endpoints that come from the shadow record."""
+    """Endpoint name -> inventory host, for the endpoints that come from the shadow record. A
+    host the inventory cannot name (no inventory here, or not in it) is dialed at its URL."""
     if record is None or (production_url and shadow_url):
         return {}
     from ddops.inventory import load_inventory
-    hosts = load_inventory(inventory)
+    from ddops.profile.yamlfile import ConfigError
+    try:
+        hosts = load_inventory(inventory).hosts
+    except ConfigError:
+        return {}
     names = {"production": None if production_url else record.production_host,
              "shadow": None if shadow_url else record.host}
-    return {role: hosts.host(name) for role, name in names.items() if name}
+    return {role: hosts[name] for role, name in names.items() if name in hosts}
 
 
 # -- lifecycle: start, promote, abort (through the deploy engine) ----------------------------
