@@ -51,10 +51,9 @@ def forward(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, cach
 
     Writes each sequence's K/V at caches[b].length without committing (as `CausalLM.forward`).
     Returns logits [N or len(logit_rows), vocab] fp32 and hidden [N, len(capture) * H] or None.
-    A hybrid runs each sequence's rows through its own forward (hybrid_batched.forward_each).
     """
-    if isinstance(model, HybridLM):
-        return hybrid_batched.forward_each(model, tokens, positions, caches, counts, tree_masks, capture, logit_rows)
+    if not supports(model):   # hybrids: a batched decode step only (decode_step)
+        raise TypeError(f"{type(model).__name__} has no packed forward; run each sequence through its own forward")
     x = model.embed(tokens)                                           # [N, hidden]
     cos, sin = model.cos.index_select(0, positions), model.sin.index_select(0, positions)
     groups, masks = model.config.kv_groups, tree_masks or [None] * len(caches)

@@ -7,10 +7,8 @@ kernel and causal_conv1d_update where chosen) and writes them back to the same s
 full-attention layer attends per sequence on its own KV view, the single-sequence computation
 for one row, so no padding or mask. Each cache is marked `advanced`; the caller commits its
 K/V row with `commit(1)`, as for a dense cache (serving.engine.batch).
-
-`forward_each` is the ragged multi-sequence forward (serving.models.batched.forward) for a
-hybrid: each sequence's rows (a prefill chunk, say) through its own `HybridLM.forward`, so a
-chunk keeps its single-sequence numerics and its chunked or by-depth form.
+Prefill chunks of a hybrid are not packed: the batch runner runs each through its own
+`HybridLM.forward` (serving.engine.batch), keeping its chunked or by-depth form.
 """
 
 from __future__ import annotations
@@ -46,24 +44,6 @@ def decode_step(model, tokens: torch.Tensor, positions: torch.Tensor, caches: li
         cache.advanced = 1
     hidden = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
     return model.lm_head(model.norm(x)), hidden
-
-
-def forward_each(model, tokens: torch.Tensor, positions: torch.Tensor, caches: list[HybridCache],
-                 counts: list[int], tree_masks: list | None = None, capture: tuple[int, ...] = (),
-                 logit_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Arguments and results as serving.models.batched.forward; logit_rows ascending."""
-    wanted = None if logit_rows is None else logit_rows.tolist()
-    logits, hidden, begin = [], [], 0
-    for b, (cache, n) in enumerate(zip(caches, counts)):
-        rows = slice(begin, begin + n)
-        keep = None if wanted is None else [r - begin for r in wanted if begin <= r < begin + n]
-        last_only = keep == [n - 1]                     # a prefill chunk: only its last row's logits
-        out, h = model.forward(tokens[rows], positions[rows], cache, tree_mask=tree_masks[b] if tree_masks else None,
-                               capture=capture, last_only=last_only)
-        logits.append(out if keep is None or last_only else out[keep])
-        hidden.append(h)
-        begin += n
-    return torch.cat(logits), torch.cat(hidden) if capture else None
 
 
 def _stacked_states(caches: list[HybridCache], device):
