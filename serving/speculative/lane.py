@@ -96,8 +96,10 @@ class SpecLane:
         setting = controller.settings[-1] if any(probes) else controller.choose()
         trees = self._plan(seqs, setting, probes)
         logits, hidden = self._verify(seqs, trees)
-        committed = [self._accept(seq, tree, logits[rows], hidden[rows])
-                     for seq, tree, rows in zip(seqs, trees, _row_slices(trees))]
+        slices = _row_slices(trees)
+        choices = self._choices(seqs, trees, logits, slices)
+        committed = [self._accept(seq, tree, choices[rows], hidden[rows])
+                     for seq, tree, rows in zip(seqs, trees, slices)]
         if setting.rows == 1:
             self.drafter.absorb([s.state["draft"] for s in seqs if s.state["draft"].pending_rows >= ABSORB_ROWS])
         controller.record(setting, sum(map(len, committed)), time.perf_counter() - t0)
@@ -128,11 +130,18 @@ class SpecLane:
         return batched.forward(self.target, packed[0], packed[1], caches, [len(t) for t in trees], masks,
                                capture=self.layers)
 
-    def _accept(self, seq, tree: Tree, logits: torch.Tensor, hidden: torch.Tensor) -> list[int]:
-        """Walk the sequence's tree with its own draws; keep the path's KV and features."""
+    @staticmethod
+    def _choices(seqs, trees: list[Tree], logits: torch.Tensor, slices: list[slice]) -> list[int]:
+        """The target's choice per row, each sequence with its own sampling and draws (keyed by the
+        position each row's draw fills); one download for the whole batch."""
+        picks = [s.state["draws"].choose(logits[rows], s.request.sampling,
+                                         [s.state["cache"].length + d + 1 for d in tree.depths])
+                 for s, tree, rows in zip(seqs, trees, slices)]
+        return torch.cat(picks).tolist()
+
+    def _accept(self, seq, tree: Tree, choices: list[int], hidden: torch.Tensor) -> list[int]:
+        """Walk the sequence's tree with its choices; keep the path's KV and features."""
         cache = seq.state["cache"]
-        positions = [cache.length + d + 1 for d in tree.depths]               # the position each row's draw fills
-        choices = seq.state["draws"].choose(logits, seq.request.sampling, positions).tolist()
         path, bonus = walk(tree, choices)
         if path[-1] == len(path) - 1:                                          # rows 0..k: already in place
             cache.commit(len(path))
