@@ -184,7 +184,8 @@ def dialable(host, url: str) -> Iterator[str]:
     tunnelled through an SSH connection to host (a host behind a bastion or known by an
     ssh_config alias, or a service bound to the host's loopback). RemoteError when the host
     cannot be reached."""
-    if not (is_loopback(url) or behind_ssh(host)):
+    on_its_loopback = is_loopback(url) and not is_loopback(f"http://{host.address}")
+    if not (on_its_loopback or behind_ssh(host)):      # (a host at 127.0.0.1 is this machine)
         yield url
         return
     with connect(host) as remote, reachable(remote, url) as local:

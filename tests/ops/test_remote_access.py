@@ -69,6 +69,9 @@ def test_services_of_aliased_or_jumped_hosts_are_reached_through_ssh_and_others_
     assert not behind_ssh(direct)
     with dialable(direct, "http://10.9.9.9:30000") as url:     # no SSH connection is opened for it
         assert url == "http://10.9.9.9:30000"
+    this_machine = Host(name="me", address="127.0.0.1", ssh_config=config)
+    with dialable(this_machine, "http://127.0.0.1:30000") as url:   # its loopback is ours
+        assert url == "http://127.0.0.1:30000"
 
 
 def test_gcm_is_offered_first_and_every_other_cipher_of_paramiko_still_follows():
