@@ -8,8 +8,11 @@ nothing is ever preempted; a request that does not fit yet waits.
 Plain decoding: one `batched.decode_step` for all decoding sequences per round. Prefill: the
 next chunk of every prefilling sequence of a step packed into one `batched.forward` (each
 chunk's attention is its own causal one; chunk boundaries are fixed per prompt), so a burst
-of new prompts reads the weights once, not once per prompt. Each sequence samples with its own `PositionalDraws`,
-seeded from the request's seed (or the server seed and an arrival counter), as ARDecoder seeds.
+of new prompts reads the weights once, not once per prompt. A prompt's blocks that an earlier
+prompt already computed (a chat template's system prompt) are copied from the
+serving.engine.prefix_cache instead (dense targets). Each sequence samples with its own
+`PositionalDraws`, seeded from the request's seed (or the server seed and an arrival counter),
+as ARDecoder seeds.
 
 Speculative methods: every round is one batched speculative round for all decoding
 sequences (serving.speculative.lane: one draft pass, one target forward over every sequence's
@@ -23,6 +26,7 @@ import torch
 
 from serving.contract.runtime import DEFAULT_MAX_RUNNING
 from serving.engine.hybrid_pool import pool_for
+from serving.engine.prefix_cache import BLOCK, PrefixCache
 from serving.models import batched
 from serving.sampling import PositionalDraws
 
@@ -38,6 +42,7 @@ class BatchRunner:
         rows = max_total_tokens or capacity + self.verify_rows
         self.max_running = max_running or DEFAULT_MAX_RUNNING
         self.pool = pool_for(target, rows, self.max_running)
+        self.prefix = PrefixCache() if batched.supports(target) else None    # hybrids: state, not rows
         self.default_seed, self.sequences = seed, 0
 
     @property
@@ -66,7 +71,11 @@ class BatchRunner:
     def prefill(self, seqs, chunk: int) -> list[list[int]]:
         """The next prompt chunk of every sequence in one forward; [first token] for those whose
         prompt is then read, [] for the others. A chunk's rows are [prefilled, prefilled + chunk)
-        of its prompt whatever else runs, so chunk boundaries are fixed per prompt."""
+        of its prompt whatever else runs, so chunk boundaries are fixed per prompt (and per
+        cached prefix)."""
+        for seq in seqs:
+            if seq.prefilled == 0 and self.prefix is not None:
+                self._reuse(seq)
         spans = [(s.prefilled, min(len(s.prompt), s.prefilled + chunk)) for s in seqs]
         logits, hidden = self._prompt_pass(seqs, spans)
         out, begin = [], 0
@@ -75,9 +84,25 @@ class BatchRunner:
             seq.prefilled = e
             if self.spec:
                 self.spec.record(seq, hidden[begin:begin + e - b])
+                if self.prefix is not None:     # kept with the prompt's blocks at its end
+                    seq.state.setdefault("prompt_features", []).append(hidden[begin:begin + e - b])
             begin += e - b
+            if e == len(seq.prompt) and self.prefix is not None:
+                features = seq.state.pop("prompt_features", None)
+                self.prefix.store(seq.prompt, seq.state["cache"], torch.cat(features) if features else None)
             out.append([self._choose(seq, logits[i:i + 1], e)] if e == len(seq.prompt) else [])
         return out
+
+    def _reuse(self, seq) -> None:
+        """Copy the prompt's cached prefix blocks into its own rows instead of computing them."""
+        blocks = self.prefix.lookup(seq.prompt)
+        if not blocks:
+            return
+        features = self.prefix.copy(blocks, seq.state["cache"])
+        seq.prefilled = len(blocks) * BLOCK
+        if self.spec:
+            self.spec.record(seq, features)
+            seq.state["prompt_features"] = [features]
 
     def _prompt_pass(self, seqs, spans):
         """logits [B, vocab] of each chunk's last row, captured features [N, F] (or None)."""

@@ -30,6 +30,8 @@ class Metrics:
         self.running = Gauge("serving_num_running_reqs", "Sequences in flight (continuous batching)", registry=r)
         self.kv_used = Gauge("serving_kv_pool_used_tokens", "KV pool rows reserved by running sequences", registry=r)
         self.kv_total = Gauge("serving_kv_pool_tokens", "KV pool rows (--max-total-tokens)", registry=r)
+        self.prefix_hits = Gauge("serving_prefix_cache_hit_ratio",
+                                 "Share of prompt tokens copied from the prefix cache instead of computed", registry=r)
         self.spec_info = Gauge("serving_speculative_info", "Decoding method in use (value 1)",
                                ["algorithm", "num_draft_tokens", "ddtree_budget"], registry=r)
         self.setting_tokens = Gauge("serving_spec_setting_tokens_per_round",
@@ -60,6 +62,9 @@ class Metrics:
             if pool is not None:
                 self.kv_total.set(pool.capacity)
                 self.kv_used.set(pool.capacity - pool.free_tokens)
+            prefix = getattr(engine.decoder, "prefix", None)   # serving.engine.prefix_cache.PrefixCache
+            if prefix is not None:
+                self.prefix_hits.set(prefix.hit_rate)
             spec = getattr(engine.decoder, "server_args", {})  # serving.speculative.decoder.SpecDecoder
             self.spec_info.clear()
             self.spec_info.labels(algorithm=spec.get("speculative_algorithm") or "NONE",

@@ -111,6 +111,11 @@ class SpecLane:
         rows = [min(setting.rows, s.state["cache"].capacity - s.state["cache"].length) for s in seqs]
         depths = [draft_depth(block, r, block if probe else s.remaining) for s, r, probe in zip(seqs, rows, probes)]
         drafting = [i for i, d in enumerate(depths) if d]
+        for i in drafting:      # the draft context must describe exactly the target's committed tokens
+            context, length = seqs[i].state["draft"], seqs[i].state["cache"].length
+            if context.length + context.pending_rows != length:
+                raise ValueError(f"draft context holds {context.length + context.pending_rows} positions, "
+                                 f"the target {length}")
         proposals = self.drafter.propose([seqs[i].state["draft"] for i in drafting],
                                          [seqs[i].state["next"] for i in drafting],
                                          [depths[i] for i in drafting]) if drafting else []

@@ -12,10 +12,12 @@ import queue
 import threading
 
 import pytest
+import torch
 
 from serving.engine import Delta, Engine, EngineBusy, Failed, Finished, GenerationRequest, RequestTooLarge, StopRule
 from serving.engine.batch import BatchRunner
 from serving.engine.kv_pool import KVPool
+from serving.engine.prefix_cache import PrefixCache
 from serving.sampling import SamplingParams
 from serving.server.metrics import Metrics
 
@@ -155,3 +157,39 @@ def test_a_prompt_that_breaks_the_packed_prefill_fails_alone(engine, llama_model
     assert isinstance(results[1], Failed)
     assert [r.token_ids for r in (results[0], results[2])] == alone
     assert engine.scheduler.runner.pool.free == [(0, engine.scheduler.runner.pool.capacity)]
+
+
+def test_a_shared_prompt_prefix_is_copied_not_computed(llama_model, llama_tokenizer):
+    """The second prompt starting with the first's 20 tokens gets its first 16 (two blocks) from
+    the prefix cache, and still answers as an argmax loop without any cache does; a prompt that
+    differs in its first token reuses nothing."""
+    engine = batch_engine(llama_model, llama_tokenizer)
+    try:
+        prefix = engine.scheduler.runner.prefix
+        shared = [(7 * j) % 500 + 3 for j in range(20)]
+        first, second, other = shared + [11, 12], shared + [40, 41, 42], [4] + shared[1:] + [40]
+        assert engine.generate(first, GREEDY, StopRule(6)).token_ids == tuple(reference_greedy(llama_model, first, 6))
+        before = prefix.cached_tokens
+        assert list(engine.generate(second, GREEDY, StopRule(6)).token_ids) == reference_greedy(llama_model, second, 6)
+        assert prefix.cached_tokens - before == 16
+        before = prefix.cached_tokens
+        assert list(engine.generate(other, GREEDY, StopRule(6)).token_ids) == reference_greedy(llama_model, other, 6)
+        assert prefix.cached_tokens == before
+        assert metric_values(Metrics().render(engine))["serving_prefix_cache_hit_ratio"] == prefix.hit_rate > 0
+    finally:
+        engine.stop()
+
+
+def test_the_prefix_cache_is_bounded_and_evicts_the_least_recent(llama_model):
+    pool = KVPool(llama_model.config, 96, llama_model.dtype, "cpu")
+    view = pool.reserve(64)
+    view.commit(32)
+    cache = PrefixCache(max_blocks=5)
+    a, b = list(range(3, 35)), list(range(100, 132))          # 4 blocks each
+    cache.store(a, view, None)
+    assert len(cache.lookup(a + [1])) == 4
+    cache.store(b, view, None)                                 # 8 blocks > 5: a's oldest go first
+    assert len(cache.blocks) == 5 and cache.lookup(a + [1]) == [] and len(cache.lookup(b + [1])) == 4
+    copied = pool.reserve(32)
+    cache.copy(cache.lookup(b + [1])[:2], copied)
+    assert copied.length == 16 and torch.equal(copied.k[:, :, :16], view.k[:, :, :16])
