@@ -150,3 +150,18 @@ def test_plot_draws_a_png(tmp_path):
     log.write_text("\n".join(json.dumps({"step": s, "minutes": s / 10, "tau": 1 + s / 100}) for s in (0, 50, 100)))
     assert plot([f"{log}=recipe", "--out", str(tmp_path / "tau.png"), "--baseline", "1.1"]) == 0
     assert (tmp_path / "tau.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_answer_cache_resumes_and_a_longer_list_reuses_its_shards(targets, tiny_dirs, tmp_path):
+    from serving.tools.drafter.responses import cached_answers
+
+    target, tokenizer = targets["llama"], Tokenizer.from_dir(tiny_dirs["llama"])
+    requests = chat_requests(tokenizer, SamplingParams(temperature=0.0), 8)
+    first = cached_answers(target, requests[:4], (1, 2), "base", frozenset(), tmp_path, shard=2)
+    made = [(path, path.stat().st_mtime_ns) for path in tmp_path.glob("shard-*.pt")]
+    assert len(made) == 2
+    longer = cached_answers(target, requests, (1, 2), "base", frozenset(), tmp_path, shard=2)
+    assert len(list(tmp_path.glob("shard-*.pt"))) == 3 and all(p.stat().st_mtime_ns == t for p, t in made)  # not redone
+    assert all(torch.equal(a.tokens, b.tokens) for a, b in zip(first, longer))
+    other = cached_answers(target, requests[:2], (1, 2), "another target", frozenset(), tmp_path, shard=2)
+    assert len(other) == 2 and len(list(tmp_path.glob("shard-*.pt"))) == 4  # the base digest names shards
