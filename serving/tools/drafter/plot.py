@@ -27,7 +27,7 @@ def draw(runs: list[tuple[str, list[dict]]], out: Path, baseline: tuple[str, flo
         ax.plot([e["minutes"] for e in entries], [e["tau"] for e in entries], marker="o", markersize=3, label=label)
     if baseline:
         ax.axhline(baseline[1], linestyle="--", color="grey", label=baseline[0])
-    ax.set_xlabel("training minutes (2-core CPU, held-out evaluation excluded)")
+    ax.set_xlabel("training minutes (CPU time of training steps, one thread)")
     ax.set_ylabel("held-out tau (tokens per DFlash round)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
