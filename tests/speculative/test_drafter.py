@@ -120,18 +120,19 @@ def test_command_trains_resumes_and_writes_a_loadable_draft(tiny_dirs, tmp_path)
     """Two runs of the command: the second resumes the first's checkpoint (a longer budget
     continues it), the log grows, the draft and its vocabulary load as the runtime loads them."""
     out = tmp_path / "draft"
-    common = ["--target", str(tiny_dirs["llama"]), "--out", str(out), "--answers", str(tmp_path / "answers"), "--prompts", "6", "--sample-every", "3",
-              "--max-new", "12", "--minutes", "0", "--eval-every", "5", "--checkpoint-every", "5",
+    common = ["--target", str(tiny_dirs["llama"]), "--out", str(out), "--answers", str(tmp_path / "answers"),
+              "--prompts", "6", "--sample-every", "3", "--max-new", "12", "--minutes", "0", "--eval-every", "5", "--checkpoint-every", "5",
               "--vocab-size", "64", "--block", "4", "--taps", "1,2", "--answers-per-step", "2", "--anchors", "2"]
     assert cli.main(common + ["--steps", "5"]) == 0
     log = out.with_name("draft.train") / "log.jsonl"
     assert [e["step"] for e in map(json.loads, log.read_text().splitlines())] == [0, 5]
-    assert cli.main(common + ["--steps", "10"]) == 0
+    assert cli.main(common + ["--prompts", "9", "--steps", "10"]) == 0  # more answers, same vocabulary
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert [e["step"] for e in entries] == [0, 5, 10] and all(e["tau"] >= 1.0 for e in entries)
     model = load_draft(out, torch.float32, "cpu")
     vocab = load_vocab(out, model.cfg.vocab_size)
     assert model.cfg.block_size == 4 and 0 < len(vocab) <= 64
+    assert vocab == json.loads((log.parent / "vocab.json").read_text())  # what the head was trained over
     assert cli.main(common + ["--steps", "10", "--layers", "3"]) == 2  # another shape: not resumed silently
 
 

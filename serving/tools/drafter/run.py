@@ -22,8 +22,8 @@ def load_target(path, positions: int):
     return load_model(inspect_checkpoint(path), torch.float32, "cpu", positions).requires_grad_(False)
 
 
-def gather(args, config: dict, folder, console):
-    """(target, training answers, held-out answers): answered by the target, cached in `folder`."""
+def gather(args, config: dict, console):
+    """(target, training answers, held-out answers): answered by the target, cached in --answers."""
     from serving.models import inspect_checkpoint
     from serving.models.tokenizer import Tokenizer
 
@@ -45,11 +45,11 @@ def gather(args, config: dict, folder, console):
 
 
 def train_and_save(args, config: dict, folder, console) -> None:
-    target, answers, held_out = gather(args, config, folder, console)
+    target, answers, held_out = gather(args, config, console)
     tokens = sum(a.tokens.numel() - a.prompt_len for a in answers)
     console.log(f"{len(answers)} training answers ({tokens} response tokens), {len(held_out)} held-out "
                 f"(the bench prompts)")
-    ids = saved_or_new(folder, "vocab.json", lambda: choose_vocab(answers, args.vocab_size)[0])
+    ids = saved_or_new(folder, "vocab.json", lambda: choose_vocab(answers, args.vocab_size))
     vocab = torch.tensor(ids)
     head = target.lm_head_weight[vocab].contiguous()  # [V', H]: the target's rows, as the drafter runs
     model = initial_draft(config, target, args.seed)
@@ -67,7 +67,7 @@ def train_and_save(args, config: dict, folder, console) -> None:
         trainer.run(report)
         if trainer.step % args.eval_every:
             report.record(trainer, trainer.evaluate())
-    write_draft(args.out, model, config, answers, len(ids))
+    write_draft(args.out, model, config, ids, answers)
     console.log(f"wrote {args.out} (held-out tau {report.tau:.3f}, {trainer.step} steps, "
                 f"{trainer.seconds / 60:.1f} training min)")
 
@@ -85,13 +85,16 @@ def initial_draft(config: dict, target, seed: int):
     return model
 
 
-def write_draft(out: Path, model, config: dict, answers, size: int) -> None:
-    """draft_vocab.json first, weights and config.json last: config.json marks a finished draft."""
-    from serving.tools.draft_vocab import write_vocab
+def write_draft(out: Path, model, config: dict, ids: list[int], answers) -> None:
+    """draft_vocab.json (exactly the vocabulary trained over) first, weights and config.json
+    last: config.json marks a finished draft."""
+    from serving.speculative.dflash import DRAFT_VOCAB
 
     out.mkdir(parents=True, exist_ok=True)
-    write_vocab(out, pick_counts(answers), size, f"target greedy picks in its answers to {len(answers)} "
-                "chat prompts (serving.tools.drafter)")
+    counts = pick_counts(answers)
+    coverage = sum(counts[t] for t in ids) / max(1, sum(counts.values()))
+    source = f"target greedy picks in its answers to {len(answers)} chat prompts (serving.tools.drafter)"
+    (out / DRAFT_VOCAB).write_text(json.dumps({"source": source, "coverage": round(coverage, 4), "token_ids": ids}))
     (out / "config.json").unlink(missing_ok=True)
     save_draft(model, config, out)
 
@@ -131,11 +134,10 @@ def pick_counts(answers) -> Counter:
     return counts
 
 
-def choose_vocab(answers, size: int) -> tuple[list[int], float]:
-    """The `size` tokens the target picks most often in its answers (FR-Spec), and their coverage."""
+def choose_vocab(answers, size: int) -> list[int]:
+    """The `size` tokens the target picks most often in its answers (FR-Spec), most frequent first."""
     counts = pick_counts(answers)
-    ids = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:size]
-    return ids, sum(counts[t] for t in ids) / max(1, sum(counts.values()))
+    return [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:size]
 
 
 def saved_or_new(folder: Path, name: str, make):
