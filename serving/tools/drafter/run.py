@@ -93,7 +93,7 @@ def write_draft(out: Path, model, config: dict, ids: list[int], answers) -> None
     out.mkdir(parents=True, exist_ok=True)
     counts = pick_counts(answers)
     coverage = sum(counts[t] for t in ids) / max(1, sum(counts.values()))
-    source = f"target greedy picks in its answers to {len(answers)} chat prompts (serving.tools.drafter)"
+    source = f"target greedy picks in its {len(answers)} answers to chat prompts (serving.tools.drafter)"
     (out / DRAFT_VOCAB).write_text(json.dumps({"source": source, "coverage": round(coverage, 4), "token_ids": ids}))
     (out / "config.json").unlink(missing_ok=True)
     save_draft(model, config, out)
