@@ -120,12 +120,17 @@ class Controller:
             return self.current.seconds
         return self._lost(setting.tokens, setting.seconds)
 
-    def record(self, setting: Setting, tokens: int, seconds: float) -> None:
-        """A finished round: tokens committed (bonus included) and its wall time."""
+    def record(self, setting: Setting, tokens: int, seconds: float, full: bool = True) -> None:
+        """A finished round: tokens committed (bonus included) and its wall time. `full`: it
+        could draft its whole depth; a round cut short by a request's last tokens costs what it
+        cost but says nothing of the setting (it is not measured: a 1-token tail would
+        condemn a width)."""
         if setting is not self.current:
             self.explorations += 1
             self.exploring += self._lost(tokens, seconds)
         self.spent += seconds
+        if not full:
+            return
         self._measure(setting, tokens, seconds)
         setting.rounds += 1
         setting.last_round = self.round

@@ -151,6 +151,7 @@ class SpecDecoder:
         target, drafter, verifier, times = self.target, self.method.drafter, self.method.verifier, self.times
         t0 = time.perf_counter()
         setting = self.controller.settings[-1] if self.forced else self.controller.choose()
+        full = self.forced or self.remaining >= min(self.method.drafter.needs.draft_tokens, setting.rows)
         depth, self.forced = self._depth(setting.rows, self.forced), False
         draft_logits = drafter.propose(self.bonus_on_device, self.start_pos, depth) if depth else None
         t1 = time.perf_counter()
@@ -170,7 +171,7 @@ class SpecDecoder:
         self.remaining -= len(committed)
         self.last_accept_length = len(committed)
         t4 = time.perf_counter()
-        self.controller.record(setting, len(committed), t4 - t0)
+        self.controller.record(setting, len(committed), t4 - t0, full)
         times.rounds, times.accepted = times.rounds + 1, times.accepted + len(committed)
         times.draft, times.tree, times.verify, times.accept = (
             times.draft + t1 - t0, times.tree + t2 - t1, times.verify + t3 - t2, times.accept + t4 - t3)

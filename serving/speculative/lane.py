@@ -94,6 +94,9 @@ class SpecLane:
         controller = self.last = self.controller(len(seqs))
         probes = [s.request.probe and s.rounds == 0 for s in seqs]
         setting = controller.settings[-1] if any(probes) else controller.choose()
+        block = self.drafter.needs.draft_tokens
+        # measured only if no request's last tokens cut the drafts short (draft_depth's room)
+        full = all(probe or s.remaining >= min(block, setting.rows) for s, probe in zip(seqs, probes))
         trees = self._plan(seqs, setting, probes)
         logits, hidden = self._verify(seqs, trees)
         slices = _row_slices(trees)
@@ -102,7 +105,7 @@ class SpecLane:
                      for seq, tree, rows in zip(seqs, trees, slices)]
         if setting.rows == 1:
             self.drafter.absorb([s.state["draft"] for s in seqs if s.state["draft"].pending_rows >= ABSORB_ROWS])
-        controller.record(setting, sum(map(len, committed)), time.perf_counter() - t0)
+        controller.record(setting, sum(map(len, committed)), time.perf_counter() - t0, full)
         return committed
 
     def _plan(self, seqs, setting: Setting, probes: list[bool]) -> list[Tree]:

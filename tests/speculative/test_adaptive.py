@@ -71,7 +71,7 @@ def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts
     for s in decoder.controller.settings:  # warmed up, plain the clear favourite
         s.rounds, s.tokens, s.seconds = 5, (1.0 if s.rows == 1 else 0.5), (1e-4 if s.rows == 1 else 1.0)
     decoder.controller.current = decoder.controller.settings[0]
-    decoder.start([5, 6, 7], SamplingParams(temperature=0), 2)
+    decoder.start([5, 6, 7], SamplingParams(temperature=0), 40)  # room for full drafts: rounds measured
     decoder.force_speculation()
     decoder.step()
     assert decoder.controller.settings[-1].rounds == 6 and decoder.times.draft > 0
@@ -127,3 +127,15 @@ def test_a_cold_first_round_does_not_condemn_a_setting():
     run(c, cost, 100)
     assert c.current.label == "plain"
     assert c.settings[1].rounds <= c.warmup + 1
+
+
+def test_rounds_cut_short_by_a_request_end_are_not_measured():
+    # A width first tried on 1-token request tails (nothing to draft) must not be condemned.
+    c = three()
+    run(c, {"plain": (1, 0.10), "budget 8": (1, 0.15), "budget 32": (1, 0.3)}, 3)
+    for _ in range(5):
+        s = c.choose()
+        c.record(s, 1, 0.15 if s.rows > 1 else 0.10, full=s.rows == 1)
+    assert c.settings[1].rounds == 0 and c.spent > 0
+    run(c, {"plain": (1, 0.10), "budget 8": (3, 0.15), "budget 32": (3, 0.3)}, 10)
+    assert c.current.label == "budget 8"
