@@ -5,7 +5,8 @@
 No HTTP and no client: requests go straight into the engine (serving.engine.Engine with the
 batch runner), so the figures are the scheduler's and the model's own. Each prompt is first
 answered alone (its TTFT; their sum is what the burst costs one prompt at a time), then all N
-are submitted at once (their prompts are prefilled in one packed forward) and every request's
+are submitted at once (every request numbered, so the prefix cache can only reuse the chat
+template's shared system prompt) (their prompts are prefilled in one packed forward) and every request's
 TTFT is taken. Wall-clock and CPU milliseconds of this process: on a shared machine the CPU
 figures are the steadier ones. Prints p50/p99 of the burst over the mean alone, the ratio the
 load benchmark's TTFT goal is about.
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from serving.bench.prompts import DEFAULT_PROMPTS
+from serving.bench.prompts import numbered
 
 
 def parse(argv=None):
@@ -66,14 +67,16 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     model = load_model(inspect_checkpoint(args.model), torch.float32, "cpu", 2048)
     tokenizer = Tokenizer.from_dir(args.model)
-    prompts = [tokenizer.encode_chat([{"role": "user", "content": DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)]}])
-               for i in range(args.burst)]
+
+    def prompts(serial: int) -> list[list[int]]:   # numbered: only the shared system prompt is ever cached
+        return [tokenizer.encode_chat([{"role": "user", "content": numbered(serial + i, i)}]) for i in range(args.burst)]
+
     engine = Engine(lambda: BatchRunner(model, None, capacity=2048), tokenizer).start()
     try:
-        first_tokens(engine, prompts[:1])                          # warm-up
+        first_tokens(engine, prompts(0)[:1])                       # warm-up
         for r in range(args.repeat):
-            alone = [first_tokens(engine, [p])[0] for p in prompts]
-            burst = sorted(first_tokens(engine, prompts), key=lambda t: t[1])
+            alone = [first_tokens(engine, [p])[0] for p in prompts(1000 * r + 100)]
+            burst = sorted(first_tokens(engine, prompts(1000 * r + 200)), key=lambda t: t[1])
             for kind, k in (("wall", 0), ("CPU", 1)):
                 one = statistics.mean(t[k] for t in alone)
                 p50, p99 = burst[len(burst) // 2][k], burst[-1][k]
@@ -82,7 +85,8 @@ def main(argv=None) -> int:
                       f" p99 / alone {p99 / one:.2f}x", flush=True)
     finally:
         engine.stop()
-    print(f"prompt tokens: {[len(p) for p in prompts]}")
+    print(f"prompt tokens: {[len(p) for p in prompts(200)]}, prefix cache hit rate "
+          f"{engine.decoder.prefix.hit_rate:.2f}")
     return 0
 
 

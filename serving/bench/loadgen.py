@@ -8,6 +8,7 @@ whether the stream ended properly (a finish_reason, then the end of the stream).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.bench.prompts import DEFAULT_PROMPTS
+from serving.bench.prompts import numbered
 
 
 @dataclass
@@ -88,6 +89,9 @@ class Server:
         return 0
 
 
+SERIALS = itertools.count()      # every request of a benchmark process gets its own number
+
+
 async def one(client, model: str, index: int, max_tokens: int) -> Shot:
     import openai
 
@@ -96,7 +100,7 @@ async def one(client, model: str, index: int, max_tokens: int) -> Shot:
     try:
         stream = await client.chat.completions.create(
             model=model, stream=True, max_tokens=max_tokens, temperature=0,
-            messages=[{"role": "user", "content": DEFAULT_PROMPTS[index % len(DEFAULT_PROMPTS)]}],
+            messages=[{"role": "user", "content": numbered(next(SERIALS), index)}],
             stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
         async for chunk in stream:
             now = time.perf_counter()

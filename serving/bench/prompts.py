@@ -15,6 +15,13 @@ DEFAULT_PROMPTS = [
     "What is the difference between a list and a tuple in Python?",
 ]
 
+def numbered(serial: int, index: int, prompts: list[str] = DEFAULT_PROMPTS) -> str:
+    """Prompt `index` (cycling) made unique by a leading request number: a server's prefix cache
+    can then only reuse the chat template's shared system prompt, as in real traffic, not a
+    whole prompt the benchmark already sent."""
+    return f"Request {serial}. {prompts[index % len(prompts)]}"
+
+
 WORDS = ("apple river candle orbit velvet hammer puzzle glacier lantern cobalt meadow quartz "
          "saddle thunder violin walnut zephyr basket cactus dragon ember falcon garnet harbor "
          "igloo jasmine kettle lemon marble nectar oyster pepper quiver raven silver tulip "

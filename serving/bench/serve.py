@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from serving.bench.loadgen import Server, Shot, run_level, soak
-from serving.bench.prompts import DEFAULT_PROMPTS
+from serving.bench.prompts import numbered
 
 
 def parse(argv=None):
@@ -79,7 +79,7 @@ def peer(model: Path, concurrency: int, requests: int, max_tokens: int, threads:
     torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(model)
     lm = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, attn_implementation="sdpa")
-    inputs = [tok.apply_chat_template([{"role": "user", "content": DEFAULT_PROMPTS[i % len(DEFAULT_PROMPTS)]}],
+    inputs = [tok.apply_chat_template([{"role": "user", "content": numbered(1_000_000 + i, i)}],
                                       add_generation_prompt=True) for i in range(requests)]
     inputs = [list(x["input_ids"] if hasattr(x, "keys") else x) for x in inputs]
     config = GenerationConfig(max_new_tokens=max_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
