@@ -29,7 +29,8 @@ class Setting:
 
     label: str
     rows: int
-    rounds: int = 0
+    rounds: int = 0  # rounds run
+    measured: int = 0  # rounds run in full (see Controller.record): warm-up counts these
     tokens: float = 0.0  # moving average of tokens committed per round
     seconds: float = 0.0  # moving average of seconds per round
     last_round: int = -1  # controller round it last ran in
@@ -77,13 +78,13 @@ class Controller:
     def choose(self) -> Setting:
         """The setting for the next round."""
         self.round += 1
-        if self.current.rounds < self.warmup:
+        if self.current.measured < self.warmup:
             return self.current
-        started = [s for s in self._near() if 0 < s.rounds < self.warmup]
+        started = [s for s in self._near() if 0 < s.measured < self.warmup]
         if started:
             return started[0]  # finish a started warm-up: one round teaches little
         ahead = self._neighbour(self.heading)
-        if ahead is not None and ahead.rounds == 0 and self._climbing():
+        if ahead is not None and ahead.measured == 0 and self._climbing():
             return ahead
         if self.round - self.last_exploration >= self.explore_gap:
             pick = self._explore()
@@ -129,20 +130,20 @@ class Controller:
             self.explorations += 1
             self.exploring += self._lost(tokens, seconds)
         self.spent += seconds
-        if not full:
-            return
-        self._measure(setting, tokens, seconds)
         setting.rounds += 1
         setting.last_round = self.round
-        self._maybe_move()
+        if full:
+            self._measure(setting, tokens, seconds)
+            setting.measured += 1
+            self._maybe_move()
 
     def _measure(self, setting: Setting, tokens: int, seconds: float) -> None:
         # A setting's first round primes it (first kernels of that width, allocator, the
         # drafter catching up on features) and is not averaged: one slow outlier would
         # otherwise condemn a setting, and make it look too dear to explore again.
-        if setting.rounds == 0:
+        if setting.measured == 0:
             return
-        if setting.rounds == 1:
+        if setting.measured == 1:
             setting.tokens, setting.seconds = float(tokens), seconds
             return
         a = self.alpha if setting is self.current else self.alpha_explored
@@ -150,7 +151,7 @@ class Controller:
         setting.seconds += a * (seconds - setting.seconds)
 
     def _maybe_move(self) -> None:
-        warm = [s for s in self.settings if s.rounds >= self.warmup]
+        warm = [s for s in self.settings if s.measured >= self.warmup]
         best = max(warm, key=lambda s: s.rate, default=self.current)
         if best is self.current or best.rate <= self.current.rate * (1 + self.margin):
             return
