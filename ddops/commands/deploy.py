@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
-from ddops.deploy import (EXIT_BAD_INPUT, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, LockHeld,
-                          RecoveryFailed, execute, load_target, read_facts)
+from ddops import exits
+from ddops.deploy import Holder, LockHeld, RecoveryFailed, execute, load_target, read_facts
 from ddops.deploy import show
 from ddops.deploy.apply import plan_change, refused
 from ddops.profile.yamlfile import ConfigError
@@ -29,7 +29,7 @@ def demo() -> None:
     try:
         code = run_demo.run()
     except (ConfigError, LabError, RemoteError) as err:
-        _fail(False, EXIT_BAD_INPUT, str(err))
+        _fail(False, exits.BAD_INPUT, str(err))
     raise typer.Exit(code)
 
 
@@ -54,15 +54,15 @@ def deploy(
         target = load_target(profile, host, profiles_dir=profiles_dir, inventory=inventory,
                              unit_name=unit, port=port)
     except ConfigError as err:
-        _fail(as_json, EXIT_BAD_INPUT, str(err), "`ddops validate` lists every problem")
+        _fail(as_json, exits.BAD_INPUT, str(err), "`ddops validate` lists every problem")
     if not (yes or dry_run or sys.stdin.isatty()):
-        _fail(as_json, EXIT_BAD_INPUT, "refusing to deploy without --yes: no terminal to confirm on",
+        _fail(as_json, exits.BAD_INPUT, "refusing to deploy without --yes: no terminal to confirm on",
               "pass --yes (CI) or --dry-run")
     say("connecting", target.host.address)
     try:
         remote = connect(target.host)
     except RemoteError as err:
-        _fail(as_json, EXIT_BAD_INPUT, str(err))
+        _fail(as_json, exits.BAD_INPUT, str(err))
     with remote:
         try:
             code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
@@ -75,8 +75,8 @@ def deploy(
                        "to it restores the backup first")
             if not as_json:
                 show.error(message)
-            code, doc = EXIT_REVERT_FAILED, {"host": target.host.name, "profile": target.desired.profile,
-                                             "exit_code": EXIT_REVERT_FAILED, "result": "host-error",
+            code, doc = exits.NEEDS_OPERATOR, {"host": target.host.name, "profile": target.desired.profile,
+                                             "exit_code": exits.NEEDS_OPERATOR, "result": "host-error",
                                              "message": message}
     if as_json:
         print_json(code, **doc)
@@ -99,11 +99,11 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
             show.error(outcome.message)
         return outcome.code, {**base, **outcome.as_dict()}
     if dry_run:
-        return EXIT_OK, {**base, "exit_code": EXIT_OK, "result": "dry-run"}
+        return exits.OK, {**base, "exit_code": exits.OK, "result": "dry-run"}
     if plan.noop:
         yes = True      # nothing to confirm; still checked under the lock, a deploy may be running
     if not yes and not typer.confirm(f"Apply to {target.host.name}?", default=False):
-        return EXIT_BAD_INPUT, {**base, "exit_code": EXIT_BAD_INPUT, "result": "declined"}
+        return exits.BAD_INPUT, {**base, "exit_code": exits.BAD_INPUT, "result": "declined"}
     say("applying", "taking the host lock")
     holder = Holder.here(f"ddops deploy {profile} --host {target.host.name}" + (" --force" if force else ""))
     try:
@@ -113,12 +113,12 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
     except LockHeld as err:
         if not as_json:
             show.error(str(err))
-        return EXIT_LOCKED, {**base, "exit_code": EXIT_LOCKED, "result": "locked", "message": str(err),
+        return exits.LOCKED, {**base, "exit_code": exits.LOCKED, "result": "locked", "message": str(err),
                              "holder": err.holder}
     except RecoveryFailed as err:
         if not as_json:
             show.error(str(err))
-        return EXIT_REVERT_FAILED, {**base, "exit_code": EXIT_REVERT_FAILED,
+        return exits.NEEDS_OPERATOR, {**base, "exit_code": exits.NEEDS_OPERATOR,
                                     "result": "revert-failed", "message": str(err)}
     if not as_json:
         show.stage("results")

@@ -12,7 +12,8 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from ddops.deploy import EXIT_BAD_INPUT, EXIT_OK, show
+from ddops import exits
+from ddops.deploy import show
 from ddops.deploy.knowable import unknown_flags
 from ddops.inventory import load_inventory
 from ddops.preflight import (LocalFiles, PreflightError, Problem, RemoteFiles, check_model_dir,
@@ -72,7 +73,7 @@ def check_flags(remote, argv: list[str]) -> list[Problem]:
 
 
 def _finish(as_json: bool, profile: str, host: str | None, problems: list[Problem]) -> None:
-    code = EXIT_BAD_INPUT if problems else EXIT_OK
+    code = exits.BAD_INPUT if problems else exits.OK
     if as_json:
         print_json(code, error=f"{len(problems)} problem(s)" if problems else None, profile=profile, host=host,
                    problems=[{"key": p.key, "reason": p.reason} for p in problems])

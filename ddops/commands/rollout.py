@@ -11,7 +11,8 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from ddops.rollout.ci import BAD_INPUT, GATE_FAILED, OK, BadInput, Output
+from ddops import exits
+from ddops.rollout.ci import BadInput, Output
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (required without a TTY).")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at the end.")]
@@ -34,8 +35,8 @@ def _output(json_doc: bool, json_events: bool) -> Output:
     try:
         return Output(json_doc, json_events)
     except BadInput as exc:
-        Output().fail(BAD_INPUT, str(exc))
-        raise typer.Exit(BAD_INPUT) from None
+        Output().fail(exits.BAD_INPUT, str(exc))
+        raise typer.Exit(exits.BAD_INPUT) from None
 
 
 @shadow_app.command("compare")
@@ -70,7 +71,7 @@ def shadow_compare(
         report = write_report(run.results_file)
         out.event("stage", f"report: {report}", report_file=str(report))
         passed = run.verdict.passed
-        return out.finish(OK if passed else GATE_FAILED, {**run.to_dict(), "report_file": str(report)},
+        return out.finish(exits.OK if passed else exits.FAILED, {**run.to_dict(), "report_file": str(report)},
                           meaning="verdict passed" if passed else "verdict failed")
 
     _run(_output(json_doc, json_events), body)
@@ -163,7 +164,7 @@ def shadow_status(json_doc: Json = False, json_events: Events = False) -> None:
     def body(out: Output) -> int:
         record = load_shadow()
         out.event("stage", f"shadow: {record.to_dict() if record else 'none recorded'}")
-        return out.finish(OK, {"shadow": record.to_dict() if record else None})
+        return out.finish(exits.OK, {"shadow": record.to_dict() if record else None})
 
     _run(_output(json_doc, json_events), body)
 
@@ -175,7 +176,7 @@ def _consent(yes: bool, question: str, out: Output) -> None:
 
 
 def _lifecycle(out: Output, done) -> int:
-    colour = "green" if done.code == OK else "red"
+    colour = "green" if done.code == exits.OK else "red"
     out.event("result", f"[{colour}]{done.status}[/]: {done.detail}")
     return out.finish(done.code, done.to_dict())
 
@@ -202,7 +203,7 @@ def switch_command(
                             gpu_timeout_s=gpu_timeout, progress=_progress(out), force=force)
         doc = report.as_dict()
         doc["results_file"] = str(save_result("switch", doc, results_dir))
-        colour = "green" if report.code == OK else "red"
+        colour = "green" if report.code == exits.OK else "red"
         out.event("result", f"[{colour}]{report.status}[/]: {report.detail}")
         return out.finish(report.code, doc)
 

@@ -6,12 +6,10 @@ Public API (used by the CLI and by ddops.rollout):
   read_facts(remote, unit, unit_path, env_path)    what the host holds now
   make_plan(desired, facts) -> Plan                 pure
   execute(remote, desired, spec, holder) -> Outcome lock + apply + gate + revert; .code is the exit code
-  Exit codes: EXIT_OK 0, EXIT_GATE_FAILED 1 (reverted), EXIT_BAD_INPUT 2, EXIT_REVERT_FAILED 3,
-  EXIT_LOCKED 4.
+  Outcome.code is one of ddops.exits's codes.
 """
 
-from ddops.deploy.apply import (EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK,
-                                EXIT_REVERT_FAILED, Outcome, RecoveryFailed, execute)
+from ddops.deploy.apply import Outcome, RecoveryFailed, execute
 from ddops.deploy.facts import Facts, read_facts
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.lock import Holder, HostLock, LockHeld
@@ -19,7 +17,6 @@ from ddops.deploy.plan import Desired, Plan, make_plan
 from ddops.deploy.target import Target, load_target
 
 __all__ = [
-    "EXIT_BAD_INPUT", "EXIT_GATE_FAILED", "EXIT_LOCKED", "EXIT_OK", "EXIT_REVERT_FAILED",
     "Desired", "Facts", "GateReport", "GateSpec", "Holder", "HostLock", "LockHeld", "Outcome",
     "Plan", "RecoveryFailed", "Target", "execute", "load_target", "make_plan", "read_facts",
     "run_gate",

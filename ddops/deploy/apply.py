@@ -30,10 +30,6 @@ from ddops import exits, systemd
 
 q = shlex.quote
 
-# names kept for the deploy engine's callers; the codes are ddops.exits's
-EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = exits.OK, exits.FAILED, exits.BAD_INPUT
-EXIT_REVERT_FAILED, EXIT_LOCKED = exits.NEEDS_OPERATOR, exits.LOCKED
-MEANING = exits.MEANING
 
 
 @dataclass
@@ -49,8 +45,8 @@ class Outcome:
     notes: list[str] = field(default_factory=list)   # recovered stale lock / unfinished deploy
 
     def as_dict(self) -> dict:
-        return {"host": self.host, "ok": self.code == EXIT_OK, "exit_code": self.code,
-                "meaning": MEANING[self.code], "result": self.result,
+        return {"host": self.host, "ok": self.code == exits.OK, "exit_code": self.code,
+                "meaning": exits.MEANING[self.code], "result": self.result,
                 "message": self.message, "plan": self.plan.as_dict() if self.plan else None,
                 "gate": self.gate.as_dict() if self.gate else None,
                 "diagnosis": [f.as_dict() for f in self.findings], "history_entry": self.entry,
@@ -75,7 +71,7 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
             facts = _facts(remote, desired)
         plan = plan_change(remote, desired, facts, profile)
         if plan.noop:
-            return Outcome(remote.host.name, EXIT_OK, "unchanged",
+            return Outcome(remote.host.name, exits.OK, "unchanged",
                            f"{desired.unit_name} already runs {desired.profile}; nothing restarted",
                            plan, notes=notes)
         if plan.refused and not force:
@@ -87,7 +83,7 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
                 raise
             # the host is somewhere between the old and the new files; pending.json says so
             why = str(err) if remote.label in str(err) else f"{remote.label}: connection lost ({err})"
-            return Outcome(remote.host.name, EXIT_REVERT_FAILED, "host-error",
+            return Outcome(remote.host.name, exits.NEEDS_OPERATOR, "host-error",
                            f"{why}; the host may hold a half-applied deploy: the next `ddops deploy` "
                            "to it restores the backup first", plan, notes=notes)
         outcome.notes[:0] = notes
@@ -104,7 +100,7 @@ def plan_change(remote, desired: Desired, facts: Facts, profile=None) -> Plan:
 
 def refused(host: str, plan: Plan, notes: list[str] | None = None) -> Outcome:
     why = "; ".join(str(r) for r in plan.refusals)
-    return Outcome(host, EXIT_BAD_INPUT, "refused",
+    return Outcome(host, exits.BAD_INPUT, "refused",
                    f"refused before touching the host: {why} (--force applies it anyway)",
                    plan, notes=notes or [])
 
@@ -239,7 +235,7 @@ def _record(run: _Run, step: Step) -> Outcome:
     entry = history.record(remote, desired.unit_name, run.facts.history_ids, desired.unit_text,
                            desired.env_text, {**run.meta, "result": "passed"})
     remote.run(f"rm -f {q(run.pending_path)}")
-    return Outcome(name, EXIT_OK, "deployed", f"{desired.profile} is live on {name} ({run.spec.base_url})",
+    return Outcome(name, exits.OK, "deployed", f"{desired.profile} is live on {name} ({run.spec.base_url})",
                    run.plan, run.report, entry=entry.id)
 
 
@@ -281,7 +277,7 @@ def _fail(remote, plan: Plan, facts: Facts, spec: GateSpec, report: GateReport, 
     if not plan.changed:
         # same files as before: nothing to revert to, the service simply does not come up
         remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
-        return Outcome(name, EXIT_GATE_FAILED, "failed", f"gate failed: {why}{cause}; unit unchanged",
+        return Outcome(name, exits.FAILED, "failed", f"gate failed: {why}{cause}; unit unchanged",
                        plan, report, findings, entry.id)
     progress("revert", "restoring the previous unit and env file")
     result = revert(remote, desired.unit_name, desired.unit_path, desired.env_path,
@@ -292,9 +288,9 @@ def _fail(remote, plan: Plan, facts: Facts, spec: GateSpec, report: GateReport, 
         pending_path = f"{deploy_dir(desired.unit_name)}/pending.json"
         pending = json.loads(remote.read_text(pending_path) or "{}")
         remote.write(pending_path, json.dumps({**pending, "stage": "revert-failed"}))
-        return Outcome(name, EXIT_REVERT_FAILED, "revert-failed",
+        return Outcome(name, exits.NEEDS_OPERATOR, "revert-failed",
                        f"gate failed: {why}{cause}; REVERT FAILED: {result.state}",
                        plan, report, findings, entry.id)
     remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
-    return Outcome(name, EXIT_GATE_FAILED, "reverted", f"gate failed: {why}{cause}; {result.state}",
+    return Outcome(name, exits.FAILED, "reverted", f"gate failed: {why}{cause}; {result.state}",
                    plan, report, findings, entry.id)

@@ -14,13 +14,9 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from ddops.exits import BAD_INPUT, MEANING, NEEDS_OPERATOR, OK
 from ddops.shell import BadInput, envelope
 
-# the rollout commands' names for the codes of ddops.exits
-__all__ = ["BAD_INPUT", "GATE_FAILED", "LOCK_HELD", "MEANING", "NEEDS_OPERATOR", "OK", "BadInput", "Output", "consent"]
-from ddops.exits import FAILED as GATE_FAILED
-from ddops.exits import LOCKED as LOCK_HELD
+__all__ = ["BadInput", "Output", "consent"]
 
 
 class Output:

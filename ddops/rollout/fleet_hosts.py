@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.deploy import EXIT_GATE_FAILED, EXIT_OK
+from ddops import exits
 from ddops.deploy.desired import API_KEY_ENV, env_value
 from ddops.inventory import load_inventory
 from ddops.profile import load_profile
@@ -92,8 +92,8 @@ def deployer(fleet: Fleet, command: str, force: bool = False):
                 result = hostops.deploy(remote, target, command, force=force)
         except RemoteError as err:
             return Outcome(FAILED, changed=False, detail=f"unreachable: {err}")
-        status = RESULT_STATUS.get(result.result, FAILED if result.code == EXIT_GATE_FAILED else
-                                   DONE if result.code == EXIT_OK else REVERT_FAILED)
+        status = RESULT_STATUS.get(result.result, FAILED if result.code == exits.FAILED else
+                                   DONE if result.code == exits.OK else REVERT_FAILED)
         return Outcome(status, changed=result.result == "deployed", detail=result.message,
                        before=before)
     return deploy_one
@@ -114,7 +114,7 @@ def reverter(fleet: Fleet, command: str):
                                    "entry for; left on the new profile, needs an operator")
         except RemoteError as err:
             return Outcome(REVERT_FAILED, detail=f"unreachable while reverting: {err}")
-        if result.code == EXIT_OK:
+        if result.code == exits.OK:
             return Outcome(REVERTED, detail=f"back to {state.before}: {result.message}")
         return Outcome(REVERT_FAILED, detail=f"revert to {state.before} failed: {result.message}")
     return revert_one

@@ -16,9 +16,8 @@ from typing import Iterator
 
 import httpx
 
-from ddops import server_info
-from ddops.deploy import (EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, Holder, HostLock, LockHeld,
-                          RecoveryFailed, execute, load_target)
+from ddops import exits, server_info
+from ddops.deploy import Holder, HostLock, LockHeld, RecoveryFailed, execute, load_target
 from ddops.deploy import history, ops
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
@@ -62,9 +61,9 @@ def deploy(remote, target, command: str, progress=lambda stage, text: None, forc
         outcome = execute(remote, target.desired, target.spec, Holder.here(command), progress,
                           profile=target.profile, force=force)
     except LockHeld as err:
-        return Result(name, EXIT_LOCKED, "locked", str(err))
+        return Result(name, exits.LOCKED, "locked", str(err))
     except RecoveryFailed as err:
-        return Result(name, EXIT_REVERT_FAILED, "revert-failed", str(err))
+        return Result(name, exits.NEEDS_OPERATOR, "revert-failed", str(err))
     return Result(name, outcome.code, outcome.result, outcome.message, outcome.entry)
 
 
@@ -95,9 +94,9 @@ def rollback(remote, unit: str, entry_id: str, command: str, progress=lambda s, 
     try:
         outcome = rollbacks.find(remote, unit, entry_id).apply(remote, Holder.here(command), progress)
     except LockHeld as err:
-        return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
+        return Result(remote.host.name, exits.LOCKED, "locked", str(err))
     except (RecoveryFailed, ops.OpsError, FileNotFoundError) as err:
-        return Result(remote.host.name, EXIT_REVERT_FAILED, "revert-failed", str(err))
+        return Result(remote.host.name, exits.NEEDS_OPERATOR, "revert-failed", str(err))
     return Result(remote.host.name, outcome.code, outcome.result, outcome.message, outcome.entry)
 
 
@@ -109,11 +108,11 @@ def remove_unit(remote, unit: str, command: str) -> Result:
             remote.run(systemd.remove(unit, unit_path, env_path))
             state = unit_state(remote, unit)
     except LockHeld as err:
-        return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
+        return Result(remote.host.name, exits.LOCKED, "locked", str(err))
     if state.active in ("active", "activating", "deactivating"):
-        return Result(remote.host.name, EXIT_REVERT_FAILED, "remove-failed",
+        return Result(remote.host.name, exits.NEEDS_OPERATOR, "remove-failed",
                       f"{unit} is still {state.active} after stop; stop it by hand")
-    return Result(remote.host.name, EXIT_OK, "removed", f"{unit} stopped, disabled and removed")
+    return Result(remote.host.name, exits.OK, "removed", f"{unit} stopped, disabled and removed")
 
 
 def stop_unit(remote, unit: str, command: str) -> None:
@@ -133,11 +132,11 @@ def start_unit(remote, unit: str, command: str, timeout_s: float = 300) -> Resul
                 with reachable(remote, spec.base_url) as url:
                     report = run_health(replace(spec, base_url=url), lambda: unit_state(remote, unit))
     except LockHeld as err:
-        return Result(remote.host.name, EXIT_LOCKED, "locked", str(err))
+        return Result(remote.host.name, exits.LOCKED, "locked", str(err))
     if report is not None and not report.passed:
-        return Result(remote.host.name, EXIT_REVERT_FAILED, "start-failed",
+        return Result(remote.host.name, exits.NEEDS_OPERATOR, "start-failed",
                       f"{unit} started but not healthy: {report.failure.detail}; the service is down")
-    return Result(remote.host.name, EXIT_OK, "started", f"{unit} is running again")
+    return Result(remote.host.name, exits.OK, "started", f"{unit} is running again")
 
 
 def health_of(remote, unit: str, timeout_s: float) -> GateSpec | None:

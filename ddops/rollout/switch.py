@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddops.deploy import EXIT_BAD_INPUT, EXIT_GATE_FAILED, EXIT_LOCKED, EXIT_OK, EXIT_REVERT_FAILED, LockHeld
+from ddops.deploy import LockHeld
 from ddops.deploy import ops
-from ddops import systemd
+from ddops import exits, systemd
 from ddops.rollout import gpu, hostops
 from ddops.rollout.ci import BadInput
 
@@ -24,7 +24,7 @@ class SwitchReport:
     host: str
     to_profile: str
     to_unit: str
-    code: int = EXIT_OK
+    code: int = exits.OK
     status: str = "switched"  # switched, unchanged, reverted, refused, revert_failed, locked
     detail: str = ""
     before: hostops.Snapshot | None = None
@@ -65,7 +65,7 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
     refusals = [] if same else hostops.refusals(remote, target)
     if refusals and not force:
         why = "; ".join(str(r) for r in refusals)
-        return _end(report, EXIT_BAD_INPUT, "refused", f"refused before touching the host: {why} "
+        return _end(report, exits.BAD_INPUT, "refused", f"refused before touching the host: {why} "
                     f"(--force switches anyway){'; ' + old_unit + ' left running' if old_unit else ''}")
     if old_unit:
         progress("snapshot", f"{old_unit}: unit, history entry and /server_info")
@@ -74,7 +74,7 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
         try:
             hostops.stop_unit(remote, old_unit, command)
         except LockHeld as err:
-            return _end(report, EXIT_LOCKED, "locked", str(err))
+            return _end(report, exits.LOCKED, "locked", str(err))
         report.steps.append(f"stopped {old_unit}")
     progress("gpu", "checking the GPU is free")
     report.gpu = gpu.wait_free(remote, gpu_timeout_s)
@@ -89,29 +89,29 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
 
 def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: str) -> SwitchReport:
     result, new_unit = report.deploy, report.to_unit
-    if result.code == EXIT_OK:
+    if result.code == exits.OK:
         if old_unit and old_unit != new_unit:
             remote.run(systemd.disable(old_unit), check=False)
             report.steps.append(f"disabled {old_unit} (kept on disk as the last good unit)")
         status = "unchanged" if result.result == "unchanged" else "switched"
-        return _end(report, EXIT_OK, status, result.message)
-    if result.code == EXIT_REVERT_FAILED:
-        return _end(report, EXIT_REVERT_FAILED, "revert_failed", result.message)
-    status = "locked" if result.code == EXIT_LOCKED else "reverted"
+        return _end(report, exits.OK, status, result.message)
+    if result.code == exits.NEEDS_OPERATOR:
+        return _end(report, exits.NEEDS_OPERATOR, "revert_failed", result.message)
+    status = "locked" if result.code == exits.LOCKED else "reverted"
     if old_unit:  # stopped by us before the deploy, so the engine's revert leaves it stopped
         return _restore(remote, report, old_unit, command, result.message, result.code, status)
     return _end(report, result.code, status, result.message)
 
 
 def _restore(remote, report: SwitchReport, old_unit: str | None, command: str, why: str,
-             code: int = EXIT_GATE_FAILED, status: str = "reverted") -> SwitchReport:
+             code: int = exits.FAILED, status: str = "reverted") -> SwitchReport:
     """Start the unit we stopped; `status` says why it had to come back."""
     if not old_unit:
         return _end(report, code, "refused", why)
     started = hostops.start_unit(remote, old_unit, command)
     report.steps.append(started.message)
-    if started.code != EXIT_OK:
-        return _end(report, EXIT_REVERT_FAILED, "revert_failed", f"{why}; {started.message}")
+    if started.code != exits.OK:
+        return _end(report, exits.NEEDS_OPERATOR, "revert_failed", f"{why}; {started.message}")
     return _end(report, code, status, f"{why}; {old_unit} restarted and healthy")
 
 

@@ -5,14 +5,15 @@ import json
 
 import pytest
 
-from ddops.rollout.ci import BAD_INPUT, GATE_FAILED, BadInput, Output, consent
+from ddops import exits
+from ddops.rollout.ci import BadInput, Output, consent
 
 
 def test_json_channel_writes_exactly_one_document():
     stream = io.StringIO()
     out = Output(json_doc=True, stream=stream)
     out.event("stage", "connecting", host="h1")
-    assert out.finish(GATE_FAILED, {"hosts": {"h1": "failed"}}) == 1
+    assert out.finish(exits.FAILED, {"hosts": {"h1": "failed"}}) == 1
     doc = json.loads(stream.getvalue())
     assert doc == {"schema_version": 1, "ok": False, "exit_code": 1, "meaning": "gate failed and reverted",
                    "error": None, "hint": None, "hosts": {"h1": "failed"}}
@@ -46,5 +47,5 @@ def test_json_channel_never_prompts():
 
 def test_fail_carries_the_message():
     stream = io.StringIO()
-    assert Output(json_doc=True, stream=stream).fail(BAD_INPUT, "p.yaml: hosts: unknown host") == 2
+    assert Output(json_doc=True, stream=stream).fail(exits.BAD_INPUT, "p.yaml: hosts: unknown host") == 2
     assert json.loads(stream.getvalue())["error"] == "p.yaml: hosts: unknown host"
