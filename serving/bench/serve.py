@@ -156,6 +156,9 @@ def sweep(args, extra: list[str]) -> tuple[list[dict], dict, dict]:
     settings per batch size afterwards (empty for plain decoding) and the kernels it ran."""
     levels = []
     with Server(args.model, args.port, args.threads, extra, args.url) as server:
+        # one unrecorded request first: the server's first is cold (allocator, first kernels) and
+        # would otherwise be concurrency 1's p99, flattering every "at 8 / at 1" latency ratio
+        asyncio.run(run_level(server, 1, 1, args.max_tokens))
         for c in [int(x) for x in args.concurrency.split(",")]:
             began, cpu = time.perf_counter(), server.cpu_s()
             shots = asyncio.run(run_level(server, c, args.requests_per_client, args.max_tokens))
