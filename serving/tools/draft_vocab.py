@@ -60,7 +60,9 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m serving.tools.draft_vocab", description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
-    ap.add_argument("--draft", type=Path, default=CACHE / "models/smollm2-135m-instruct-dflash")
+    # no default: `make drafter` writes the vocabulary its head was trained over, and a
+    # different one here would leave that head proposing from the wrong rows
+    ap.add_argument("--draft", type=Path, required=True)
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--corpus-chars", type=int, default=200_000)
     ap.add_argument("--answer-tokens", type=int, default=48)

@@ -1,12 +1,8 @@
-"""Train a DFlash drafter for a target on offline text, in the released draft layout.
-
-    python -m serving.tools.train_draft --target DIR [--out DIR] [--minutes 15]
-
-Default target: $DDOPS_CACHE/models/smollm2-135m-instruct; default output:
-$DDOPS_CACHE/models/smollm2-135m-instruct-dflash. Text: this Python's own standard-library
-sources (always present offline). Labels are the target's own greedy choices on that text,
-so the draft learns to predict what the verifier will accept. Deterministic for a given
---steps (one thread, seeded); --minutes only caps the wall time.
+"""Block training for DFlash drafters: the primitives the tiny drafts' distillation
+(`serving.tools.tiny_draft`) and the SmolLM2 drafter (`serving.tools.drafter`, `make drafter`,
+the one command that trains it) share, plus offline text (this Python's standard-library
+sources, chat questions) for them and `serving.tools.draft_vocab`. Labels are the target's own
+greedy choices, so a draft learns to predict what the verifier will accept.
 
 Each training example is a block at an anchor s: ids [tok_s, MASK x (B-1)] at positions
 s..s+B-1, context = target features of positions < s, labels = the target's picks for
@@ -15,10 +11,8 @@ positions s+1..s+B-1. Later positions weigh less (exp decay), as in DFlash train
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -222,59 +216,3 @@ def stdlib_sources(limit_chars: int) -> str:
         if total >= limit_chars:
             break
     return "\n".join(parts)[:limit_chars]
-
-
-def smollm_draft_config(target_raw: dict) -> dict:
-    from serving.tools.draft_files import draft_config
-
-    # 2 draft layers fed by 3 taps spread over the 30 target layers; block 16 as released drafts.
-    n = target_raw["num_hidden_layers"]
-    return draft_config(target_raw, layers=2, block_size=16, taps=[1, n // 2, n - 3],
-                        mask_token_id=0)  # <|endoftext|> in SmolLM2: never inside a chat turn
-
-
-def main(argv=None) -> None:
-    import json
-
-    from serving.tools.draft_files import random_model, save_draft
-
-    ap = argparse.ArgumentParser(prog="python -m serving.tools.train_draft", description=__doc__.splitlines()[0])
-    ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
-    ap.add_argument("--out", type=Path, default=CACHE / "models/smollm2-135m-instruct-dflash")
-    ap.add_argument("--steps", type=int, default=2500)
-    ap.add_argument("--chunks", type=int, default=64, help="training sequences of --seq-len tokens")
-    ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--minutes", type=float, default=13.0, help="wall-time cap for the training loop")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--negatives", type=int, default=4096, help="sampled-softmax negatives (0: full vocabulary)")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    began = time.monotonic()
-
-    def log(msg):
-        print(f"[{time.monotonic() - began:7.1f}s] {msg}", flush=True)
-
-    from serving.models.tokenizer import Tokenizer
-
-    target_raw = json.loads((args.target / "config.json").read_text())
-    config = smollm_draft_config(target_raw)
-    model = random_model(config, args.seed)
-    target = load_target(args.target, positions=args.seq_len + 16)
-    ids = Tokenizer.from_dir(args.target).encode(stdlib_sources(args.chunks * args.seq_len * 6), prompt=False)
-    log(f"corpus: {len(ids)} tokens of standard-library source")
-    examples = []
-    for c in range(min(args.chunks, len(ids) // args.seq_len)):
-        chunk = ids[c * args.seq_len:(c + 1) * args.seq_len]
-        feats, picks = features_and_labels(target, chunk, model.cfg.target_layer_ids)
-        examples.append((torch.tensor(chunk), feats, picks))
-        if c % 16 == 0:
-            log(f"features {c + 1}/{args.chunks}")
-    deadline = time.monotonic() + args.minutes * 60
-    train(model, target, examples, args.steps, args.seed, negatives=args.negatives, deadline=deadline, log=log)
-    save_draft(model, config, args.out)
-    log(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
