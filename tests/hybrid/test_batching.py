@@ -9,7 +9,6 @@ sequence and all come back.
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from serving.engine.decoder import ARDecoder
 from serving.engine.hybrid_pool import HybridPool
 from serving.models import batched
 from serving.sampling import SamplingParams
+from tests.crowd import at_once
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -42,14 +42,7 @@ def mixed(n: int):
 
 
 def crowd(engine, requests):
-    results = [None] * len(requests)
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, engine.generate(*requests[i])))
-               for i in range(len(requests))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
+    return at_once([lambda r=r: engine.generate(*r) for r in requests])
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from serving.engine import ARDecoder, Engine, StopRule
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
 from serving.speculative import METHODS
+from tests.crowd import at_once
 from tests.serving.conftest import load
 from tests.server_process import ServerProcess
 
@@ -118,8 +119,6 @@ def chat_cases(tokenizer):
 
 def batch_answers(model, method, tokenizer, crowd: bool) -> list:
     """Token ids of every chat case on a batch runner: one at a time, or all at once (threads)."""
-    import threading
-
     from serving.engine.batch import BatchRunner
 
     cases = chat_cases(tokenizer)
@@ -127,14 +126,7 @@ def batch_answers(model, method, tokenizer, crowd: bool) -> list:
     try:
         if not crowd:
             return [engine.generate(*case).token_ids for case in cases]
-        out = [None] * len(cases)
-        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, engine.generate(*cases[i]).token_ids))
-                   for i in range(len(cases))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
-        return out
+        return at_once([lambda c=c: engine.generate(*c).token_ids for c in cases], timeout=300)
     finally:
         engine.stop()
 

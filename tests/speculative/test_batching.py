@@ -11,7 +11,6 @@ forms. Tiny fp32 targets with distilled drafts.
 """
 
 import queue
-import threading
 
 import pytest
 import torch
@@ -27,6 +26,7 @@ from serving.speculative import METHODS, SpecOptions, build
 from serving.speculative.dflash import DFlashDrafter, load_model
 from serving.speculative.tree import chain_tree, heap_tree, visibility
 from serving.tools.draft_files import draft_config, random_model, save_draft
+from tests.crowd import at_once
 
 GREEDY = SamplingParams(temperature=0)
 TEXTS = ["The capital of France is", "def fibonacci(n):", "Servers listen on a port,", "A"]
@@ -63,14 +63,7 @@ def ask(engine: Engine, prompt, sampling, rule, probe=False):
 
 
 def crowd(engine: Engine, cases, probes=()) -> list:
-    together = [None] * len(cases)
-    threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, ask(engine, *cases[i], i in probes)))
-               for i in range(len(cases))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return together
+    return at_once([lambda i=i: ask(engine, *cases[i], i in probes) for i in range(len(cases))])
 
 
 @pytest.fixture(scope="module")
