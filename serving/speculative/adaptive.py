@@ -34,7 +34,6 @@ class Setting:
     tokens: float = 0.0  # moving average of tokens committed per round
     seconds: float = 0.0  # moving average of seconds per round
     last_round: int = -1  # controller round it last ran in
-    last_move: bool = False  # it became current by beating the setting before it
 
     @property
     def rate(self) -> float:
@@ -65,7 +64,6 @@ class Controller:
     explore_share: float = 0.02  # most of the wall time lost to rounds off the current setting
     explore_gap: int = 8  # fewest rounds between two explorations
     round: int = 0
-    explorations: int = 0  # rounds run off the current setting, warm-ups included
     spent: float = 0.0  # seconds of all rounds
     exploring: float = 0.0  # seconds those rounds lost against the current setting
     current: Setting = field(init=False)
@@ -84,8 +82,8 @@ class Controller:
         if started:
             return started[0]  # finish a started warm-up: one round teaches little
         ahead = self._neighbour(self.heading)
-        if ahead is not None and ahead.measured == 0 and self._climbing():
-            return ahead
+        if ahead is not None and ahead.measured == 0:
+            return ahead  # climbing: current is the start, or got there by a move that paid
         if self.round - self.last_exploration >= self.explore_gap:
             pick = self._explore()
             if pick is not None:
@@ -96,10 +94,6 @@ class Controller:
     def _neighbour(self, step: int) -> Setting | None:
         i = self.settings.index(self.current) + step
         return self.settings[i] if 0 <= i < len(self.settings) else None
-
-    def _climbing(self) -> bool:
-        # The first trial off the start, or the next one after a move that paid.
-        return self.current is self.settings[0] or self.current.last_move
 
     def _near(self) -> list[Setting]:
         return [s for s in (self._neighbour(-1), self._neighbour(1)) if s is not None]
@@ -127,7 +121,6 @@ class Controller:
         cost but says nothing of the setting (it is not measured: a 1-token tail would
         condemn a width)."""
         if setting is not self.current:
-            self.explorations += 1
             self.exploring += self._lost(tokens, seconds)
         self.spent += seconds
         setting.rounds += 1
@@ -156,8 +149,6 @@ class Controller:
         if best is self.current or best.rate <= self.current.rate * (1 + self.margin):
             return
         self.heading = 1 if best.rows > self.current.rows else -1
-        self.current.last_move = False
-        best.last_move = True
         self.current = best
 
     def report(self) -> list[dict]:
