@@ -61,9 +61,10 @@ def header(files: Files, path: str) -> dict:
         raise PreflightError(f"{path}: safetensors header is not valid JSON") from None
 
 
-def tensors(files: Files, path: str) -> Iterator[tuple[str, dict]]:
-    """(tensor name, {dtype, shape, data_offsets}) over every weight file of the checkpoint."""
-    for name in weight_files(files, path):
+def tensors(files: Files, path: str, names: list[str] | None = None) -> Iterator[tuple[str, dict]]:
+    """(tensor name, {dtype, shape, data_offsets}) over every weight file of the checkpoint
+    (`names`: its weight files, when the caller has listed them already)."""
+    for name in weight_files(files, path) if names is None else names:
         for tensor, info in header(files, posixpath.join(path, name)).items():
             if tensor != "__metadata__":
                 yield tensor, info

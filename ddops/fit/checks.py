@@ -14,7 +14,7 @@ from ddops.fit.model import ModelFactsError
 from ddops.fit.profile_fit import Reader, fit_profile, host_gpu, needs_gpu, read_models
 from ddops.fit.shape import tp_problems
 from ddops.inventory import Host
-from ddops.preflight import PreflightError
+from ddops.checkpoint import PreflightError
 from ddops.profile import RUNTIMES, Profile
 
 

@@ -84,7 +84,7 @@ def host_gpu(host: Host) -> GpuKind | None:
 def local_reader(models_dir: Path | None = None) -> Reader:
     """Read checkpoints on this machine: from `models_dir`/<basename> when given, else the path."""
     from ddops.fit.read import read_model
-    from ddops.preflight import LocalFiles
+    from ddops.checkpoint import LocalFiles
 
     def read(path: str) -> ModelFacts:
         where = str(models_dir / posixpath.basename(path.rstrip("/"))) if models_dir else path
@@ -94,5 +94,5 @@ def local_reader(models_dir: Path | None = None) -> Reader:
 
 def remote_reader(remote) -> Reader:
     from ddops.fit.read import read_model
-    from ddops.preflight import RemoteFiles
+    from ddops.checkpoint import RemoteFiles
     return lambda path: read_model(RemoteFiles(remote), path)

@@ -23,10 +23,11 @@ def read_model(files: Files, path: str) -> ModelFacts:
 
 def weight_sizes(files: Files, path: str) -> tuple[int, int] | None:
     """(floating-point parameters, bytes of other tensors) over every safetensors file, or None."""
-    if not weight_files(files, path):
+    names = weight_files(files, path)
+    if not names:
         return None
     params = fixed = 0
-    for _, info in tensors(files, path):
+    for _, info in tensors(files, path, names):
         count = _numel(info.get("shape", []))
         if info.get("dtype") in FLOAT_DTYPES:
             params += count
