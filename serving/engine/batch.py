@@ -126,11 +126,14 @@ class BatchRunner:
         tokens = torch.tensor([s.state["next"] for s in seqs], dtype=torch.long, device=device)
         positions = torch.tensor([c.length for c in caches], device=device)
         logits, _ = batched.decode_step(self.target, tokens, positions, caches)   # [B, vocab]
-        out = []
+        picks = []   # each on the device; one download for the batch, not one per sequence
         for b, seq in enumerate(seqs):
             caches[b].commit(1)
-            out.append([self._choose(seq, logits[b:b + 1], caches[b].length)])
-        return out
+            picks.append(seq.state["draws"].choose(logits[b:b + 1], seq.request.sampling, [caches[b].length]))
+        tokens = torch.cat(picks).tolist()
+        for seq, token in zip(seqs, tokens):
+            seq.state["next"] = token
+        return [[token] for token in tokens]
 
     def release(self, seq) -> None:
         self.pool.release(seq.state.pop("cache"))

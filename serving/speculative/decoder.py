@@ -51,6 +51,16 @@ def settings(method: Method, adaptive: bool) -> list[Setting]:
     return [Setting("plain", 1)] + fixed if adaptive else fixed[-1:]
 
 
+def draft_depth(block: int, rows: int, room: int) -> int:
+    """Never deeper than the trained block, the tokens still wanted, or the verify rows can hold."""
+    return max(0, min(block - 1, room - 1, rows - 1))
+
+
+def drafts_cut(block: int, rows: int, room: int) -> bool:
+    """A request's last tokens (`room` left) keep a round from drafting its setting's full depth."""
+    return room < min(block, rows)
+
+
 class SpecDecoder:
     """Owns one target KV cache (with room for a full tree) reused by every sequence.
 
@@ -120,11 +130,10 @@ class SpecDecoder:
         return self.draws.choose(logits, self.sampling, positions)
 
     def _depth(self, rows: int, forced: bool) -> int:
-        # Never draft past max_new_tokens (the round would be wasted; a forced probe round
-        # drafts a full block anyway, the engine cuts the output), the trained block, or deeper
-        # than the setting's verify rows can hold (a tree of b nodes is at most b deep).
-        room = self.method.drafter.needs.draft_tokens if forced else self.remaining
-        return max(0, min(self.method.drafter.needs.draft_tokens - 1, room - 1, rows - 1))
+        # Never past max_new_tokens (the round would be wasted; a forced probe round drafts a
+        # full block anyway, the engine cuts the output).
+        block = self.method.drafter.needs.draft_tokens
+        return draft_depth(block, rows, block if forced else self.remaining)
 
     def _verify_inputs(self, tree: Tree):
         """tokens [T], positions [T], mask (None: causal) and ancestor table, from one upload."""
@@ -151,7 +160,7 @@ class SpecDecoder:
         target, drafter, verifier, times = self.target, self.method.drafter, self.method.verifier, self.times
         t0 = time.perf_counter()
         setting = self.controller.settings[-1] if self.forced else self.controller.choose()
-        full = self.forced or self.remaining >= min(self.method.drafter.needs.draft_tokens, setting.rows)
+        full = self.forced or not drafts_cut(self.method.drafter.needs.draft_tokens, setting.rows, self.remaining)
         depth, self.forced = self._depth(setting.rows, self.forced), False
         draft_logits = drafter.propose(self.bonus_on_device, self.start_pos, depth) if depth else None
         t1 = time.perf_counter()

@@ -25,7 +25,7 @@ from serving.models import batched
 
 from .adaptive import Controller, Setting
 from .base import Method
-from .decoder import settings
+from .decoder import draft_depth, drafts_cut, settings
 from .tree import Tree, chain_tree, visibility, walk
 
 ABSORB_ROWS = 64  # while plain rounds run, project a sequence's queued features once this many wait
@@ -38,11 +38,6 @@ def bucket(batch: int) -> int:
 
 def bucket_label(key: int) -> str:
     return str(key) if key <= 2 else f"{key // 2 + 1}-{key}"
-
-
-def draft_depth(block: int, rows: int, room: int) -> int:
-    """Never deeper than the trained block, the tokens still wanted, or the verify rows can hold."""
-    return max(0, min(block - 1, room - 1, rows - 1))
 
 
 class SpecLane:
@@ -98,7 +93,7 @@ class SpecLane:
         # measured unless more than a quarter of the sequences had their drafts cut short by their
         # last tokens (draft_depth's room): one cut sequence in 8 barely moves the round's yield,
         # but requiring none would leave large batches nearly unmeasured
-        cut = sum(not probe and s.remaining < min(block, setting.rows) for s, probe in zip(seqs, probes))
+        cut = sum(not probe and drafts_cut(block, setting.rows, s.remaining) for s, probe in zip(seqs, probes))
         full = cut <= len(seqs) // 4
         trees = self._plan(seqs, setting, probes)
         logits, hidden = self._verify(seqs, trees)
@@ -158,8 +153,9 @@ class SpecLane:
             cache.commit(len(path))
             kept = hidden[: len(path)]
         else:
-            cache.keep(path)
-            kept = hidden[torch.tensor(path, device=hidden.device)]
+            rows = torch.tensor(path, device=hidden.device)   # one upload for the KV move and the features
+            cache.keep(rows)
+            kept = hidden[rows]
         self.record(seq, kept)
         seq.state["next"] = bonus
         return [tree.tokens[i] for i in path[1:]] + [bonus]
