@@ -32,6 +32,11 @@ class Transfer:
     fast_sha256: bool = True         # FAST_SHA256 on the host instead of plain sha256sum
     ciphers: tuple[str, ...] = FAST_CIPHERS
 
+    @property
+    def hasher(self) -> str:
+        """Shell prefix that sets $h to the host's sha256 command."""
+        return FAST_SHA256 if self.fast_sha256 else "h=sha256sum; "
+
 
 @dataclass(frozen=True)
 class SyncPlan:
@@ -90,15 +95,13 @@ def sha256_lines(out: str) -> dict[str, str]:
 def remote_checksums(remote: Remote, dest: str, transfer: Transfer = Transfer()) -> dict[str, str]:
     """sha256 of every file under dest on the host ({} when dest does not exist)."""
     quoted = shlex.quote(dest)
-    hasher = FAST_SHA256 if transfer.fast_sha256 else "h=sha256sum; "
-    out = remote.run(f"test -d {quoted} || exit 0; {hasher}cd {quoted} && find . -type f ! -name '{TMP_GLOB}' "
+    out = remote.run(f"test -d {quoted} || exit 0; {transfer.hasher}cd {quoted} && find . -type f ! -name '{TMP_GLOB}' "
                      f"! -name '{PART_GLOB}' -print0 | xargs -0 -r $h").stdout
     return {rel.removeprefix("./"): sha for rel, sha in sha256_lines(out).items()}
 
 
 def remote_sha256(remote: Remote, path: str, transfer: Transfer = Transfer()) -> str:
-    hasher = FAST_SHA256 if transfer.fast_sha256 else "h=sha256sum; "
-    sums = sha256_lines(remote.run(f"{hasher}$h {shlex.quote(path)}").stdout)
+    sums = sha256_lines(remote.run(f"{transfer.hasher}$h {shlex.quote(path)}").stdout)
     return sums.get(path, "")
 
 
