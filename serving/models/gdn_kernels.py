@@ -6,7 +6,7 @@ Chosen once per model from capabilities, never from names of devices or models:
   `fused_recurrent_gated_delta_rule` for one new token per sequence (decode, batched decode);
 - `causal-conv1d` (CUDA): `causal_conv1d_fn` for chains, `causal_conv1d_update` for one token;
 - otherwise, and always on CPU, for verify chains and for draft trees (no kernel keeps the state
-  after every row, nor takes a tree), the PyTorch forms in serving.models.gated_deltanet, which
+  after every row, nor takes a tree), the PyTorch forms in serving.models.delta_rule, which
   are also the reference the kernels are tested against (serving/bench/hybrid_cuda.py).
 A kernel is taken only when the device is CUDA, its package imports, its function has the
 keyword arguments called below, and (HybridLM.ops, gdn_ops.probe) one call at the model's

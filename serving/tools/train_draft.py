@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -103,8 +102,7 @@ def block_loss(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: tor
 
 
 def train(model: DFlashDraftModel, target, examples: list, steps: int, seed: int, lr: float = 3e-3,
-          anchors_per_step: int = 16, negatives: int = 0, deadline: float | None = None,
-          log=None) -> DFlashDraftModel:
+          anchors_per_step: int = 16, negatives: int = 0) -> DFlashDraftModel:
     """examples: (tokens [S], feats [S, F], picks [S]) per sequence; S > block_size."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
@@ -122,12 +120,6 @@ def train(model: DFlashDraftModel, target, examples: list, steps: int, seed: int
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if log and (step % 50 == 0 or step == steps - 1):
-            log(f"step {step}/{steps} loss {loss.item():.3f}")
-        if deadline is not None and time.monotonic() > deadline:
-            if log:
-                log(f"time cap reached at step {step}")
-            break
     return model.eval()
 
 
