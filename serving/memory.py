@@ -100,8 +100,12 @@ def report(decoder, args) -> dict:
 
 
 def kernels(decoder) -> dict:
-    """Which implementation runs each part of the target (hybrids name their linear-attention path)."""
-    target = getattr(decoder, "target", None) or getattr(decoder, "model", None)
+    """Which implementation runs each part of the decoder's target."""
+    return target_kernels(getattr(decoder, "target", None) or getattr(decoder, "model", None))
+
+
+def target_kernels(target) -> dict:
+    """Which implementation runs each part of a target (hybrids name their linear-attention path)."""
     return {"attention": "torch sdpa", **getattr(target, "kernels", {})}
 
 

@@ -12,11 +12,11 @@ class NotRootError(LabError):
     """The lab creates namespaces, bridges and containers: only root may do that."""
 
     exit_code = 2
-    meaning = "bad input"
+    meaning = None  # the exit code's own meaning (ddops.exits)
 
 
 class LabUsageError(LabError):
     """Bad input (a host name, a count, a lab setting): nothing was touched."""
 
     exit_code = 2
-    meaning = "bad input"
+    meaning = None  # the exit code's own meaning (ddops.exits)

@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     from serving.bench.spec import compare, parse_methods, run_methods
+    from serving.memory import target_kernels
     from serving.models import inspect_checkpoint, load_model
     from serving.models.tokenizer import Tokenizer
 
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
     capacity = max(map(len, prompts)) + args.max_tokens + 8
     target = load_model(checkpoint, torch.float32, "cpu", capacity + 128)
     stop_ids = frozenset(checkpoint.config.eos_token_ids) | frozenset(tokenizer.eos_ids)
-    kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {})}   # as /server_info reports them
+    kernels = target_kernels(target)   # as /server_info reports them
     console.print(f"loaded {args.model} ({len(prompts)} prompts, max {args.max_tokens} tokens, "
                   f"{torch.get_num_threads()} threads); kernels {json.dumps(kernels)}")
     console.print(f"running {', '.join(m.label for m in methods)}, interleaved prompt by prompt ...")

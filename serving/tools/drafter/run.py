@@ -10,16 +10,11 @@ from pathlib import Path
 import torch
 
 from serving.tools.draft_files import random_model, save_draft
+from serving.tools.train_draft import load_target
 
 from .loop import Settings, Trainer
 from .progress import TrainingReport, bar
 from .prompts import held_out_prompts, training_prompts
-
-
-def load_target(path, positions: int):
-    from serving.models import inspect_checkpoint, load_model
-
-    return load_model(inspect_checkpoint(path), torch.float32, "cpu", positions).requires_grad_(False)
 
 
 def gather(args, config: dict, console):
