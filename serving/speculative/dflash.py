@@ -18,7 +18,7 @@ from serving.models.kv_cache import KVCache
 from serving.models.loader import TensorReader, tensor_files
 
 from .base import Needs
-from .draft_model import DFlashDraftModel, DraftConfig, visible
+from .draft_model import DFlashDraftModel, DraftConfig, attend_after, cached_store
 from .preflight import PreflightError, check_captured
 
 # Tensors a checkpoint may carry that are not weights (rotary tables saved by some exporters).
@@ -108,15 +108,11 @@ class DFlashDrafter:
         block = torch.cat([bonus, self.mask_ids[:depth]])  # [B] = bonus, MASK x depth
         positions = torch.arange(start, start + depth + 1, device=self.device)
         keys = torch.arange(start + depth + 1, device=self.device)  # slot = position
+        masks = self.model.masks(positions, keys)
         cos, sin = self.model.rotary(positions)
         x = self.target.embed(block).to(self.model.dtype)[None]  # [1, B, H]
-        for i, layer in enumerate(self.model.layers):
-            mask = visible(positions, keys, layer.causal, layer.window)
-
-            def store(k, v, i=i):
-                keys_i, values_i = self.cache.write(i, k[0], v[0])  # block rows after the context
-                return keys_i[None], values_i[None]
-            x = layer(x, cos, sin, store, mask)
+        for i, (layer, mask) in enumerate(zip(self.model.layers, masks)):
+            x = layer(x, cos, sin, attend_after(cached_store(self.cache, i), mask))
         # LM head over the block rows after the bonus: [depth, V'] fp32
         return F.linear(self.model.norm(x)[0, 1:], self.head).float()
 

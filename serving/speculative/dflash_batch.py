@@ -4,9 +4,10 @@ Each sequence owns a `DraftContext`: its own draft KV cache (projected target fe
 committed tokens, slot = position) and the features not yet projected. `BatchDrafter.absorb`
 projects the pending features of all sequences in one pass; `propose` runs every sequence's
 block [bonus, MASK x depth_b] packed back to back ([N] = sum of depth_b + 1 rows) through the
-draft layers: projections and MLP once over [N, H], attention per sequence over its own
-context and block with the single-sequence mask (serving.speculative.draft_model.visible), so
-blocks of different depths need no padding and never see each other.
+draft layers, the one-sequence `DraftLayer`s: projections and MLP once over [1, N, H], and an
+`Attend` that runs each sequence's rows over its own context and block under the one-sequence
+masks (`DFlashDraftModel.masks`, built once a round), so blocks of different depths need no
+padding and never see each other.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 
 from serving.models.kv_cache import KVCache
 
-from .draft_model import visible
+from .draft_model import Attend, attend_after, cached_store
 from .preflight import check_captured
 
 
@@ -81,36 +82,36 @@ class BatchDrafter:
 
         Each block starts at its context's length (the bonus's position); depths are >= 1."""
         self.absorb(contexts)
-        counts = [d + 1 for d in depths]
-        starts = [c.length for c in contexts]
-        block = [t for bonus, d in zip(bonuses, depths) for t in [bonus] + [self.mask_id] * d]
-        tokens = torch.tensor(block, dtype=torch.long, device=self.device)     # [N]
-        positions = torch.cat([torch.arange(s, s + n, device=self.device) for s, n in zip(starts, counts)])
-        masks = [[visible(positions[b:b + n], torch.arange(s + n, device=self.device), layer.causal, layer.window)
-                  for b, s, n in zip(_offsets(counts), starts, counts)] for layer in self.model.layers]
+        counts, starts = [d + 1 for d in depths], [c.length for c in contexts]
+        offsets, total = _offsets(counts), sum(counts)
+        # tokens [N], positions [N] and the rows after each bonus [N - B], in one upload
+        packed = torch.tensor([t for bonus, d in zip(bonuses, depths) for t in [bonus] + [self.mask_id] * d]
+                              + [p for s, n in zip(starts, counts) for p in range(s, s + n)]
+                              + [r for b, n in zip(offsets, counts) for r in range(b + 1, b + n)],
+                              dtype=torch.long, device=self.device)
+        tokens, positions, rows = packed.split([total, total, total - len(counts)])
+        keys = torch.arange(max(s + n for s, n in zip(starts, counts)), device=self.device)  # slot = position
+        # [sequence][layer]: its block's visibility over its context and block, or None
+        masks = [self.model.masks(positions[b:b + n], keys[:s + n]) for b, s, n in zip(offsets, starts, counts)]
         cos, sin = self.model.rotary(positions)
-        x = self.target.embed(tokens).to(self.model.dtype)                     # [N, H]
+        x = self.target.embed(tokens).to(self.model.dtype)[None]               # [1, N, H]
         for i, layer in enumerate(self.model.layers):
-            x = self._layer(layer, i, x, cos, sin, contexts, counts, masks[i])
-        rows = [r for b, n in zip(_offsets(counts), counts) for r in range(b + 1, b + n)]   # after each bonus
-        logits = F.linear(self.model.norm(x)[rows], self.head).float()        # [N - B, V']
+            x = layer(x, cos, sin, self._attend(i, contexts, offsets, counts, [m[i] for m in masks]))
+        logits = F.linear(self.model.norm(x[0])[rows], self.head).float()      # [N - B, V']
         return list(logits.split(depths))
 
-    def _layer(self, layer, i: int, x, cos, sin, contexts, counts, masks) -> torch.Tensor:
-        """One draft layer over packed block rows x [N, H]; attention per sequence."""
-        attn = layer.self_attn
-        h = layer.input_layernorm(x)[None]                                     # [1, N, H]
-        q = layer._heads(h, attn.q_proj, attn.q_norm, cos, sin)                # [1, heads, N, hd]
-        k, v = layer._heads(h, attn.k_proj, attn.k_norm, cos, sin), layer._heads(h, attn.v_proj, None)
-        out = torch.empty_like(q)
-        for b, c, n, mask in zip(_offsets(counts), contexts, counts, masks):
-            rows = slice(b, b + n)
-            keys, values = c.cache.write(i, k[0, :, rows], v[0, :, rows])    # context then block, uncommitted
-            out[:, :, rows] = F.scaled_dot_product_attention(q[:, :, rows], keys[None], values[None],
-                                                             attn_mask=mask, enable_gqa=True)
-        x = x + attn.o_proj(out.transpose(1, 2).flatten(2))[0]
-        h = layer.post_attention_layernorm(x)
-        return x + layer.mlp.down_proj(F.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
+    @staticmethod
+    def _attend(i: int, contexts, offsets, counts, masks) -> Attend:
+        """Layer i's attention over packed block rows (q [1, heads, N, hd]): each sequence's
+        rows see its own context and block only."""
+        def attend(q, k, v):
+            out = torch.empty_like(q)
+            for b, n, c, mask in zip(offsets, counts, contexts, masks):
+                rows = slice(b, b + n)
+                one = attend_after(cached_store(c.cache, i), mask)
+                out[:, :, rows] = one(q[:, :, rows], k[:, :, rows], v[:, :, rows])
+            return out
+        return attend
 
 
 def _offsets(counts: list[int]) -> list[int]:

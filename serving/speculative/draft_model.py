@@ -105,6 +105,26 @@ def visible(q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool, window: int 
 
 # (k, v) of the block rows [b, kv_heads, B, hd] -> keys and values to attend to, context first
 KeyStore = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# (q [b, heads, B, hd], k, v [b, kv_heads, B, hd]) of the block rows -> attention output like q
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def attend_after(store: KeyStore, mask: torch.Tensor | None) -> Attend:
+    """Block rows attend to the keys `store` puts the context before; mask: bool
+    [(b, 1,) B, keys] (True = visible) or None for all keys."""
+    def attend(q, k, v):
+        keys, values = store(k, v)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    return attend
+
+
+def cached_store(cache, layer: int) -> KeyStore:
+    """A batch-1 store over a context KVCache: writes the block's K/V after the committed
+    context (uncommitted, so the next round overwrites them) and returns both."""
+    def store(k, v):
+        keys, values = cache.write(layer, k[0], v[0])
+        return keys[None], values[None]
+    return store
 
 
 class DraftLayer(nn.Module):
@@ -139,15 +159,13 @@ class DraftLayer(nn.Module):
         attn = self.self_attn
         return self._heads(ctx, attn.k_proj, attn.k_norm, cos, sin), self._heads(ctx, attn.v_proj, None)
 
-    def forward(self, x: torch.Tensor, cos, sin, store: KeyStore, mask=None) -> torch.Tensor:
-        """x [b, B, H] block rows with cos/sin [(b,) B, hd]; store adds the context keys.
-
-        mask: bool [(b, 1,) B, keys] (True = visible) or None for all keys."""
+    def forward(self, x: torch.Tensor, cos, sin, attend: Attend) -> torch.Tensor:
+        """x [b, B, H] block rows with cos/sin [(b,) B, hd]; `attend` adds the context keys
+        and applies the mask (`attend_after`, or the batched drafter's per-sequence form)."""
         attn = self.self_attn
         h = self.input_layernorm(x)
         q = self._heads(h, attn.q_proj, attn.q_norm, cos, sin)
-        k, v = store(self._heads(h, attn.k_proj, attn.k_norm, cos, sin), self._heads(h, attn.v_proj, None))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        out = attend(q, self._heads(h, attn.k_proj, attn.k_norm, cos, sin), self._heads(h, attn.v_proj, None))
         x = x + attn.o_proj(out.transpose(1, 2).flatten(2))
         h = self.post_attention_layernorm(x)
         return x + self.mlp.down_proj(F.silu(self.mlp.gate_proj(h)) * self.mlp.up_proj(h))
@@ -170,6 +188,13 @@ class DFlashDraftModel(nn.Module):
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [b, C, n_tap*H] -> context [b, C, H]."""
         return self.hidden_norm(self.fc(features.to(self.dtype)))
+
+    def masks(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> list[torch.Tensor | None]:
+        """Per layer, `visible(q_pos, k_pos)` under its rule; built once per distinct rule
+        (causal, window), since layers share a handful of them."""
+        rules = list(zip(self.cfg.causal, self.cfg.window))
+        built = {rule: visible(q_pos, k_pos, *rule) for rule in set(rules)}
+        return [built[rule] for rule in rules]
 
     def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [(b,) T] -> cos, sin [(b,) T, hd] in the model's dtype."""

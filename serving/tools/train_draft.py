@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from serving.speculative.draft_model import DFlashDraftModel, visible
+from serving.speculative.draft_model import DFlashDraftModel, attend_after, visible
 
 CACHE = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
 
@@ -67,7 +67,7 @@ def block_hidden(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: t
 
         def store(kb, vb, k=k, v=v):
             return torch.cat([k, kb], 2), torch.cat([v, vb], 2)
-        x = layer(x, *x_rot, store, mask=torch.cat([ctx_ok, blk_ok], -1)[:, None])
+        x = layer(x, *x_rot, attend_after(store, torch.cat([ctx_ok, blk_ok], -1)[:, None]))
     return model.norm(x[:, 1:])
 
 
@@ -97,8 +97,13 @@ def block_loss(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: tor
     else:
         logits = target.lm_head(block_hidden(model, target, tokens, feats, anchors))  # [m, B-1, V]
     ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(m, block - 1)
-    decay = torch.exp(-torch.arange(block - 1, dtype=torch.float32) / max((block - 1) / 2, 1.0))
+    decay = depth_weights(block)
     return (ce * decay).sum() / (decay.sum() * m)
+
+
+def depth_weights(block: int) -> torch.Tensor:
+    """[B-1] loss weight per depth: later positions weigh less (exp decay), as in DFlash training."""
+    return torch.exp(-torch.arange(block - 1, dtype=torch.float32) / max((block - 1) / 2, 1.0))
 
 
 def train(model: DFlashDraftModel, target, examples: list, steps: int, seed: int, lr: float = 3e-3,

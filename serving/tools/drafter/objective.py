@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from serving.tools.train_draft import block_hidden
+from serving.tools.train_draft import block_hidden, depth_weights
 
 IGNORE = -100
 
@@ -26,11 +26,6 @@ def vocab_index(vocab: torch.Tensor, size: int) -> torch.Tensor:
     index = torch.full((size,), IGNORE, dtype=torch.long)
     index[vocab] = torch.arange(vocab.numel())
     return index
-
-
-def depth_weights(block: int) -> torch.Tensor:
-    """[B-1] loss weight per depth: later positions weigh less (exp decay), as in DFlash training."""
-    return torch.exp(-torch.arange(block - 1, dtype=torch.float32) / max((block - 1) / 2, 1.0))
 
 
 def block_targets(answer, anchors: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
