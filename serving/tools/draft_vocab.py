@@ -45,13 +45,16 @@ def answer_picks(target, tokenizer, questions, length: int) -> Counter:
     return counts
 
 
-def write_vocab(draft: Path, counts: Counter, size: int, source: str) -> list[int]:
-    ids = [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:size]
-    seen = sum(counts.values())
-    covered = sum(counts[t] for t in ids)
-    (draft / DRAFT_VOCAB).write_text(json.dumps({"source": source, "coverage": round(covered / seen, 4),
+def most_frequent(counts: Counter, size: int) -> list[int]:
+    """The `size` most counted token ids, most frequent first (ties: lower id first)."""
+    return [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:size]
+
+
+def write_vocab(draft: Path, ids: list[int], counts: Counter, source: str) -> None:
+    """DRAFT/draft_vocab.json: `ids` in order, with the share of `counts` they cover."""
+    coverage = sum(counts[t] for t in ids) / max(1, sum(counts.values()))
+    (draft / DRAFT_VOCAB).write_text(json.dumps({"source": source, "coverage": round(coverage, 4),
                                                  "token_ids": ids}))
-    return ids
 
 
 def main(argv=None) -> int:
@@ -75,7 +78,8 @@ def main(argv=None) -> int:
     counts += answer_picks(target, tokenizer, CHAT_QUESTIONS, args.answer_tokens)
     source = (f"target greedy picks over {args.corpus_chars} chars of stdlib source and its answers "
               f"to {len(CHAT_QUESTIONS)} chat questions")
-    ids = write_vocab(args.draft, counts, args.size, source)
+    ids = most_frequent(counts, args.size)
+    write_vocab(args.draft, ids, counts, source)
     print(f"wrote {len(ids)} ids ({len(counts)} distinct seen) to {args.draft / DRAFT_VOCAB} "
           f"in {time.monotonic() - began:.0f} s")
     return 0

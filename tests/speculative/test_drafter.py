@@ -4,6 +4,7 @@ tau is what a DFlash round accepts, and training resumes exactly."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from functools import partial
 
 import torch
@@ -21,6 +22,7 @@ from serving.tools.drafter.objective import accepted_lengths, held_out_tau
 from serving.tools.drafter.prompts import held_out_prompts, training_prompts
 from serving.tools.drafter.responses import Request, answer_batch
 from serving.tools.draft_files import draft_config, random_model
+from serving.tools.draft_vocab import most_frequent, write_vocab
 
 QUESTIONS = ("Hello, who are you?", "Write a Python function that adds numbers.", "Why is the sky blue?",
              "Name three colours.", "What is a list?")
@@ -134,6 +136,17 @@ def test_command_trains_resumes_and_writes_a_loadable_draft(tiny_dirs, tmp_path)
     assert model.cfg.block_size == 4 and 0 < len(vocab) <= 64
     assert vocab == json.loads((log.parent / "vocab.json").read_text())  # what the head was trained over
     assert cli.main(common + ["--steps", "10", "--layers", "3"]) == 2  # another shape: not resumed silently
+
+
+def test_vocabulary_is_the_most_picked_ids_and_loads_as_the_runtime_loads_it(tmp_path):
+    """The one FR-Spec writer (the drafter and serving.tools.draft_vocab): most counted first,
+    ties by lower id, and the share of all picks the kept ids cover."""
+    counts = Counter({5: 3, 2: 3, 9: 1, 7: 4})
+    ids = most_frequent(counts, 3)
+    assert ids == [7, 2, 5]
+    write_vocab(tmp_path, ids, counts, "a test")
+    assert load_vocab(tmp_path, 10) == [7, 2, 5]
+    assert json.loads((tmp_path / "draft_vocab.json").read_text())["coverage"] == round(10 / 11, 4)
 
 
 def test_training_prompts_hold_out_the_bench_and_mix_kinds():

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from serving.tools.draft_files import random_model, save_draft
+from serving.tools.draft_vocab import most_frequent, write_vocab
 from serving.tools.train_draft import load_target
 
 from .loop import Settings, Trainer
@@ -83,13 +84,9 @@ def initial_draft(config: dict, target, seed: int):
 def write_draft(out: Path, model, config: dict, ids: list[int], answers) -> None:
     """draft_vocab.json (exactly the vocabulary trained over) first, weights and config.json
     last: config.json marks a finished draft."""
-    from serving.speculative.dflash import DRAFT_VOCAB
-
     out.mkdir(parents=True, exist_ok=True)
-    counts = pick_counts(answers)
-    coverage = sum(counts[t] for t in ids) / max(1, sum(counts.values()))
     source = f"target greedy picks in its {len(answers)} answers to chat prompts (serving.tools.drafter)"
-    (out / DRAFT_VOCAB).write_text(json.dumps({"source": source, "coverage": round(coverage, 4), "token_ids": ids}))
+    write_vocab(out, ids, pick_counts(answers), source)
     (out / "config.json").unlink(missing_ok=True)
     save_draft(model, config, out)
 
@@ -131,8 +128,7 @@ def pick_counts(answers) -> Counter:
 
 def choose_vocab(answers, size: int) -> list[int]:
     """The `size` tokens the target picks most often in its answers (FR-Spec), most frequent first."""
-    counts = pick_counts(answers)
-    return [t for t, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))][:size]
+    return most_frequent(pick_counts(answers), size)
 
 
 def saved_or_new(folder: Path, name: str, make):
