@@ -6,11 +6,13 @@ Needs a CUDA device with fla-core and causal-conv1d installed (`pip install '.[c
 Per op, at Qwen3.6-27B's Gated DeltaNet shapes (48 value heads over 16 key heads, dk = dv = 128,
 conv kernel 4): the chunked chain (prefill of --prompt rows), the one-token recurrent step for
 --batch sequences, the conv chain and the conv step, each through serving.models.gdn_ops on the
-chosen kernels and on PyTorch: max abs difference and milliseconds of each. Then a whole model
-(--model, default the tiny hybrid of `serving.tools.tiny --arch qwen3_5`): prefill logits and
-16 greedy steps on both paths. Exit 1 when no kernel was chosen (printing why) or a difference
-exceeds its bound; 0 otherwise. tests/hybrid/test_kernels.py runs the same comparisons on CPU
-with the PyTorch references in the kernels' conventions, so this command's own plumbing is tested.
+chosen kernels and on PyTorch, on the start-up probe's inputs (serving.models.gdn_ops.op_cases):
+the error relative to the PyTorch output's scale (the probe's measure) and milliseconds of each.
+Then a whole model (--model, default the tiny hybrid of `serving.tools.tiny --arch qwen3_5`):
+prefill logits and 16 greedy steps on both paths. Exit 1 when no kernel was chosen (printing
+why), an op's error exceeds the probe's tolerance or the greedy ids differ; 0 otherwise.
+tests/hybrid/test_kernels.py runs the same comparisons on CPU with the PyTorch references in
+the kernels' conventions, so this command's own plumbing is tested.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ import torch
 
 from serving.models import gdn_kernels, gdn_ops, inspect_checkpoint, load_model
 from serving.models.config import LinearAttention
-from serving.models.delta_rule import l2_normalise
 
 TORCH = gdn_kernels.KernelChoice()
 HK, HV, DK, DV, KERNEL = 16, 48, 128, 128, 4
 SHAPES_27B = LinearAttention(num_key_heads=HK, num_value_heads=HV, key_head_dim=DK, value_head_dim=DV,
                              conv_kernel=KERNEL)
-BOUND = {torch.bfloat16: 5e-2, torch.float16: 1e-2, torch.float32: 1e-4}
+OP_NAMES = {"chunk": "prefill delta rule", "recurrent": "decode delta rule", "conv_chain": "prefill conv",
+            "conv_step": "decode conv"}
 
 
 def sync(device) -> None:
@@ -51,39 +53,19 @@ def timed(fn, device, repeat: int = 5):
     return out, 1000 * (time.perf_counter() - began) / repeat
 
 
-def heads(T: int, device, gen):
-    q = l2_normalise(torch.randn(T, HV, DK, device=device, generator=gen)) * DK ** -0.5
-    k = l2_normalise(torch.randn(T, HV, DK, device=device, generator=gen))
-    v = torch.randn(T, HV, DV, device=device, generator=gen)
-    return q, k, v, -torch.rand(T, HV, device=device, generator=gen), torch.rand(T, HV, device=device, generator=gen)
-
-
 def op_rows(choice, dtype, prompt: int, batch: int, dev: str = "cuda") -> list[tuple]:
-    """(op, max abs diff, kernel ms, torch ms, within bound) per op."""
-    gen = torch.Generator(dev).manual_seed(0)
-
-    def rand(*shape, dt=dtype):
-        return torch.randn(*shape, device=dev, generator=gen).to(dt)
-
-    C = 2 * HK * DK + HV * DV
-    chain, step = heads(prompt, dev, gen), heads(batch, dev, gen)
-    state, states = rand(HV, DK, DV, dt=torch.float32) * 0.1, rand(batch, HV, DK, DV, dt=torch.float32) * 0.1
-    inputs, weight = rand(KERNEL - 1 + prompt, C), rand(C, KERNEL)
-    window, x = rand(batch, KERNEL - 1, C), rand(batch, C)
-    cases = {"prefill delta rule": lambda c: gdn_ops.chain_delta_rule(c, *chain, state, dtype),
-             "decode delta rule": lambda c: gdn_ops.step_delta_rule(c, *step, states),
-             "prefill conv": lambda c: gdn_ops.chain_conv(c, inputs, weight),
-             "decode conv": lambda c: gdn_ops.step_conv(c, window, x, weight)}
+    """(op, relative error, kernel ms, torch ms, within the probe's tolerance) per op, on the
+    start-up probe's cases (gdn_ops.op_cases) at --prompt rows and --batch sequences."""
+    cases = gdn_ops.op_cases(SHAPES_27B, dtype, dev, rows=prompt, batch=batch)
     rows = []
-    for name, run in cases.items():
+    for field, run in cases.items():
         try:
             got, ms = timed(lambda: run(choice), dev)
             ref, ref_ms = timed(lambda: run(TORCH), dev)
-            got, ref = (got, ref) if isinstance(got, tuple) else ((got,), (ref,))
-            diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(got, ref))
-            rows.append((name, diff, ms, ref_ms, diff <= BOUND[dtype]))
+            error = gdn_ops.relative_error(got, ref)
+            rows.append((OP_NAMES[field], error, ms, ref_ms, error <= gdn_ops.PROBE_TOLERANCE[dtype]))
         except Exception as e:   # a kernel that cannot take these shapes is a finding, not a crash
-            rows.append((f"{name}: {type(e).__name__}: {e}"[:160], float("inf"), 0.0, 0.0, False))
+            rows.append((f"{OP_NAMES[field]}: {type(e).__name__}: {e}"[:160], float("inf"), 0.0, 0.0, False))
     return rows
 
 
@@ -106,8 +88,8 @@ def model_rows(model_dir: Path, choice, dtype, dev: str = "cuda") -> list[tuple]
         sync(dev)
         runs[name] = (torch.cat(steps), 1000 * (time.perf_counter() - began))
     same = bool((runs["kernels"][0].argmax(-1) == runs["torch"][0].argmax(-1)).all())
-    diff = float((runs["kernels"][0] - runs["torch"][0]).abs().max())
-    return [(f"model prefill {prompt.numel()} + 16 steps (greedy ids equal: {same})", diff,
+    error = gdn_ops.relative_error((runs["kernels"][0],), (runs["torch"][0],))
+    return [(f"model prefill {prompt.numel()} + 16 steps (greedy ids equal: {same})", error,
              runs["kernels"][1], runs["torch"][1], same)]
 
 
@@ -135,7 +117,7 @@ def main(argv=None) -> int:
             subprocess.run([sys.executable, "-m", "serving.tools.tiny", "--arch", "qwen3_5", "--out", str(model)],
                            check=True, capture_output=True)
         rows += model_rows(model, choice, dtype)
-    print(f"{'check':<60} {'max |diff|':>11} {'kernel ms':>10} {'torch ms':>10}")
+    print(f"{'check':<60} {'rel. error':>11} {'kernel ms':>10} {'torch ms':>10}")
     for name, diff, ms, ref_ms, _ in rows:
         print(f"{name:<60} {diff:>11.3g} {ms:>10.3f} {ref_ms:>10.3f}")
     chosen = any(f is not None for f in (choice.chunk, choice.recurrent, choice.conv_chain, choice.conv_step))

@@ -77,16 +77,14 @@ def probe(choice: KernelChoice, linear, dtype: torch.dtype, device) -> KernelCho
     ops = {f: getattr(choice, f) for f in ("chunk", "recurrent", "conv_chain", "conv_step")}
     if all(fn is None for fn in ops.values()):
         return choice
-    runs = _probe_runs(linear, dtype, device)
+    runs = op_cases(linear, dtype, device)
     kept, why = {}, [choice.why_torch] if choice.why_torch else []
     for field, fn in ops.items():
         kept[field] = fn
         if fn is None:
             continue
         try:
-            got, ref = runs[field](KernelChoice(**{field: fn})), runs[field](KernelChoice())
-            error = max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6))
-                        for a, b in zip(got, ref))
+            error = relative_error(runs[field](KernelChoice(**{field: fn})), runs[field](KernelChoice()))
         except Exception as e:   # the kernel cannot take these shapes here: PyTorch runs it
             kept[field] = None
             why.append(f"{field} kernel failed its probe ({type(e).__name__}: {e})"[:200])
@@ -97,11 +95,18 @@ def probe(choice: KernelChoice, linear, dtype: torch.dtype, device) -> KernelCho
     return KernelChoice(**kept, why_torch="; ".join(why))
 
 
-def _probe_runs(linear, dtype: torch.dtype, device) -> dict:
-    """Per op, a call on fixed random inputs at these shapes returning a tuple of tensors."""
+def relative_error(got: tuple, ref: tuple) -> float:
+    """Largest |got - ref| over outputs, as a share of that output's max |ref|."""
+    return max(float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6))
+               for a, b in zip(got, ref))
+
+
+def op_cases(linear, dtype: torch.dtype, device, rows: int = PROBE_ROWS, batch: int = 2) -> dict:
+    """Per op (a KernelChoice field), a call on fixed random inputs at these head shapes,
+    taking the choice and returning a tuple of tensors: chains of `rows` rows, steps of
+    `batch` sequences (rows > batch). The probe's inputs; serving.bench.hybrid_cuda times them."""
     gen = torch.Generator(device).manual_seed(0)
-    H, dk, dv, K, T = (linear.num_value_heads, linear.key_head_dim, linear.value_head_dim, linear.conv_kernel,
-                       PROBE_ROWS)
+    H, dk, dv, K, T = (linear.num_value_heads, linear.key_head_dim, linear.value_head_dim, linear.conv_kernel, rows)
 
     def rand(*shape, dt=torch.float32):
         return torch.randn(*shape, generator=gen, device=device).to(dt)
@@ -110,9 +115,9 @@ def _probe_runs(linear, dtype: torch.dtype, device) -> dict:
     v, g, beta = rand(T, H, dv), -rand(T, H).sigmoid(), rand(T, H).sigmoid()
     state = rand(H, dk, dv) * 0.1
     inputs, weight = rand(K - 1 + T, linear.conv_dim, dt=dtype), rand(linear.conv_dim, K, dt=dtype)
-    window = torch.stack([inputs[: K - 1], inputs[1:K]])                 # two sequences' windows
+    window = torch.stack([inputs[i:i + K - 1] for i in range(batch)])   # `batch` sequences' windows
     return {"chunk": lambda c: chain_delta_rule(c, q, k, v, g, beta, state, dtype),
-            "recurrent": lambda c: step_delta_rule(c, q[:2], k[:2], v[:2], g[:2], beta[:2],
-                                                   state.expand(2, -1, -1, -1)),
+            "recurrent": lambda c: step_delta_rule(c, q[:batch], k[:batch], v[:batch], g[:batch], beta[:batch],
+                                                   state.expand(batch, -1, -1, -1)),
             "conv_chain": lambda c: (chain_conv(c, inputs, weight),),
-            "conv_step": lambda c: (step_conv(c, window, inputs[K:K + 2], weight),)}
+            "conv_step": lambda c: (step_conv(c, window, inputs[K:K + batch], weight),)}
