@@ -10,26 +10,18 @@ serving.memory counts both (prediction = measurement).
 
 from __future__ import annotations
 
-import torch
-
 from serving.engine.kv_pool import KVPool
-from serving.models.hybrid_cache import HybridCache
-from serving.models.kv_cache import KVCache
+from serving.models.hybrid_cache import HybridCache, new_states, state_bytes
 
 
 class HybridPool(KVPool):
     def __init__(self, config, tokens: int, sequences: int, dtype, device):
-        KVCache.__init__(self, len(config.full_attention_layers), config.num_key_value_heads, config.head_dim,
-                         tokens, dtype, device)
-        self.free = [(0, tokens)]
-        L, n = config.linear, len(config.linear_layers)
-        self.conv = torch.zeros(sequences, n, L.conv_kernel - 1, L.conv_dim, dtype=dtype, device=device)
-        self.recurrent = torch.zeros(sequences, n, L.num_value_heads, L.key_head_dim, L.value_head_dim,
-                                     dtype=torch.float32, device=device)
+        super().__init__(config, tokens, dtype, device)
+        self.conv, self.recurrent = new_states(config, (sequences,), dtype, device)
         self.free_slots = list(range(sequences))
 
     def state_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.conv, self.recurrent))
+        return state_bytes(self.conv, self.recurrent)
 
     def reserve(self, rows: int) -> HybridCache | None:
         """A cache over `rows` pool rows and a free state slot, or None while either is missing."""

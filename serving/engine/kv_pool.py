@@ -12,11 +12,10 @@ from serving.models.kv_cache import KVCache
 
 
 class KVPool(KVCache):
-    """The whole pool is itself a KVCache (so serving.memory measures it once)."""
+    """The whole pool is itself a KVCache over the full-attention layers (so serving.memory measures it once)."""
 
     def __init__(self, config, tokens: int, dtype, device):
-        super().__init__(config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
-                         tokens, dtype, device)
+        super().__init__(*KVCache.dims(config), tokens, dtype, device)
         self.free: list[tuple[int, int]] = [(0, tokens)]      # (start, end), sorted, disjoint
 
     @property

@@ -26,16 +26,27 @@ from serving.models.kv_cache import KVCache
 from serving.models.linear_rows import Rows
 
 
+def new_states(config, slots: tuple[int, ...], dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zeroed Gated DeltaNet states of n = len(config.linear_layers) layers, after leading dims
+    `slots` ((): one sequence; (S,): a pool's S slots): conv [*slots, n, K-1, C] in `dtype`,
+    recurrent [*slots, n, Hv, dk, dv] fp32."""
+    L, n = config.linear, len(config.linear_layers)
+    conv = torch.zeros(*slots, n, L.conv_kernel - 1, L.conv_dim, dtype=dtype, device=device)
+    recurrent = torch.zeros(*slots, n, L.num_value_heads, L.key_head_dim, L.value_head_dim,
+                            dtype=torch.float32, device=device)
+    return conv, recurrent
+
+
+def state_bytes(conv: torch.Tensor, recurrent: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in (conv, recurrent))
+
+
 class HybridCache:
     def __init__(self, config, capacity: int, dtype: torch.dtype, device):
-        L, n = config.linear, len(config.linear_layers)
-        self.kernel = L.conv_kernel
-        self.kv = KVCache(len(config.full_attention_layers), config.num_key_value_heads, config.head_dim,
-                          capacity, dtype, device)
-        self.conv = torch.zeros(n, L.conv_kernel - 1, L.conv_dim, dtype=dtype, device=device)
-        self.recurrent = torch.zeros(n, L.num_value_heads, L.key_head_dim, L.value_head_dim,
-                                     dtype=torch.float32, device=device)
-        self._fresh(n)
+        self.kernel = config.linear.conv_kernel
+        self.kv = KVCache.for_model(config, capacity, dtype, device)
+        self.conv, self.recurrent = new_states(config, (), dtype, device)
+        self._fresh(self.conv.shape[0])
 
     def _fresh(self, n: int) -> None:
         self.rows: Rows | None = None
@@ -64,7 +75,7 @@ class HybridCache:
         return self.kv.capacity
 
     def state_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.conv, self.recurrent))
+        return state_bytes(self.conv, self.recurrent)
 
     def write(self, slot: int, k: torch.Tensor, v: torch.Tensor):
         return self.kv.write(slot, k, v)

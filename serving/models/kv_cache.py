@@ -30,10 +30,15 @@ class KVCache:
         cache._mask, cache._mask_visible_upto = None, 0
         return cache
 
+    @staticmethod
+    def dims(config) -> tuple[int, int, int]:
+        """(layers, kv heads, head_dim) of a model's K/V: its full-attention layers (all of a
+        dense model's; a hybrid's linear-attention layers keep a recurrent state instead)."""
+        return len(config.full_attention_layers), config.num_key_value_heads, config.head_dim
+
     @classmethod
     def for_model(cls, config, capacity: int, dtype: torch.dtype, device) -> "KVCache":
-        return cls(config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
-                   capacity, dtype, device)
+        return cls(*cls.dims(config), capacity, dtype, device)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v [kv_heads, T, head_dim] at [length, length+T); return views of [0, length+T)."""
