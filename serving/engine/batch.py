@@ -28,6 +28,7 @@ from serving.contract.runtime import DEFAULT_MAX_RUNNING
 from serving.engine.hybrid_pool import pool_for
 from serving.engine.prefix_cache import BLOCK, PrefixCache
 from serving.models import batched
+from serving.models.packing import row_slices
 from serving.sampling import PositionalDraws
 
 
@@ -77,16 +78,16 @@ class BatchRunner:
             if seq.prefilled == 0 and self.prefix is not None:
                 self._reuse(seq)
         spans = [(s.prefilled, min(len(s.prompt), s.prefilled + chunk)) for s in seqs]
-        logits, hidden = self._prompt_pass(seqs, spans)
-        out, begin = [], 0
-        for i, (seq, (b, e)) in enumerate(zip(seqs, spans)):
+        rows = row_slices(e - b for b, e in spans)                  # each chunk's rows of the pass
+        logits, hidden = self._prompt_pass(seqs, spans, rows)
+        out = []
+        for i, (seq, (b, e), own) in enumerate(zip(seqs, spans, rows)):
             seq.state["cache"].commit(e - b)
             seq.prefilled = e
             if self.spec:
-                self.spec.record(seq, hidden[begin:begin + e - b])
+                self.spec.record(seq, hidden[own])
                 if self.prefix is not None:     # kept with the prompt's blocks at its end
-                    seq.state.setdefault("prompt_features", []).append(hidden[begin:begin + e - b])
-            begin += e - b
+                    seq.state.setdefault("prompt_features", []).append(hidden[own])
             if e == len(seq.prompt) and self.prefix is not None:
                 features = seq.state.pop("prompt_features", None)
                 self.prefix.store(seq.prompt, seq.state["cache"], torch.cat(features) if features else None)
@@ -104,7 +105,7 @@ class BatchRunner:
             self.spec.record(seq, features)
             seq.state["prompt_features"] = [features]
 
-    def _prompt_pass(self, seqs, spans):
+    def _prompt_pass(self, seqs, spans, rows: list[slice]):
         """logits [B, vocab] of each chunk's last row, captured features [N, F] (or None)."""
         device, capture = self.target.device, self.spec.layers if self.spec else ()
         chunks = [torch.tensor(s.prompt[b:e], dtype=torch.long, device=device) for s, (b, e) in zip(seqs, spans)]
@@ -113,10 +114,9 @@ class BatchRunner:
             outs = [self.target.forward(t, p, s.state["cache"], capture=capture, last_only=True)
                     for t, p, s in zip(chunks, positions, seqs)]
             return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs]) if capture else None
-        counts = [e - b for b, e in spans]
-        last = torch.tensor(counts, device=device).cumsum(0) - 1                # each chunk's last row
+        last = torch.tensor([r.stop - 1 for r in rows], device=device)         # each chunk's last row
         return batched.forward(self.target, torch.cat(chunks), torch.cat(positions), [s.state["cache"] for s in seqs],
-                               counts, capture=capture, logit_rows=last)
+                               [r.stop - r.start for r in rows], capture=capture, logit_rows=last)
 
     def decode(self, seqs) -> list[list[int]]:
         if self.spec:

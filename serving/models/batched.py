@@ -10,23 +10,34 @@ sequence's keys, no padding, and each row's attention numerics are the single-se
 Works for the dense decoders in serving.models.llama; a model without those parts reports
 `supports(model) == False`. Hybrids (serving.models.qwen3_5) have a plain decode step only
 (`decodes`, serving.models.hybrid_batched): they join batched plain decoding, and speculative
-rounds for them stay one sequence at a time.
+rounds for them stay one sequence at a time (serving.contract.runtime.one_at_a_time).
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
 from serving.models import hybrid_batched
 from serving.models.kv_cache import KVCache
 from serving.models.llama import Attention, CausalLM, DecoderLayer, attend, attention_mask
+from serving.models.packing import row_slices
 from serving.models.qwen3_5 import HybridLM
 from serving.models.rope import apply_rope
 
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> supports(model)
+
 
 def supports(model) -> bool:
-    return isinstance(model, CausalLM) and all(
-        type(layer) is DecoderLayer and type(layer.self_attn) is Attention for layer in model.layers)
+    """A packed forward exists for this model (its every layer is the plain decoder layer).
+    Decided once per model: its layers never change after load, and forward asks every call."""
+    if not isinstance(model, CausalLM):
+        return False
+    if model not in _PACKED:
+        _PACKED[model] = all(type(layer) is DecoderLayer and type(layer.self_attn) is Attention
+                             for layer in model.layers)
+    return _PACKED[model]
 
 
 def decodes(model) -> bool:
@@ -79,10 +90,7 @@ def _attention(attn: Attention, x, cos, sin, caches: list[KVCache], counts: list
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     out = torch.empty(N, attn.heads * D, dtype=x.dtype, device=x.device)
-    begin = 0
-    for cache, count, mask in zip(caches, counts, masks):
-        rows = slice(begin, begin + count)
+    for cache, rows, mask in zip(caches, row_slices(counts), masks):
         keys, values = cache.write(layer, k[rows].transpose(0, 1), v[rows].transpose(0, 1))  # [KV, L, D]
         out[rows] = attend(q[rows], keys, values, mask)
-        begin += count
     return attn.o_proj(out)

@@ -56,6 +56,10 @@ class Drafter(Protocol):
     def propose(self, bonus: int, start: int, depth: int) -> Any:
         """Draft logits [depth, V'] for positions start+1 .. start+depth (columns: `vocab`)."""
 
+    def batch(self) -> Any:
+        """Its batched form for the batch runner: one draft pass for many sequences
+        (serving.speculative.dflash_batch.BatchDrafter)."""
+
 
 class Verifier(Protocol):
     """Turns draft logits into a tree of candidate tokens rooted at the bonus token."""

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from serving.models.kv_cache import KVCache
+from serving.models.packing import row_slices
 
 from .draft_model import Attend, attend_after, cached_store
 from .preflight import check_captured
@@ -68,10 +69,8 @@ class BatchDrafter:
         cos, sin = self.model.rotary(positions)
         for i, layer in enumerate(self.model.layers):
             k, v = layer.context_kv(ctx, cos, sin)                             # [1, KV, C, hd]
-            begin = 0
-            for c, n in zip(contexts, counts):
-                c.cache.write(i, k[0, :, begin:begin + n], v[0, :, begin:begin + n])
-                begin += n
+            for c, rows in zip(contexts, row_slices(counts)):
+                c.cache.write(i, k[0, :, rows], v[0, :, rows])
         for c, n in zip(contexts, counts):
             c.cache.commit(n)
             c.pending = []
@@ -83,40 +82,31 @@ class BatchDrafter:
         Each block starts at its context's length (the bonus's position); depths are >= 1."""
         self.absorb(contexts)
         counts, starts = [d + 1 for d in depths], [c.length for c in contexts]
-        offsets, total = _offsets(counts), sum(counts)
+        slices, total = row_slices(counts), sum(counts)
         # tokens [N], positions [N] and the rows after each bonus [N - B], in one upload
         packed = torch.tensor([t for bonus, d in zip(bonuses, depths) for t in [bonus] + [self.mask_id] * d]
                               + [p for s, n in zip(starts, counts) for p in range(s, s + n)]
-                              + [r for b, n in zip(offsets, counts) for r in range(b + 1, b + n)],
+                              + [r for s in slices for r in range(s.start + 1, s.stop)],
                               dtype=torch.long, device=self.device)
         tokens, positions, rows = packed.split([total, total, total - len(counts)])
         keys = torch.arange(max(s + n for s, n in zip(starts, counts)), device=self.device)  # slot = position
         # [sequence][layer]: its block's visibility over its context and block, or None
-        masks = [self.model.masks(positions[b:b + n], keys[:s + n]) for b, s, n in zip(offsets, starts, counts)]
+        masks = [self.model.masks(positions[own], keys[:s + n]) for own, s, n in zip(slices, starts, counts)]
         cos, sin = self.model.rotary(positions)
         x = self.target.embed(tokens).to(self.model.dtype)[None]               # [1, N, H]
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, self._attend(i, contexts, offsets, counts, [m[i] for m in masks]))
+            x = layer(x, cos, sin, self._attend(i, contexts, slices, [m[i] for m in masks]))
         logits = F.linear(self.model.norm(x[0])[rows], self.head).float()      # [N - B, V']
         return list(logits.split(depths))
 
     @staticmethod
-    def _attend(i: int, contexts, offsets, counts, masks) -> Attend:
+    def _attend(i: int, contexts, slices: list[slice], masks) -> Attend:
         """Layer i's attention over packed block rows (q [1, heads, N, hd]): each sequence's
         rows see its own context and block only."""
         def attend(q, k, v):
             out = torch.empty_like(q)
-            for b, n, c, mask in zip(offsets, counts, contexts, masks):
-                rows = slice(b, b + n)
+            for rows, c, mask in zip(slices, contexts, masks):
                 one = attend_after(cached_store(c.cache, i), mask)
                 out[:, :, rows] = one(q[:, :, rows], k[:, :, rows], v[:, :, rows])
             return out
         return attend
-
-
-def _offsets(counts: list[int]) -> list[int]:
-    out, total = [], 0
-    for n in counts:
-        out.append(total)
-        total += n
-    return out

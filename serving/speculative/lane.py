@@ -22,6 +22,7 @@ import time
 import torch
 
 from serving.models import batched
+from serving.models.packing import row_slices
 
 from .adaptive import Controller, Setting
 from .base import Method
@@ -48,11 +49,6 @@ class SpecLane:
         self.width = self.drafter.feature_width
         self.controllers: dict[int, Controller] = {}
         self.last = self.controller(1)
-
-    @staticmethod
-    def batchable(method: Method) -> bool:
-        """The method's drafter has a batched form (capability, not name)."""
-        return callable(getattr(method.drafter, "batch", None))
 
     def controller(self, batch: int) -> Controller:
         key = bucket(batch)
@@ -97,7 +93,7 @@ class SpecLane:
         full = cut <= len(seqs) // 4
         trees = self._plan(seqs, setting, probes)
         logits, hidden = self._verify(seqs, trees)
-        slices = _row_slices(trees)
+        slices = row_slices(len(tree) for tree in trees)
         choices = self._choices(seqs, trees, logits, slices)
         committed = [self._accept(seq, tree, choices[rows], hidden[rows])
                      for seq, tree, rows in zip(seqs, trees, slices)]
@@ -159,11 +155,3 @@ class SpecLane:
         self.record(seq, kept)
         seq.state["next"] = bonus
         return [tree.tokens[i] for i in path[1:]] + [bonus]
-
-
-def _row_slices(trees: list[Tree]) -> list[slice]:
-    out, begin = [], 0
-    for tree in trees:
-        out.append(slice(begin, begin + len(tree)))
-        begin += len(tree)
-    return out
