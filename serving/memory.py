@@ -6,8 +6,8 @@ over all full-attention layers (the extra rows hold one verify pass past the con
 `--max-total-tokens` rows when set; running sequences share it (serving.engine.kv_pool).
 Hybrid targets add Gated DeltaNet state slots (serving.contract.runtime.state_slots: one per
 running sequence when decoding plainly in the batch runner, one when a speculative method
-serves them one sequence at a time, whose KV is then context + verify rows): per layer and
-slot the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state
+serves them one sequence at a time (`one_at_a_time`), whose KV is then context + verify
+rows): per layer and slot the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state
 (Hv x dk x dv, fp32). The draft's context K/V, the features kept for it and a verify
 pass's per-row states are transient, so neither side counts them. /server_info reports
 both under `memory` so an operator (and a test) can compare prediction and measurement.
@@ -22,10 +22,11 @@ import torch
 from torch import nn
 
 from serving import speculative
-from serving.contract.runtime import state_slots
-from serving.models.config import text_part
+from serving.contract.runtime import one_at_a_time, state_slots
+from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.hybrid_cache import HybridCache
 from serving.models.kv_cache import KVCache
+from serving.speculative.draft_model import DraftConfig
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 WALK_DEPTH = 3  # decoder -> method -> drafter -> model
@@ -67,28 +68,27 @@ def _reachable(root) -> tuple[list[nn.Module], list]:
 
 
 def predict(args) -> dict:
-    """From config.json (and the draft's): parameter bytes and KV cache bytes for resolved `args`."""
-    target = text_part(_config(args.model_path), args.model_path)
+    """From config.json (and the draft's), read by the loaders' own parsers: parameter, KV and
+    state bytes for resolved `args`."""
+    target = read_model_config(Path(args.model_path))
     width = DTYPE_BYTES[args.dtype]
-    params = dense_params(target) if "linear_num_value_heads" not in target else hybrid_params(target)
+    params = hybrid_params(target) if target.hybrid else dense_params(target)
     method = speculative.resolve(args.speculative_algorithm)
     extra = 0
     if method.speculative and args.speculative_draft_model_path:
-        draft = _config(args.speculative_draft_model_path)
+        path = args.speculative_draft_model_path
+        draft = DraftConfig.from_dict(_config(path), str(Path(path) / "config.json"))
         params += draft_params(draft)
-        block = args.speculative_num_draft_tokens or int(draft.get("block_size") or 16)
+        block = args.speculative_num_draft_tokens or draft.block_size
         extra = max(block, (args.speculative_ddtree_budget or block - 1) + 1) if method.takes_budget else block
-    heads = target["num_attention_heads"]
-    head_dim = target.get("head_dim") or target["hidden_size"] // heads
-    kv_heads = target.get("num_key_value_heads") or heads
-    kinds = layer_kinds(target)
-    linear = kinds.count("linear_attention")
-    slots = state_slots(bool(linear), method.speculative, args.max_running_requests)
-    # a hybrid served one sequence at a time: one cache of context + verify rows, no pool
-    serial = linear and method.speculative
+    linear = len(target.linear_layers)
+    slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)
+    # served one sequence at a time: one cache of context + verify rows, no pool
+    serial = one_at_a_time(target.hybrid, method.speculative)
     rows = args.context_length + extra if serial else args.max_total_tokens or args.context_length + extra
-    kv = kinds.count("full_attention") * kv_heads * head_dim * 2 * rows * width
-    state = slots * linear * linear_state_bytes(target, width) if linear else 0
+    layers, kv_heads, head_dim = KVCache.dims(target)
+    kv = layers * kv_heads * head_dim * 2 * rows * width
+    state = slots * linear * linear_state_bytes(target.linear, width) if linear else 0
     return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
             "predicted_state_cache_bytes": state, "predicted_bytes": params * width + kv + state}
 
@@ -109,61 +109,46 @@ def target_kernels(target) -> dict:
     return {"attention": "torch sdpa", **getattr(target, "kernels", {})}
 
 
-def layer_kinds(c: dict) -> list[str]:
-    """full_attention / linear_attention per layer (dense models: all full)."""
-    if "linear_num_value_heads" not in c:
-        return ["full_attention"] * c["num_hidden_layers"]
-    if c.get("layer_types"):
-        return list(c["layer_types"])
-    interval = int(c.get("full_attention_interval", 4))
-    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(c["num_hidden_layers"])]
-
-
-def linear_state_bytes(c: dict, width: int) -> int:
+def linear_state_bytes(L: LinearAttention, width: int) -> int:
     """One Gated DeltaNet layer's state: conv (K-1) x channels in the runtime dtype, recurrent fp32."""
-    hv, dk, dv = c["linear_num_value_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
-    channels = 2 * c["linear_num_key_heads"] * dk + hv * dv
-    return (c.get("linear_conv_kernel_dim", 4) - 1) * channels * width + hv * dk * dv * 4
+    return (L.conv_kernel - 1) * L.conv_dim * width + L.num_value_heads * L.key_head_dim * L.value_head_dim * 4
 
 
-def hybrid_params(c: dict) -> int:
+def hybrid_params(c: ModelConfig) -> int:
     """Qwen3.5 text parameters: gated attention (q_proj doubled) or Gated DeltaNet, SwiGLU, norms."""
-    hidden, vocab, inter = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
-    heads, d = c["num_attention_heads"], c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    kv = c.get("num_key_value_heads") or heads
+    hidden, heads, d, kv = c.hidden_size, c.num_attention_heads, c.head_dim, c.num_key_value_heads
     attention = hidden * heads * d * 3 + 2 * hidden * kv * d + 2 * d
-    hv, dv, kernel = c["linear_num_value_heads"], c["linear_value_head_dim"], c.get("linear_conv_kernel_dim", 4)
-    channels = 2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] + hv * dv
-    linear = hidden * (channels + 2 * hv * dv + 2 * hv) + channels * kernel + 2 * hv + dv
-    mixers = sum(attention if kind == "full_attention" else linear for kind in layer_kinds(c))
-    embed = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
-    return embed + mixers + c["num_hidden_layers"] * (3 * hidden * inter + 2 * hidden) + hidden
+    L = c.linear
+    linear = (hidden * (L.conv_dim + 2 * L.value_dim + 2 * L.num_value_heads) + L.conv_dim * L.conv_kernel
+              + 2 * L.num_value_heads + L.value_head_dim)
+    mixers = len(c.full_attention_layers) * attention + len(c.linear_layers) * linear
+    embed = c.vocab_size * hidden * (1 if c.tie_word_embeddings else 2)
+    return embed + mixers + c.num_hidden_layers * (3 * hidden * c.intermediate_size + 2 * hidden) + hidden
 
 
-def dense_params(c: dict) -> int:
+def dense_params(c: ModelConfig) -> int:
     """Llama / Qwen3 parameter count: embeddings (+ untied head), attention, MLP, norms."""
-    hidden, vocab = c["hidden_size"], c["vocab_size"]
-    embed = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
-    return embed + c["num_hidden_layers"] * _layer_params(c) + hidden
+    embed = c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
+    layer = _layer_params(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                          c.intermediate_size, c.attention_bias, c.qk_norm)
+    return embed + c.num_hidden_layers * layer + c.hidden_size
 
 
-def draft_params(c: dict) -> int:
+def draft_params(c: DraftConfig) -> int:
     """A DFlash draft: fc over the tapped target layers, its norm, the layers, the final norm."""
-    hidden = c["hidden_size"]
-    taps = len((c.get("dflash_config") or {}).get("target_layer_ids") or [])
-    return taps * hidden * hidden + hidden + c["num_hidden_layers"] * _layer_params(c) + hidden
+    layer = _layer_params(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
+                          bias=False, qk_norm=True)
+    return c.feature_width * c.hidden_size + c.hidden_size + c.num_layers * layer + c.hidden_size
 
 
-def _layer_params(c: dict) -> int:
-    hidden, heads = c["hidden_size"], c["num_attention_heads"]
-    d = c.get("head_dim") or hidden // heads
-    kv = c.get("num_key_value_heads") or heads
+def _layer_params(hidden: int, heads: int, kv: int, d: int, intermediate: int, bias: bool, qk_norm: bool) -> int:
+    """q, k, v, o projections (+ their biases, + per-head q and k RMSNorm), SwiGLU MLP, two norms."""
     attention = hidden * heads * d * 2 + 2 * hidden * kv * d
-    if c.get("attention_bias"):
+    if bias:
         attention += heads * d + 2 * kv * d
-    if c.get("model_type", "").startswith("qwen3"):
-        attention += 2 * d  # per-head q and k RMSNorm
-    return attention + 3 * hidden * c["intermediate_size"] + 2 * hidden
+    if qk_norm:
+        attention += 2 * d
+    return attention + 3 * hidden * intermediate + 2 * hidden
 
 
 def _config(model_dir: str) -> dict:

@@ -1,11 +1,14 @@
 """Which runner serves a hybrid: plain decoding joins the batch runner (a HybridPool with a state
 slot per running sequence); a speculative method keeps the one-sequence Decoder, since its
-rounds have no batched form for the recurrent state (serving.contract.runtime.state_slots)."""
+rounds have no batched form for the recurrent state (serving.contract.runtime.one_at_a_time);
+and serving.memory predicts what each of them allocates."""
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
+from serving import memory
 from serving.engine import Engine, Finished, StopRule
 from serving.engine.batch import BatchRunner
 from serving.engine.build import build_decoder_factory
@@ -57,3 +60,36 @@ def test_a_speculative_hybrid_keeps_the_one_sequence_decoder(tmp_path):
         assert isinstance(result, Finished) and len(result.token_ids) == 4
     finally:
         engine.stop()
+
+
+@pytest.fixture(scope="module")
+def tiny_pairs(tmp_path_factory):
+    """arch -> (target dir, random draft dir, loaded target)."""
+    pairs = {}
+    for arch in ("qwen3_5", "llama"):
+        root = tmp_path_factory.mktemp(arch)
+        target = write_tiny(root / "target", arch)
+        draft = write_tiny_draft(target, root / "draft", seed=1)
+        pairs[arch] = (target, draft, load_model(inspect_checkpoint(target), torch.float32, "cpu", 256))
+    return pairs
+
+
+@pytest.mark.parametrize("arch, algorithm, extra", [
+    ("qwen3_5", None, dict(max_total_tokens=300)), ("qwen3_5", "dflash", dict(max_total_tokens=300)),
+    ("qwen3_5", "ddtree", dict(speculative_ddtree_budget=4)), ("llama", "dflash", {})])
+def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, algorithm, extra):
+    """Weights, state slots and the target's own K/V, predicted from config.json (serving.memory)
+    for the runner the routing picks: a pool of --max-total-tokens rows and 3 slots, or one
+    sequence's cache of context + verify rows (--max-total-tokens does not apply) and one slot."""
+    target, draft, model = tiny_pairs[arch]
+    args = server_args(model_path=str(target), dtype="float32", speculative_algorithm=algorithm,
+                       speculative_draft_model_path=str(draft) if algorithm else None, max_running_requests=3,
+                       **extra)
+    decoder = build_decoder_factory(args, model, None)()
+    kv = decoder.pool if isinstance(decoder, BatchRunner) else decoder.cache.kv
+    report = memory.report(decoder, args)
+    assert report["predicted_weights_bytes"] == report["weights_bytes"]
+    assert report["predicted_state_cache_bytes"] == report["state_cache_bytes"]
+    assert report["predicted_kv_cache_bytes"] == (kv.k.numel() + kv.v.numel()) * 4
+    one_slot = model.new_cache(1).state_bytes() if arch == "qwen3_5" else 0
+    assert report["state_cache_bytes"] == (1 if algorithm else 3) * one_slot
