@@ -21,17 +21,19 @@ def l2_normalise(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
 
 
-def step_by_depth(q, k, v, g, beta, state: torch.Tensor, rows: Rows):
-    """q, k [T, H, dk]; v [T, H, dv]; g, beta [T, H] (fp32); state [H, dk, dv].
+def step_by_depth(q, k, v, g, beta, state: torch.Tensor, rows: Rows, step=None):
+    """q, k [T, H, dk]; v [T, H, dv]; g, beta [T, H] (fp32); state [H, dk, dv]; step: the
+    one-row-per-sequence op a depth advances by (`recurrent_step`'s signature; default it).
 
     Returns o [T, H, dv] and states [T + 1, H, dk, dv]: slot 0 the committed state, slot 1 + r
     the state after row r (given its ancestors only)."""
+    step = step or recurrent_step
     T, H, dk = k.shape
     states = state.new_empty(T + 1, H, dk, v.shape[-1])
     states[0] = state
     out = v.new_empty(v.shape)
     for level, parents in zip(rows.levels, rows.level_parents):   # w rows of one depth at once
-        out[level], states[rows.state_slots(level)] = recurrent_step(
+        out[level], states[rows.state_slots(level)] = step(
             q[level], k[level], v[level], g[level], beta[level], states[parents])
     return out, states
 

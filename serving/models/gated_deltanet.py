@@ -14,6 +14,8 @@ the recurrent step (fla's fused recurrent kernel where chosen). `forward` serves
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,7 +23,7 @@ from torch import nn
 from serving.models import gdn_ops
 from serving.models.config import ModelConfig
 from serving.models.delta_rule import l2_normalise, step_by_depth
-from serving.models.gdn_kernels import KernelChoice
+from serving.models.gdn_kernels import TORCH, KernelChoice
 from serving.models.linear_rows import Rows
 
 
@@ -67,11 +69,10 @@ class GatedDeltaNet(nn.Module):
             conv = F.silu(torch.einsum("tkc,ck->tc", inputs[rows.window], self.conv_weight))
         q, k, v, g, beta = self._heads(conv, b, a)
         state = cache.recurrent[self.slot]
-        if rows.stepwise and T == 1 and ops.recurrent is not None:
-            o, after = gdn_ops.step_delta_rule(ops, q, k, v, g, beta, state[None])
-            cache.stage(self.slot, inputs, torch.stack([state, after[0]]))
-        elif rows.stepwise:
-            o, states = step_by_depth(q, k, v, g, beta, state, rows)
+        if rows.stepwise:
+            # one new token: the decode step op (a kernel where chosen); verify chains and trees: PyTorch
+            step = partial(gdn_ops.step_delta_rule, ops if T == 1 else TORCH)
+            o, states = step_by_depth(q, k, v, g, beta, state, rows, step)
             cache.stage(self.slot, inputs, states)
         else:
             o, states = gdn_ops.chain_delta_rule(ops, q, k, v, g, beta, state, x.dtype)
@@ -82,10 +83,10 @@ class GatedDeltaNet(nn.Module):
         """One new token for each of B sequences: x [B, hidden]; conv [B, K-1, C] and recurrent
         [B, H, dk, dv] their committed states. Returns out [B, hidden], the new conv and recurrent states."""
         mixed, z, b, a = self.in_proj(x).split(self.splits, dim=-1)
-        out = gdn_ops.step_conv(ops, conv, mixed, self.conv_weight)
+        out, window = gdn_ops.step_conv(ops, conv, mixed, self.conv_weight)
         q, k, v, g, beta = self._heads(out, b, a)
         o, after = gdn_ops.step_delta_rule(ops, q, k, v, g, beta, recurrent)
-        return self._output(o, z), torch.cat([conv[:, 1:], mixed[:, None]], dim=1), after
+        return self._output(o, z), window, after
 
     def _heads(self, conv, b, a):
         """conv [T, C] (after silu), b, a [T, Hv] -> q, k [T, Hv, dk] (normalised, q scaled),

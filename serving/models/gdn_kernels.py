@@ -62,6 +62,8 @@ class KernelChoice:
         return out
 
 
+TORCH = KernelChoice()   # every op in PyTorch (verify chains and trees always run so)
+
 
 def lookup(spec) -> tuple[object, str]:
     """(the function, "") when its package imports and it takes the keywords we pass, else (None, why)."""

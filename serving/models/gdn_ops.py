@@ -55,15 +55,18 @@ def chain_conv(choice: KernelChoice, inputs: torch.Tensor, weight: torch.Tensor)
     return out[0].T
 
 
-def step_conv(choice: KernelChoice, window: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """window [B, K-1, C] (each sequence's committed conv inputs), x [B, C] -> silu(conv) [B, C].
-    The caller keeps the new window (window[:, 1:] ; x); the kernel's in-place update of its
-    own copy is discarded, so a staged (uncommitted) step never touches the committed state."""
+def step_conv(choice: KernelChoice, window: torch.Tensor, x: torch.Tensor,
+              weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """window [B, K-1, C] (each sequence's committed conv inputs), x [B, C] -> silu(conv) [B, C]
+    and the window after x, [B, K-1, C]: one concatenation either way (PyTorch convolves
+    [window ; x] and keeps its last K-1 rows). The kernel's in-place update of its own copy is
+    discarded, so a staged (uncommitted) step never touches the committed state."""
     if choice.conv_step is None:
-        full = torch.cat([window, x[:, None]], dim=1)                     # [B, K, C]
-        return F.silu(torch.einsum("bkc,ck->bc", full, weight))
+        full = torch.cat([window, x[:, None]], dim=1)                   # [B, K, C]
+        return F.silu(torch.einsum("bkc,ck->bc", full, weight)), full[:, 1:]
     state = window.transpose(1, 2).contiguous()                         # [B, C, K-1]
-    return choice.conv_step(x=x, conv_state=state, weight=weight, bias=None, activation="silu")
+    out = choice.conv_step(x=x, conv_state=state, weight=weight, bias=None, activation="silu")
+    return out, torch.cat([window[:, 1:], x[:, None]], dim=1)
 
 
 PROBE_ROWS = 70        # two chunks of the chunked kernel, the second partial
@@ -120,4 +123,4 @@ def op_cases(linear, dtype: torch.dtype, device, rows: int = PROBE_ROWS, batch: 
             "recurrent": lambda c: step_delta_rule(c, q[:batch], k[:batch], v[:batch], g[:batch], beta[:batch],
                                                    state.expand(batch, -1, -1, -1)),
             "conv_chain": lambda c: (chain_conv(c, inputs, weight),),
-            "conv_step": lambda c: (step_conv(c, window, inputs[K:K + batch], weight),)}
+            "conv_step": lambda c: step_conv(c, window, inputs[K:K + batch], weight)[:1]}

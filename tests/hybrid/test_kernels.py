@@ -15,11 +15,10 @@ import torch
 
 from serving.models import gdn_kernels, gdn_ops
 from serving.models.delta_rule import l2_normalise
-from serving.models.gdn_kernels import KernelChoice, lookup, select
+from serving.models.gdn_kernels import TORCH, KernelChoice, lookup, select
 
 from .kernel_convention import REFERENCE
 
-TORCH = KernelChoice()
 H, DK, DV, C, K = 6, 16, 8, 56, 4
 
 
@@ -93,9 +92,11 @@ def test_conv_adapters_match_torch_and_leave_the_committed_window_alone():
     torch.testing.assert_close(gdn_ops.chain_conv(REFERENCE, inputs, weight), gdn_ops.chain_conv(TORCH, inputs, weight))
     window, x = torch.randn(3, K - 1, C, generator=gen), torch.randn(3, C, generator=gen)
     before = window.clone()
-    out = gdn_ops.step_conv(REFERENCE, window, x, weight)
-    torch.testing.assert_close(out, gdn_ops.step_conv(TORCH, window, x, weight))
+    out, after = gdn_ops.step_conv(REFERENCE, window, x, weight)
+    torch_out, torch_after = gdn_ops.step_conv(TORCH, window, x, weight)
+    torch.testing.assert_close(out, torch_out)
     assert torch.equal(window, before)        # the kernel updates its own copy only
+    assert torch.equal(after, torch.cat([window[:, 1:], x[:, None]], dim=1)) and torch.equal(after, torch_after)
 
 
 def test_a_whole_hybrid_through_the_adapters_equals_the_torch_path(hf_pairs):
