@@ -4,7 +4,8 @@ Each module in ddops/commands defines `register(app)`; nothing imports this modu
 options (`--debug`, `--version`, shell completion) live here, and every command runs inside
 `ddops.shell.guard`, the one place an exception that escapes a command becomes an exit code.
 The SSH library's own log lines (paramiko reports banner errors, resets and EOFs itself) stay
-off stderr unless `--debug`: the command reports a lost connection once, as exit 3.
+off stderr unless `--debug`: the command reports a lost connection once, as exit 3. `--debug`
+also prints what each SSH connection cost (commands, file operations, seconds) when it closes.
 """
 
 import logging
@@ -42,6 +43,16 @@ def quiet_ssh_logs(quiet: bool) -> None:
     logger = logging.getLogger("paramiko")
     logger.propagate = not quiet
     logger.handlers = [logging.NullHandler()] if quiet else []
+    ours = logging.getLogger("ddops")
+    ours.setLevel(logging.WARNING if quiet else logging.DEBUG)
+    ours.handlers = [] if quiet else [_stderr_handler()]
+    ours.propagate = quiet
+
+
+def _stderr_handler() -> logging.Handler:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("debug: %(message)s"))
+    return handler
 
 
 def _guard_all(typer_app: typer.Typer) -> None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
 import posixpath
 import shlex
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from ddops.remote.become import Become, run_channel
 
 LOST = (paramiko.SSHException, OSError, EOFError)
 q = shlex.quote
+log = logging.getLogger("ddops.remote")     # `ddops --debug` prints it (ddops.cli)
 
 
 class RemoteError(Exception):
@@ -52,6 +55,10 @@ class Remote:
         self.become = become or Become(None)
         self.endpoint = None     # sshconfig.Endpoint: where the connection really goes
         self.cache: dict = {}    # per-connection memo (e.g. the runtime's --help)
+        # what this connection cost: commands (one exec channel each) and SFTP file operations
+        # (several requests each), logged when it closes
+        self.trips: Counter = Counter()
+        self.opened = time.monotonic()
 
     @property
     def behind_ssh(self) -> bool:
@@ -68,6 +75,7 @@ class Remote:
             stream: bool = False) -> Result:
         """Run a shell command as root; check=True raises RemoteError on a non-zero exit, naming its
         stderr. A connection lost meanwhile always raises RemoteError. stream=True prints stdout as it comes."""
+        self.trips["commands"] += 1
         try:
             status, out, err = self._execute(command, timeout, stream)
         except (invoke.CommandTimedOut, TimeoutError):
@@ -93,6 +101,7 @@ class Remote:
     def open_channel(self, command: str) -> paramiko.Channel:
         """A session channel running command as root, its stdin left open for the caller."""
         wrapped, stdin = self.become.wrap(command)
+        self.trips["commands"] += 1
         try:
             self.connection.open()
             chan = self.connection.transport.open_session()
@@ -108,6 +117,7 @@ class Remote:
         if self.become.active:
             out = self.run(f"if [ -f {q(path)} ]; then printf +; base64 -w0 {q(path)}; fi").stdout.strip()
             return base64.b64decode(out[1:]) if out.startswith("+") else None
+        self.trips["file reads"] += 1
         try:
             with self.sftp().open(path, "rb") as handle:
                 return handle.read()
@@ -123,6 +133,7 @@ class Remote:
     def exists(self, path: str) -> bool:
         if self.become.active:
             return self.run(f"test -e {q(path)}", check=False).ok
+        self.trips["file stats"] += 1
         try:
             self.sftp().stat(path)
             return True
@@ -147,6 +158,7 @@ class Remote:
         parent, name = posixpath.split(path)
         tmp = posixpath.join(parent, f".{name}.ddops-tmp-{uuid.uuid4().hex[:8]}")
         self.mkdir(parent or "/")
+        self.trips["file writes"] += 1
         if self.become.active:
             return self._place_as_root(path, tmp, mode, owner, upload)
         sftp = self.sftp()
@@ -202,6 +214,10 @@ class Remote:
             raise RemoteError(f"{self.label}: sftp: connection lost: {exc}") from None
 
     def close(self) -> None:
+        if self.trips:
+            spent = ", ".join(f"{count} {kind}" for kind, count in sorted(self.trips.items()))
+            log.debug("%s: %s over %.1f s", self.label, spent, time.monotonic() - self.opened)
+            self.trips.clear()
         self.connection.close()
 
     def __enter__(self) -> Remote:
