@@ -113,8 +113,7 @@ def entries(remote, unit_name: str | None = None) -> list[Entry]:
 
 
 def files(remote, entry: Entry) -> tuple[str, str]:
-    unit = remote.read(f"{entry.path}/unit")
-    env = remote.read(f"{entry.path}/env")
+    unit, env = remote.read_all(f"{entry.path}/unit", f"{entry.path}/env")
     if unit is None or env is None:
         raise FileNotFoundError(f"{remote.label}: {entry.path}: unit or env file missing from the entry")
     return unit.decode(), env.decode()

@@ -49,14 +49,14 @@ def revert(remote, unit_name: str, unit_path: str, env_path: str, health: GateSp
            progress=lambda name, text: None) -> RevertResult:
     """Restore the backup; `health` (the previous service's endpoint) confirms it answers."""
     folder = backup_dir(unit_name)
-    meta_text = remote.read_text(f"{folder}/meta.json")
-    if meta_text is None:
+    meta_bytes, unit, env = remote.read_all(f"{folder}/meta.json", f"{folder}/unit", f"{folder}/env")
+    if meta_bytes is None:
         return RevertResult(False, f"no backup in {folder}; {unit_name} left as the failed deploy made it")
-    meta = json.loads(meta_text)
+    meta = json.loads(meta_bytes)
     try:
         if not meta["had_unit"]:
             return _remove_new(remote, unit_name, unit_path, env_path)
-        _restore_files(remote, folder, meta, unit_path, env_path)
+        _restore_files(remote, folder, meta, unit, env, unit_path, env_path)
     except Exception as err:  # noqa: BLE001 - any failure here is reported as host state
         return RevertResult(False, f"restoring {unit_path} failed ({err}); the host holds the new, "
                                    f"failed unit or a mix; backup kept in {folder}")
@@ -77,11 +77,13 @@ def revert(remote, unit_name: str, unit_path: str, env_path: str, health: GateSp
                                f"{report.failure.detail}; the service is down")
 
 
-def _restore_files(remote, folder: str, meta: dict, unit_path: str, env_path: str) -> None:
-    unit = remote.read(f"{folder}/unit")
+def _restore_files(remote, folder: str, meta: dict, unit: bytes | None, env: bytes | None,
+                   unit_path: str, env_path: str) -> None:
+    if unit is None or (meta["had_env"] and env is None):
+        raise FileNotFoundError(f"{folder} lacks the unit or env file its meta.json names")
     remote.write(unit_path, unit)
     if meta["had_env"]:
-        remote.write(env_path, remote.read(f"{folder}/env"), mode=0o600)
+        remote.write(env_path, env, mode=0o600)
     else:
         remote.run(f"rm -f {q(env_path)}")
     if remote.read(unit_path) != unit:

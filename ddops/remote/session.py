@@ -10,7 +10,6 @@ never sits in a file readable by others.
 from __future__ import annotations
 
 import base64
-import io
 import logging
 import posixpath
 import shlex
@@ -126,6 +125,12 @@ class Remote:
         except LOST as exc:
             raise RemoteError(f"{self.label}: read {path}: {exc or 'connection lost'}") from None
 
+    def read_all(self, *paths: str) -> list[bytes | None]:
+        """Several files in one round trip: each one's bytes, or None where it does not exist."""
+        script = "; ".join(f"if [ -f {q(p)} ]; then printf +; base64 -w0 {q(p)} || exit 1; fi; echo" for p in paths)
+        lines = self.run(script).stdout.split("\n")[:len(paths)]
+        return [base64.b64decode(line[1:]) if line.startswith("+") else None for line in lines]
+
     def read_text(self, path: str) -> str | None:
         data = self.read(path)
         return None if data is None else data.decode()
@@ -145,28 +150,37 @@ class Remote:
     def write(self, path: str, data: bytes | str, mode: int = 0o644, owner: str | None = None) -> None:
         """Replace path atomically with data (parent directories are created); owner: user[:group]."""
         payload = data.encode() if isinstance(data, str) else data
-        self._place(path, mode, owner, lambda sftp, tmp: sftp.putfo(io.BytesIO(payload), tmp, confirm=True))
+        self._place(path, mode, owner, lambda handle: handle.write(payload))
 
     def put(self, local: Path, path: str, mode: int = 0o644, owner: str | None = None) -> None:
         """Upload a local file to path atomically (parent directories are created)."""
-        self._place(path, mode, owner, lambda sftp, tmp: sftp.put(str(local), tmp, confirm=True))
+        def upload(handle) -> None:
+            with open(local, "rb") as src:
+                while chunk := src.read(1 << 20):
+                    handle.write(chunk)
+        self._place(path, mode, owner, upload)
 
     def mkdir(self, path: str, mode: int = 0o755) -> None:
         self.run(f"mkdir -p -m {mode:o} {q(path)}")
 
     def _place(self, path: str, mode: int, owner: str | None, upload) -> None:
+        """Write to a temporary name beside path, then rename it into place. The parent is made
+        only when it is missing (a command costs a round trip; most writes go to folders that exist)."""
         parent, name = posixpath.split(path)
         tmp = posixpath.join(parent, f".{name}.ddops-tmp-{uuid.uuid4().hex[:8]}")
-        self.mkdir(parent or "/")
         self.trips["file writes"] += 1
         if self.become.active:
             return self._place_as_root(path, tmp, mode, owner, upload)
         sftp = self.sftp()
         try:
-            # Mode first, content second: a secret never sits in a file readable by others.
-            sftp.open(tmp, "wb").close()
-            sftp.chmod(tmp, mode)
-            upload(sftp, tmp)
+            try:
+                handle = sftp.open(tmp, "wb")
+            except FileNotFoundError:
+                self.mkdir(parent or "/")
+                handle = sftp.open(tmp, "wb")
+            with handle:
+                handle.chmod(mode)      # mode first, content second: a secret never sits in a file readable by others
+                upload(handle)
             if owner:
                 self.run(f"chown {q(owner)} {q(tmp)}")
             sftp.posix_rename(tmp, path)
@@ -179,16 +193,17 @@ class Remote:
 
     def _place_as_root(self, path: str, tmp: str, mode: int, owner: str | None, upload) -> None:
         staged = f"/tmp/.ddops-upload-{uuid.uuid4().hex}"     # the SSH user's own file, 0600
-        sftp = self.sftp()
         try:
-            sftp.open(staged, "wb").close()
-            sftp.chmod(staged, 0o600)
-            upload(sftp, staged)
+            with self.sftp().open(staged, "wb") as handle:
+                handle.chmod(0o600)
+                upload(handle)
         except LOST as exc:
             raise RemoteError(f"{self.label}: upload for {path}: {exc}") from None
         user, _, group = (owner or "root").partition(":")
-        self.run(f"install -m {mode:o} -o {q(user)} -g {q(group or user)} {q(staged)} {q(tmp)} && "
-                 f"mv -f {q(tmp)} {q(path)}; status=$?; rm -f {q(staged)} {q(tmp)}; exit $status")
+        parent = posixpath.dirname(path) or "/"
+        self.run(f"mkdir -p -m 755 {q(parent)} && install -m {mode:o} -o {q(user)} -g {q(group or user)} "
+                 f"{q(staged)} {q(tmp)} && mv -f {q(tmp)} {q(path)}; status=$?; rm -f {q(staged)} {q(tmp)}; "
+                 "exit $status")
 
     def lost(self, exc: BaseException, settle_s: float = 2.0) -> bool:
         """Whether exc means this connection is gone (a RemoteError, or a socket/SSH error raised
