@@ -84,20 +84,44 @@ class LocalFiles:
 
 
 class RemoteFiles:
-    """The same reads on a host, over a `ddops.remote.Remote`."""
+    """The same reads on a host, over a `ddops.remote.Remote`, each answered once per connection
+    (`of`): the planning checks, the fit prediction and a re-plan under the deploy lock ask for
+    the same config.json files and safetensors headers, and every question is a round trip."""
+
+    HEAD_BLOCK = 1 << 16      # the first bytes of a file, fetched whole: a safetensors length + header
 
     def __init__(self, remote):
         self.remote = remote
+        self.known: dict[tuple, object] = {}
+
+    @classmethod
+    def of(cls, remote) -> "RemoteFiles":
+        """The connection's reader (kept in remote.cache)."""
+        if "checkpoint files" not in remote.cache:
+            remote.cache["checkpoint files"] = cls(remote)
+        return remote.cache["checkpoint files"]
 
     def read_text(self, path: str) -> str:
-        return self._run(f"cat {shlex.quote(path)}", path)
+        return self._once(("text", path), lambda: self._run(f"cat {shlex.quote(path)}", path))
 
     def read_head(self, path: str, start: int, length: int) -> bytes:
-        cmd = f"tail -c +{start + 1} {shlex.quote(path)} | head -c {length} | base64 -w0"
-        return base64.b64decode(self._run(cmd, path))
+        block = self._once(("head", path), lambda: self._head(path, 0, self.HEAD_BLOCK))
+        if start + length <= len(block) or len(block) < self.HEAD_BLOCK:   # inside it, or the file ends there
+            return block[start:start + length]
+        return self._once(("head", path, start, length), lambda: self._head(path, start, length))
 
     def exists(self, path: str) -> bool:
-        return self.remote.run(f"test -f {shlex.quote(path)}", check=False).ok
+        return self._once(("exists", path),
+                          lambda: self.remote.run(f"test -f {shlex.quote(path)}", check=False).ok)
+
+    def _once(self, key: tuple, read):
+        if key not in self.known:
+            self.known[key] = read()
+        return self.known[key]
+
+    def _head(self, path: str, start: int, length: int) -> bytes:
+        cmd = f"tail -c +{start + 1} {shlex.quote(path)} | head -c {length} | base64 -w0"
+        return base64.b64decode(self._run(cmd, path))
 
     def _run(self, cmd: str, path: str) -> str:
         result = self.remote.run(cmd, check=False)

@@ -48,7 +48,7 @@ def preflight(profile: str = typer.Argument(..., help="profile name or YAML path
             problems = check_profile(prof, LocalFiles(), models)
         else:
             with connect(target) as remote:
-                problems = check_profile(prof, RemoteFiles(remote)) + check_flags(remote, argv)
+                problems = check_profile(prof, RemoteFiles.of(remote)) + check_flags(remote, argv)
     except (PreflightError, RemoteError) as err:
         problems = [Problem("files", str(err))]
     _finish(as_json, prof.name, host, problems)

@@ -44,7 +44,7 @@ def refusals(remote, unit_text: str, profile=None) -> list[Refusal]:
     argv = unit_argv(unit_text)
     if not argv:
         return []
-    found = _file_refusals(RemoteFiles(remote), argv)
+    found = _file_refusals(RemoteFiles.of(remote), argv)
     runtime_ok = not isinstance(known_flags(remote, runtime_of(argv)), str)
     found += [Refusal("flag" if runtime_ok else "runtime", reason) for reason in unknown_flags(remote, argv)]
     if profile is not None:

@@ -95,4 +95,4 @@ def local_reader(models_dir: Path | None = None) -> Reader:
 def remote_reader(remote) -> Reader:
     from ddops.fit.read import read_model
     from ddops.checkpoint import RemoteFiles
-    return lambda path: read_model(RemoteFiles(remote), path)
+    return lambda path: read_model(RemoteFiles.of(remote), path)

@@ -99,3 +99,20 @@ def test_a_plan_with_refusals_is_refused_only_when_it_would_restart():
     stopped = Facts("u.service", DESIRED.unit_text, DESIRED.env_text, UnitState(), None, (), 0)
     assert make_plan(DESIRED, stopped, ["x"]).refused
     assert not make_plan(DESIRED, stopped).refused
+
+
+def test_a_connection_reads_each_checkpoint_file_once(tmp_path):
+    """The planning checks, the fit reader and a re-plan under the deploy lock share one reader
+    per connection: over SSH every read is a round trip."""
+    from ddops.fit.profile_fit import remote_reader
+    full = {**TARGET, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
+    target = write_model(tmp_path / "t", full, {"embed.weight": [300, 64]})
+    draft = write_model(tmp_path / "d", draft_config(), {"fc.weight": [64, 128]})
+    text = unit("--model-path", target, "--speculative-algorithm", "DDTREE",
+                "--speculative-draft-model-path", draft, "--port", "30000")
+    shell = LocalShell()
+    assert refusals(shell, text) == []
+    assert remote_reader(shell)(target).path == target
+    assert refusals(shell, text) == []
+    assert any("config.json" in c for c in shell.calls)
+    assert len(shell.calls) == len(set(shell.calls)), shell.calls
