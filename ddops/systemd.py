@@ -19,6 +19,12 @@ def enable(unit: str) -> str:
     return f"systemctl enable {q(unit)} 2>&1"
 
 
+def reload_and_enable(unit: str) -> str:
+    """One round trip; enable runs only after the reload succeeded, and a failure's last line is
+    systemctl's own (`Failed to reload daemon: ...` or `Failed to enable unit: ...`)."""
+    return f"{daemon_reload()} && {enable(unit)}"
+
+
 def restart(unit: str) -> str:
     """Blocking: returns once the job is done (Type=exec: the process runs); a unit that hit its
     start limit is reset first so a deploy can start it again."""

@@ -1,7 +1,7 @@
 """Apply a plan on one host under its deploy lock.
 
 lock -> facts -> recover an unfinished deploy -> plan -> then exactly the plan's steps (backup
--> push unit and env (0600) -> daemon-reload -> enable -> restart -> gate -> history entry),
+-> push unit and env (0600) -> daemon-reload and enable -> restart -> gate -> history entry),
 each through its handler in STEPS -> release. A failed gate reads the
 journal, diagnoses it and reverts; a failed revert says exactly what state the host is in.
 A pending.json marks a deploy in flight, so one killed midway is found and recovered by the
@@ -18,7 +18,7 @@ from typing import Callable
 
 from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
-from ddops.deploy.facts import Facts, deploy_dir, journal, read_facts, unit_state
+from ddops.deploy.facts import Facts, deploy_dir, read_facts, unit_state
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.knowable import refusals
 from ddops.deploy.lock import Holder, HostLock, describe
@@ -206,11 +206,12 @@ def _command(run: _Run, step: Step) -> None:
 
 
 def _restart(run: _Run, step: Step) -> None:
-    run.since = int(run.remote.run("date +%s").stdout.strip())
     run.progress("restart", step.command)
     # blocking: returns once the job is done, so the gate never sees the stopped gap between
-    # stop and start; a failed start is the gate's to report
-    run.remote.run(step.command, check=False, timeout=run.spec.timeout_s)
+    # stop and start; a failed start is the gate's to report. The host's clock first, in the same
+    # round trip: diagnosis reads the journal from that second.
+    done = run.remote.run(f"date +%s; {step.command}", check=False, timeout=run.spec.timeout_s)
+    run.since = int(done.stdout.split("\n", 1)[0])
 
 
 def _gate(run: _Run, step: Step) -> Outcome | None:
@@ -225,9 +226,7 @@ def _gate(run: _Run, step: Step) -> Outcome | None:
     if run.plan.refusals:
         run.meta["forced"] = [r.as_dict() for r in run.plan.refusals]
     run.report = report
-    if report.passed:
-        return None
-    return _fail(remote, run.plan, run.facts, run.spec, report, run.meta, run.since, run.progress)
+    return None if report.passed else _fail(run)
 
 
 def _record(run: _Run, step: Step) -> Outcome:
@@ -246,51 +245,50 @@ def _recovered(run: _Run, step: Step) -> None:
 # every action a plan can hold -> what apply does for it (tests/deploy/test_plan_gate.py checks the
 # two lists agree)
 STEPS: dict[str, Callable[[_Run, Step], Outcome | None]] = {
-    "recover": _recovered, "backup": _backup, "write-unit": _write_unit, "write-env": _write_env, "daemon-reload": _command,
-    "enable": _command, "restart": _restart, "gate": _gate, "record": _record,
+    "recover": _recovered, "backup": _backup, "write-unit": _write_unit, "write-env": _write_env,
+    "reload-enable": _command, "restart": _restart, "gate": _gate, "record": _record,
 }
 
 
 def diagnose_since(remote, unit: str, since: int, settle_s: float = 3.0) -> list[Finding]:
     """The catalog over every journal line since the restart. A unit that crashes and restarts
     quickly may still have its traceback in journald's stream buffers: sync, and read again for
-    a few seconds while nothing matches."""
+    a few seconds while nothing matches (sync and read in one round trip)."""
     deadline = time.monotonic() + settle_s
+    read = f"{systemd.journal_sync()}; {systemd.journal(unit, 20000, since or None)}"
     while True:
-        remote.run(systemd.journal_sync(), check=False)
-        findings = diagnose(journal(remote, unit, since=since, lines=20000))
+        findings = diagnose(remote.run(read, check=False).stdout)
         if findings or time.monotonic() >= deadline:
             return findings
         time.sleep(0.5)
 
 
-def _fail(remote, plan: Plan, facts: Facts, spec: GateSpec, report: GateReport, meta: dict,
-          since: int, progress) -> Outcome:
-    desired, name = plan.desired, remote.host.name
-    progress("diagnose", "reading the journal")
-    findings = diagnose_since(remote, desired.unit_name, since)
-    meta = {**meta, "diagnosis": [f.as_dict() for f in findings]}
-    entry = history.record(remote, desired.unit_name, facts.history_ids, desired.unit_text,
+def _fail(run: _Run) -> Outcome:
+    """The gate failed: diagnose, record, revert (pending.json says `revert-failed` if that fails)."""
+    desired, remote, plan, report = run.plan.desired, run.remote, run.plan, run.report
+    name = remote.host.name
+    run.progress("diagnose", "reading the journal")
+    findings = diagnose_since(remote, desired.unit_name, run.since)
+    meta = {**run.meta, "diagnosis": [f.as_dict() for f in findings]}
+    entry = history.record(remote, desired.unit_name, run.facts.history_ids, desired.unit_text,
                            desired.env_text, {**meta, "result": "failed"})
     why = report.failure.detail if report.failure else "gate did not run"
     cause = f"; cause: {findings[0].summary}" if findings else ""
     if not plan.changed:
         # same files as before: nothing to revert to, the service simply does not come up
-        remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
+        remote.run(f"rm -f {q(run.pending_path)}")
         return Outcome(name, exits.FAILED, "failed", f"gate failed: {why}{cause}; unit unchanged",
                        plan, report, findings, entry.id)
-    progress("revert", "restoring the previous unit and env file")
+    run.progress("revert", "restoring the previous unit and env file")
     result = revert(remote, desired.unit_name, desired.unit_path, desired.env_path,
-                    health_spec(facts.unit_text, remote.host.address, spec.timeout_s), progress)
+                    health_spec(run.facts.unit_text, remote.host.address, run.spec.timeout_s), run.progress)
     history.update_result(remote, entry, result="failed-reverted" if result.ok else "revert-failed",
                           revert=result.state)
     if not result.ok:
-        pending_path = f"{deploy_dir(desired.unit_name)}/pending.json"
-        pending = json.loads(remote.read_text(pending_path) or "{}")
-        remote.write(pending_path, json.dumps({**pending, "stage": "revert-failed"}))
+        run.mark("revert-failed")
         return Outcome(name, exits.NEEDS_OPERATOR, "revert-failed",
                        f"gate failed: {why}{cause}; REVERT FAILED: {result.state}",
                        plan, report, findings, entry.id)
-    remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
+    remote.run(f"rm -f {q(run.pending_path)}")
     return Outcome(name, exits.FAILED, "reverted", f"gate failed: {why}{cause}; {result.state}",
                    plan, report, findings, entry.id)

@@ -34,7 +34,7 @@ class Desired:
 
 @dataclass(frozen=True)
 class Step:
-    action: str     # recover | backup | write-unit | write-env | daemon-reload | enable | restart | gate | record
+    action: str     # recover | backup | write-unit | write-env | reload-enable | restart | gate | record
     detail: str
     command: str | None = None  # the shell text apply runs on the host for this step, when it is one
 
@@ -130,8 +130,7 @@ def _steps(desired: Desired, facts: Facts, changed: bool, start_needed: bool) ->
                           if facts.unit_text is not None else f"note that {name} is new: a revert removes it"))
         steps.append(Step("write-unit", desired.unit_path))
         steps.append(Step("write-env", f"{desired.env_path} (mode 0600)"))
-        steps.append(_command("daemon-reload", systemd.daemon_reload()))
-        steps.append(_command("enable", systemd.enable(name)))
+        steps.append(_command("reload-enable", systemd.reload_and_enable(name)))
     steps.append(_command("restart", systemd.restart(name)))
     steps.append(Step("gate", "health, health_generate, smoke request, server_info, acceptance"))
     steps.append(Step("record", f"history entry for {desired.profile} ({desired.profile_hash})"))

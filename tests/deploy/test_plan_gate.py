@@ -22,7 +22,7 @@ def facts(unit=None, env=None, active="inactive", pending=None):
 def test_fresh_host_plans_every_step_with_a_creating_diff():
     plan = make_plan(DESIRED, facts())
     actions = [s.action for s in plan.steps]
-    assert actions == ["backup", "write-unit", "write-env", "daemon-reload", "enable", "restart", "gate", "record"]
+    assert actions == ["backup", "write-unit", "write-env", "reload-enable", "restart", "gate", "record"]
     assert plan.changed and plan.unit_diff.startswith("--- /dev/null")
     assert "is new: a revert removes it" in plan.steps[0].detail
 
@@ -30,8 +30,7 @@ def test_fresh_host_plans_every_step_with_a_creating_diff():
 def test_systemctl_steps_carry_the_exact_command_apply_runs():
     plan = make_plan(DESIRED, facts())
     commands = {s.action: s.command for s in plan.steps if s.command}
-    assert commands == {"daemon-reload": "systemctl daemon-reload",
-                        "enable": "systemctl enable llm.service 2>&1",
+    assert commands == {"reload-enable": "systemctl daemon-reload && systemctl enable llm.service 2>&1",
                         "restart": "systemctl reset-failed llm.service 2>/dev/null; systemctl restart llm.service"}
     assert all(s.detail == s.command for s in plan.steps if s.command)  # shown as run
 
