@@ -12,7 +12,7 @@ import hashlib
 import time
 
 from ddops.deploy import history
-from ddops.deploy.desired import gate_spec, unit_argv
+from ddops.deploy.desired import env_file_of, gate_spec, unit_argv
 from ddops.deploy.gate import GateSpec, endpoint, flag_value
 from ddops.deploy.lock import Holder, HostLock
 from ddops.profile.methods import method_for, reported_algorithm
@@ -29,13 +29,6 @@ def content_hash(unit_text: str, env_text: str) -> str:
     """Identity of hand-written files (they carry no ddops header): `adopted-<sha256>`."""
     digest = hashlib.sha256(unit_text.encode() + b"\0" + env_text.encode()).hexdigest()
     return f"{ADOPTED}-{digest}"
-
-
-def env_file_of(unit_text: str | None) -> str | None:
-    for line in (unit_text or "").splitlines():
-        if line.startswith("EnvironmentFile="):
-            return line.split("=", 1)[1].lstrip("-").strip()
-    return None
 
 
 def adopt(remote, unit: str, holder: Holder, profile=None) -> history.Entry:

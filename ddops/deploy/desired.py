@@ -46,6 +46,14 @@ def env_value(env_text: str | None, key: str) -> str | None:
     return parse_env(env_text or "").get(key)
 
 
+def env_file_of(unit_text: str | None) -> str | None:
+    """The path of the unit's EnvironmentFile= (its optional `-` dropped), None when it names none."""
+    for line in (unit_text or "").splitlines():
+        if line.startswith("EnvironmentFile="):
+            return line.split("=", 1)[1].lstrip("-").strip()
+    return None
+
+
 def unit_argv(unit_text: str | None) -> list[str]:
     """ExecStart's command line from a unit file, as systemd hands it to the process."""
     line = setting_value(unit_text or "", "ExecStart")

@@ -9,7 +9,7 @@ import httpx
 
 from ddops.deploy import history
 from ddops import systemd
-from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
+from ddops.deploy.desired import API_KEY_ENV, env_file_of, env_value, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
 from ddops import server_info
 from ddops.deploy.gate import GateSpec, endpoint
@@ -62,29 +62,38 @@ class UnitStatus:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What unit_status read, for callers that keep more than the status (a switch's snapshot)."""
+    status: UnitStatus
+    unit_text: str | None
+    env_text: str | None        # the env file the unit names, None when it names none or it is missing
+    server_info: dict           # {} unless /health answered 200
+
+
 def unit_status(remote, unit: str) -> UnitStatus:
+    return read_unit(remote, unit).status
+
+
+def read_unit(remote, unit: str) -> Reading:
+    """The unit's files, systemd state, /health and /server_info (with the unit's own key), and
+    the deploy lock's holder; each read once."""
     unit_text = remote.read_text(f"/etc/systemd/system/{unit}")
     head = read_header(unit_text or "")
     argv = unit_argv(unit_text)
     state: UnitState = unit_state(remote, unit)
     url = endpoint(argv, remote.host.address) if argv else None
-    env_path = _env_file(unit_text)
-    key = env_value(remote.read_text(env_path), API_KEY_ENV) if env_path else None
+    env_path = env_file_of(unit_text)
+    env_text = remote.read_text(env_path) if env_path else None
     health, info = ("-", {})
     if url:
         with reachable(remote, url) as where:
-            health, info = _probe(where, key)
-    return UnitStatus(remote.host.name, unit, state.active, state.sub, state.restarts,
-                      head.get("profile"), head.get("hash"), head.get("version"), info.get("version"),
-                      url, health, accept_length(info), info.get("model_path"),
-                      info.get("speculative_algorithm"), current_holder(remote))
-
-
-def _env_file(unit_text: str | None) -> str | None:
-    for line in (unit_text or "").splitlines():
-        if line.startswith("EnvironmentFile="):
-            return line.split("=", 1)[1].lstrip("-").strip()
-    return None
+            health, info = _probe(where, env_value(env_text, API_KEY_ENV))
+    status = UnitStatus(remote.host.name, unit, state.active, state.sub, state.restarts,
+                        head.get("profile"), head.get("hash"), head.get("version"), info.get("version"),
+                        url, health, accept_length(info), info.get("model_path"),
+                        info.get("speculative_algorithm"), current_holder(remote))
+    return Reading(status, unit_text, env_text, info)
 
 
 def _probe(url: str, key: str | None) -> tuple[str, dict]:

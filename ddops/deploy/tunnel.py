@@ -2,8 +2,9 @@
 directly: one that listens on the host's loopback only (SGLang's default bind), or any service
 of a host reached through a jump host or by an ssh_config alias (`remote.behind_ssh`: its address
 is not one to dial). A local listener on 127.0.0.1 carries each connection as a direct-tcpip
-channel to the port on the host. Used by the gate, `ddops status`, and (through
-rollout/hostops.dialable) shadow compare and the rollout's bake."""
+channel to the port on the host. `reachable` uses a connection the caller holds (the gate,
+`ddops status`); `dialable` opens one only when the URL needs it (through rollout/hostops:
+shadow compare and the rollout's bake). `needs_tunnel` decides for both."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import threading
 from typing import Iterator
 from urllib.parse import urlsplit
 
+from ddops.remote import connect
+from ddops.remote.sshconfig import behind_ssh
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -22,17 +26,21 @@ def is_loopback(base_url: str) -> bool:
         (urlsplit(base_url).hostname or "").startswith("127.")
 
 
+def needs_tunnel(base_url: str, host_behind_ssh: bool) -> bool:
+    """The service listens on the host's loopback, or the host is reached only through SSH."""
+    return is_loopback(base_url) or host_behind_ssh
+
+
 @contextlib.contextmanager
 def reachable(remote, base_url: str) -> Iterator[str]:
     """base_url itself when the service listens on an address we can reach, else a tunnel URL."""
     parts = urlsplit(base_url)
     target = parts.hostname
-    if not is_loopback(base_url):
-        if not getattr(remote, "behind_ssh", False):
-            yield base_url
-            return
-        if target == remote.host.address:     # a service bound to every address: the host's loopback
-            target = "127.0.0.1"
+    if not needs_tunnel(base_url, getattr(remote, "behind_ssh", False)):
+        yield base_url
+        return
+    if target == remote.host.address:     # a service bound to every address: the host's loopback
+        target = "127.0.0.1"
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -46,6 +54,19 @@ def reachable(remote, base_url: str) -> Iterator[str]:
     finally:
         stop.set()
         listener.close()
+
+
+@contextlib.contextmanager
+def dialable(host, url: str) -> Iterator[str]:
+    """url itself when this machine can dial it; else, while the context lasts, a local URL
+    tunnelled through an SSH connection to host opened here. RemoteError when the host cannot
+    be reached. A host at 127.0.0.1 is this machine: its loopback URLs are dialed as they are."""
+    this_machine = is_loopback(url) and is_loopback(f"http://{host.address}")
+    if this_machine or not needs_tunnel(url, behind_ssh(host)):
+        yield url
+        return
+    with connect(host) as remote, reachable(remote, url) as local:
+        yield local
 
 
 def _accept(listener, transport, host: str, port: int, stop: threading.Event) -> None:

@@ -24,6 +24,7 @@ import fabric
 import invoke
 import paramiko
 
+from ddops.remote import sshconfig
 from ddops.remote.become import Become, run_channel
 
 LOST = (paramiko.SSHException, OSError, EOFError)
@@ -63,8 +64,7 @@ class Remote:
     def behind_ssh(self) -> bool:
         """The host's HTTP services are reached through this connection: it sits behind a jump
         host, or its inventory address is an ssh_config alias this machine cannot dial."""
-        where = self.endpoint
-        return where is not None and (where.jump is not None or where.hostname != self.host.address)
+        return self.endpoint is not None and sshconfig.behind_ssh(self.host, self.endpoint)
 
     @property
     def label(self) -> str:

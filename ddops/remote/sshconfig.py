@@ -51,10 +51,11 @@ def endpoint(host) -> Endpoint:
     return _resolve(config, host.address, explicit, hops=1)
 
 
-def behind_ssh(host) -> bool:
+def behind_ssh(host, where: Endpoint | None = None) -> bool:
     """Whether the host's services cannot be dialed at its inventory address from here: it is
-    reached through a jump host, or its address is an ssh_config alias of another HostName."""
-    where = endpoint(host)
+    reached through a jump host, or its address is an ssh_config alias of another HostName.
+    where: the host's endpoint when already resolved."""
+    where = where or endpoint(host)
     return where.jump is not None or where.hostname != host.address
 
 

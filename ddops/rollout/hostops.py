@@ -8,26 +8,20 @@ snapshot  what a unit runs now (files header, history entry, /server_info) befor
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 import time
 from dataclasses import dataclass, replace
-from typing import Iterator
 
-import httpx
-
-from ddops import exits, server_info
+from ddops import exits
 from ddops.deploy import Holder, HostLock, LockHeld, RecoveryFailed, execute, load_target
 from ddops.deploy import history, ops
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
-from ddops.deploy.adopt import content_hash, env_file_of
-from ddops.deploy.desired import API_KEY_ENV, env_value, unit_argv
+from ddops.deploy.adopt import content_hash
+from ddops.deploy.desired import env_file_of, unit_argv
 from ddops.deploy.facts import unit_state
-from ddops.deploy.tunnel import is_loopback, reachable
+from ddops.deploy.tunnel import dialable, reachable
 from ddops.deploy.gate import GateSpec, endpoint, run_health
-from ddops.remote import connect
-from ddops.remote.sshconfig import behind_ssh
 from ddops.render import ENV_DIR, UNIT_DIR, read_header
 
 q = shlex.quote
@@ -80,9 +74,14 @@ def version_before(remote, unit: str) -> str | None:
     text = remote.read_text(unit_paths(unit)[0])
     if text is None:
         return NO_UNIT
+    return _entry_running(remote, unit, text, lambda: remote.read_text(env_file_of(text) or unit_paths(unit)[1]))
+
+
+def _entry_running(remote, unit: str, text: str, env_text) -> str | None:
+    """env_text() is read only for a unit without a ddops header (an adopted one)."""
     current = read_header(text).get("hash")
     if current is None:
-        current = content_hash(text, remote.read_text(env_file_of(text) or unit_paths(unit)[1]) or "")
+        current = content_hash(text, env_text() or "")
     for entry in reversed(history.entries(remote, unit)):
         if entry.meta.get("hash") == current and entry.meta.get("result") in ops.GOOD:
             return entry.id
@@ -168,38 +167,13 @@ class Snapshot:
 
 
 def snapshot(remote, unit: str) -> Snapshot:
-    status = ops.unit_status(remote, unit)
-    text = remote.read_text(unit_paths(unit)[0])
-    info = _server_info(remote, text, status.url) if status.url and status.health == "200" else {}
-    entry = version_before(remote, unit) if text is not None else None
+    """Read once: the unit, its env file and /server_info come from the status reading."""
+    read = ops.read_unit(remote, unit)
+    status, text = read.status, read.unit_text
+    env = (lambda: read.env_text) if env_file_of(text) else (lambda: remote.read_text(unit_paths(unit)[1]))
+    entry = _entry_running(remote, unit, text, env) if text is not None else None
     return Snapshot(remote.host.name, unit, text is not None, status.active, status.profile,
-                    status.hash, entry if entry != NO_UNIT else None, status.url, info, text,
-                    time.time())
-
-
-@contextlib.contextmanager
-def dialable(host, url: str) -> Iterator[str]:
-    """url itself when this machine can dial it; else, while the context lasts, a local URL
-    tunnelled through an SSH connection to host (a host behind a bastion or known by an
-    ssh_config alias, or a service bound to the host's loopback). RemoteError when the host
-    cannot be reached."""
-    on_its_loopback = is_loopback(url) and not is_loopback(f"http://{host.address}")
-    if not (on_its_loopback or behind_ssh(host)):      # (a host at 127.0.0.1 is this machine)
-        yield url
-        return
-    with connect(host) as remote, reachable(remote, url) as local:
-        yield local
-
-
-def _server_info(remote, unit_text: str | None, url: str) -> dict:
-    """/server_info with the unit's own API key (from its env file on the host), through the SSH
-    connection when the host's address is not one to dial."""
-    env_path = env_file_of(unit_text)
-    key = env_value(remote.read_text(env_path), API_KEY_ENV) if env_path else None
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    with reachable(remote, url) as where, httpx.Client(base_url=where, headers=headers, trust_env=False) as client:
-        return server_info.read_or_empty(client, timeout=10)
-
+                    status.hash, entry, status.url, read.server_info, text, time.time())
 
 
 # load_target is re-exported so rollout code reaches the deploy engine through this module only.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ddops.deploy import LockHeld
 from ddops.deploy import ops
+from ddops.deploy.facts import unit_state
 from ddops import exits, systemd
 from ddops.rollout import gpu, hostops
 from ddops.rollout.ci import BadInput
@@ -48,7 +49,7 @@ def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
         return wanted
     running = [u for u in ops.units_on(remote) if not u.endswith(SHADOW_SUFFIX)
                and remote.exists(hostops.unit_paths(u)[0])
-               and ops.unit_status(remote, u).active in ("active", "activating")]
+               and unit_state(remote, u).active in ("active", "activating")]
     if len(running) > 1:
         raise BadInput(f"{remote.host.name}: several units run ({', '.join(running)}); pass --unit")
     return running[0] if running else None

@@ -15,7 +15,7 @@ from ddops.inventory import Host
 from ddops.remote.become import Become, BecomeError, become_of
 from ddops.remote.connect import FAST_CIPHERS, preferring, recorded_keys
 from ddops.remote.sshconfig import behind_ssh, endpoint
-from ddops.rollout.hostops import dialable
+from ddops.deploy.tunnel import dialable
 
 
 def test_root_commands_run_as_they_are_and_sudo_without_password_never_prompts():
