@@ -93,9 +93,11 @@ def sha256_lines(out: str) -> dict[str, str]:
 
 
 def remote_checksums(remote: Remote, dest: str, transfer: Transfer = Transfer()) -> dict[str, str]:
-    """sha256 of every file under dest on the host ({} when dest does not exist)."""
+    """Make dest (mode 755), delete Remote's temporary files a killed push left there, and return
+    the sha256 of every file under it: one command."""
     quoted = shlex.quote(dest)
-    out = remote.run(f"test -d {quoted} || exit 0; {transfer.hasher}cd {quoted} && find . -type f ! -name '{TMP_GLOB}' "
+    out = remote.run(f"mkdir -p -m 755 {quoted} && find {quoted} -name '{TMP_GLOB}' -type f -delete && "
+                     f"{transfer.hasher}cd {quoted} && find . -type f ! -name '{TMP_GLOB}' "
                      f"! -name '{PART_GLOB}' -print0 | xargs -0 -r $h").stdout
     return {rel.removeprefix("./"): sha for rel, sha in sha256_lines(out).items()}
 
@@ -113,19 +115,17 @@ def sync_files(remote: Remote, files: dict[str, Path], dest: str, log=print, pro
                local_sums: dict[str, str] | None = None, transfer: Transfer = Transfer()) -> SyncReport:
     """Make dest/<rel> on the host byte-identical to each local file (resumable, sha256-verified).
     progress(total=...) once with the bytes to send, then progress(advance=n) as they go."""
-    remote.mkdir(dest)
-    remote.run(f"find {shlex.quote(dest)} -name '{TMP_GLOB}' -type f -delete")
     sums = local_sums or local_checksums(files)
     plan = plan_sync(sums, remote_checksums(remote, dest, transfer))
     total = sum(files[rel].stat().st_size for rel in plan.copy)
     tick = progress or (lambda **_: None)
     tick(total=total)
+    folders = sorted({posixpath.join(dest, posixpath.dirname(rel)) for rel in plan.copy if posixpath.dirname(rel)})
+    if folders:     # files in subfolders (tokenizer/, ...): every folder in one command
+        remote.run("mkdir -p -m 755 " + " ".join(shlex.quote(f) for f in folders))
     for rel in plan.copy:
         log(f"  copy {rel}")
-        target = posixpath.join(dest, rel)
-        if posixpath.dirname(rel):  # a file in a subfolder (tokenizer/, ...): its folder first
-            remote.mkdir(posixpath.dirname(target))
-        send_file(remote, files[rel], target, sums[rel], lambda n: tick(advance=n), transfer)
+        send_file(remote, files[rel], posixpath.join(dest, rel), sums[rel], lambda n: tick(advance=n), transfer)
     return SyncReport(dest, plan.copy, plan.skip, total)
 
 

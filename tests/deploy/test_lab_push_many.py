@@ -46,3 +46,22 @@ def test_parallel_push_resumes_a_partial_upload_and_rejects_a_corrupt_one(deploy
             assert remote.run(f"sha256sum {DEST}/model.safetensors").stdout.split()[0] == sha
             assert remote.run(f"ls -A {DEST} | grep -c ddops-part || true").stdout.strip() == "0"
             remote.run(f"rm -rf {DEST}")
+
+
+def test_files_in_nested_folders_land_where_they_were(deploy_lab, tmp_path):
+    """Every subfolder a push needs is made on the host (in one command) before the files go."""
+    local = tmp_path / "nested-model"
+    files = {"config.json": b"{}", "tokenizer/vocab.json": b'{"a": 1}', "tokenizer/extra/merges.txt": b"a b\n",
+             "weights/shard-1.bin": os.urandom(4096)}
+    for rel, data in files.items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(data)
+    name = deploy_lab.hosts[0]
+    done = push(deploy_lab, local, "--host", name)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with connect(deploy_lab.host(name)) as remote:
+        try:
+            for rel, data in files.items():
+                assert remote.read(f"{DEST}/{rel}") == data
+        finally:
+            remote.run(f"rm -rf {DEST}")
