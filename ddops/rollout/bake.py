@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import httpx
 
@@ -33,7 +33,7 @@ class Endpoint:
 
 
 class Watcher:
-    def __init__(self, spec: AnalysisSpec, bake_s: float, endpoints: dict[str, Endpoint],
+    def __init__(self, spec: AnalysisSpec, bake_s: float, endpoints: Mapping[str, Endpoint],
                  record: Callable[[str, str, dict], None], read=scrape.read,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.spec, self.bake_s, self.endpoints = spec, bake_s, endpoints

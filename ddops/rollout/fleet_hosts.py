@@ -3,6 +3,8 @@ any host is touched, and deploy / revert one host through the deploy engine."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,12 +70,30 @@ def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
                  pick(plan.pause_after, tuple(policy.pause_after)), tuple(hooks))
 
 
-def endpoints(fleet: Fleet, tunnels: ExitStack) -> dict:
+class Endpoints(Mapping):
     """Where analysis reads /metrics and sends probe requests, per host: through an SSH tunnel
-    kept open in `tunnels` for a host behind a bastion (or a service on its loopback)."""
-    return {h: Endpoint(_dial(tunnels, t.host, t.spec.base_url), t.spec.served_model,
-                        env_value(t.desired.env_text, API_KEY_ENV))
-            for h, t in fleet.targets.items()}
+    kept open in `tunnels` for a host behind a bastion (or a service on its loopback), opened
+    the first time the host is asked for. A rollout resumed to abort, or a wave with nothing
+    to bake, opens none."""
+
+    def __init__(self, fleet: Fleet, tunnels: ExitStack) -> None:
+        self.fleet, self.tunnels = fleet, tunnels
+        self.opened: dict[str, Endpoint] = {}
+        self.lock = threading.Lock()        # deploy workers ask in parallel (capture_before)
+
+    def __getitem__(self, host: str) -> Endpoint:
+        with self.lock:
+            if host not in self.opened:
+                t = self.fleet.targets[host]
+                self.opened[host] = Endpoint(_dial(self.tunnels, t.host, t.spec.base_url), t.spec.served_model,
+                                             env_value(t.desired.env_text, API_KEY_ENV))
+            return self.opened[host]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.fleet.targets)
+
+    def __len__(self) -> int:
+        return len(self.fleet.targets)
 
 
 def _dial(tunnels: ExitStack, host, url: str) -> str:

@@ -17,7 +17,7 @@ from ddops.rollout import tables
 from ddops.rollout.bake import Watcher
 from ddops.rollout.ci import BadInput, Output, consent
 from ddops.rollout.fleet import Rollout, StateFile, resume_or_start
-from ddops.rollout.fleet_hosts import deployer, endpoints, resolve, reverter
+from ddops.rollout.fleet_hosts import Endpoints, deployer, resolve, reverter
 from ddops.rollout.notify import Notifier, text_of
 from ddops.rollout.records import state_dir
 from ddops.rollout.waves import (PAUSED, RolloutState, exit_code, load_plan, pause_waves,
@@ -87,7 +87,7 @@ def _rollout(fleet, state, store, pauses, out, view, emit, command, force: bool,
     rollout = None
     watcher = None
     if fleet.analysis is not None:
-        watcher = Watcher(fleet.analysis, fleet.limits.bake_s, endpoints(fleet, tunnels),
+        watcher = Watcher(fleet.analysis, fleet.limits.bake_s, Endpoints(fleet, tunnels),
                           lambda host, kind, data: rollout.record(host, kind, data))
     deploy_one = deployer(fleet, command, force)
     if watcher is not None:  # `unchanged` falls back to it when no host is left unchanged
