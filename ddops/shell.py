@@ -57,12 +57,14 @@ def envelope(code: int, error: str | None = None, hint: str | None = None, meani
     return {**head.model_dump(), **{k: v for k, v in fields.items() if k not in Envelope.model_fields}}
 
 
+def result_event(doc: dict) -> str:
+    """The JSON Lines channel's last line: the result document as a `result` event."""
+    return json.dumps({"event": "result", **doc}, default=str)
+
+
 def print_json(code: int, **fields: Any) -> None:
     doc = envelope(code, **fields)
-    if OPTIONS.events:
-        print(json.dumps({"event": "result", **doc}, default=str))
-    else:
-        print(json.dumps(doc, indent=1, default=str))
+    print(result_event(doc) if OPTIONS.events else json.dumps(doc, indent=1, default=str))
 
 
 def with_events(command: Callable) -> Callable:
@@ -161,7 +163,7 @@ def report(exc: BaseException, channel: str = "human") -> int:
     if channel != "human":
         doc = envelope(code, error=message, hint=hint or None, meaning=getattr(exc, "meaning", None),
                        **({"problems": problems} if problems else {}))
-        print(json.dumps({"event": "result", **doc} if channel == "events" else doc, default=str))
+        print(result_event(doc) if channel == "events" else json.dumps(doc, default=str))
     for line in problems or [f"error: {message}"]:
         print(line, file=sys.stderr)
     if hint:

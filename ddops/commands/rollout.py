@@ -176,9 +176,13 @@ def _consent(yes: bool, question: str, out: Output) -> None:
 
 
 def _lifecycle(out: Output, done) -> int:
-    colour = "green" if done.code == exits.OK else "red"
-    out.event("result", f"[{colour}]{done.status}[/]: {done.detail}")
+    _say_result(out, done.code, done.status, done.detail)
     return out.finish(done.code, done.to_dict())
+
+
+def _say_result(out: Output, code: int, status: str, detail: str) -> None:
+    colour = "green" if code == exits.OK else "red"
+    out.event("result", f"[{colour}]{status}[/]: {detail}")
 
 
 def switch_command(
@@ -203,8 +207,7 @@ def switch_command(
                             gpu_timeout_s=gpu_timeout, progress=_progress(out), force=force)
         doc = report.as_dict()
         doc["results_file"] = str(save_result("switch", doc, results_dir))
-        colour = "green" if report.code == exits.OK else "red"
-        out.event("result", f"[{colour}]{report.status}[/]: {report.detail}")
+        _say_result(out, report.code, report.status, report.detail)
         return out.finish(report.code, doc)
 
     _run(_output(json_doc, json_events), body)

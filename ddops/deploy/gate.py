@@ -129,9 +129,10 @@ def check_server_info(info: dict, spec: GateSpec) -> list[str]:
     return problems
 
 
-def check_acceptance(info: dict, spec: GateSpec, probe_accept: float | None = None) -> str | None:
-    """probe_accept: /health_generate's `accept_length` (bundled runtime), None if not reported."""
-    if not spec.speculative or (probe_accept is not None and probe_accept > 1.0):
+def check_acceptance(info: dict, spec: GateSpec) -> str | None:
+    """The average accepted length /server_info reports (asked only when /health_generate's
+    forced speculative round did not already prove speculation: `_acceptance`)."""
+    if not spec.speculative:
         return None
     length = accept_length(info)
     if length is None:
@@ -268,11 +269,12 @@ def _server_info(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
 
 
 def _acceptance(client: httpx.Client, spec: GateSpec, probe_accept: float | None) -> tuple[bool, str]:
+    """probe_accept: /health_generate's `accept_length` (bundled runtime), None if not reported."""
     if probe_accept is not None and probe_accept > 1.0:
         return True, f"{spec.generate_path} speculative round accepted {probe_accept:.0f} tokens"
     info = server_info.read(client)
     if isinstance(info, str):
         return False, info
-    problem = check_acceptance(info, spec, probe_accept)
+    problem = check_acceptance(info, spec)
     return (False, problem) if problem else (True, f"average accepted length {accept_length(info):.2f}")
 

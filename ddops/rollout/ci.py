@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from ddops.shell import BadInput, envelope
+from ddops.shell import BadInput, envelope, result_event
 
 __all__ = ["BadInput", "Output", "consent"]
 
@@ -55,7 +55,7 @@ class Output:
         if self.mode == "json":
             self._write(body)
         elif self.mode == "events":
-            self._write({"event": "result", **body})
+            self._line(result_event(body))
         return code
 
     def fail(self, code: int, message: str, hint: str = "") -> int:
@@ -64,7 +64,10 @@ class Output:
         return self.finish(code, {"error": message, "hint": hint or None})
 
     def _write(self, record: dict) -> None:
-        self.stream.write(json.dumps(record, default=str) + "\n")
+        self._line(json.dumps(record, default=str))
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
         self.stream.flush()
 
 

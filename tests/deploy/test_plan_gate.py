@@ -2,10 +2,12 @@
 
 import base64
 
+import httpx
+
 from ddops.deploy.desired import env_value, unit_argv
 from ddops.deploy.facts import Facts, UnitState, parse_facts
-from ddops.deploy.gate import (GateSpec, check_acceptance, check_server_info, check_smoke, check_unit,
-                               endpoint)
+from ddops.deploy.gate import (GateSpec, _acceptance, check_acceptance, check_server_info, check_smoke,
+                               check_unit, endpoint)
 from ddops.deploy.history import next_dirname
 from ddops.deploy.plan import Desired, make_plan
 
@@ -115,9 +117,18 @@ def test_acceptance_must_exceed_one_only_for_speculative_methods():
     assert "not above 1" in check_acceptance(flat, SPEC)
     assert check_acceptance(flat, GateSpec("u", "/m", "t", None, speculative=False)) is None
     assert "no internal_states" in check_acceptance({}, SPEC)
-    # the bundled runtime's forced probe round proves speculation even when the smoke ran plain
-    assert check_acceptance(flat, SPEC, probe_accept=3.0) is None
-    assert "not above 1" in check_acceptance(flat, SPEC, probe_accept=1.0)
+
+
+def test_the_forced_probe_round_proves_speculation_even_when_the_smoke_ran_plain():
+    """A probe that accepted more than one token passes without asking /server_info (no client
+    at all); otherwise the server's average decides."""
+    flat = {**INFO, "internal_states": [{"avg_spec_accept_length": 1.0}]}
+    assert _acceptance(None, SPEC, 3.0)[0]
+    answers = httpx.MockTransport(lambda request: httpx.Response(200, json=flat))
+    with httpx.Client(base_url="http://gate", transport=answers) as client:
+        for probe in (1.0, None):
+            ok, detail = _acceptance(client, SPEC, probe)
+            assert not ok and "not above 1" in detail
 
 
 def test_endpoint_from_the_command_line():
