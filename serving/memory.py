@@ -8,8 +8,9 @@ Hybrid targets add Gated DeltaNet state slots (serving.contract.runtime.state_sl
 running sequence when decoding plainly in the batch runner, one when a speculative method
 serves them one sequence at a time (`one_at_a_time`), whose KV is then context + verify
 rows): per layer and slot the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state
-(Hv x dk x dv, fp32). The draft's context K/V, the features kept for it and a verify
-pass's per-row states are transient, so neither side counts them. /server_info reports
+(Hv x dk x dv, fp32). The draft's context K/V, the features kept for it, a verify pass's
+per-row states and what a chunked forward keeps until its commit (serving.bench.hybrid_staged)
+are transient, so neither side counts them. /server_info reports
 both under `memory` so an operator (and a test) can compare prediction and measurement.
 """
 

@@ -76,7 +76,7 @@ class GatedDeltaNet(nn.Module):
             cache.stage(self.slot, inputs, states)
         else:
             o, states = gdn_ops.chain_delta_rule(ops, q, k, v, g, beta, state, x.dtype)
-            cache.stage(self.slot, inputs, states, replay=(q, k, v, g, beta))
+            cache.stage(self.slot, inputs, states, replay=(k, v, g, beta))
         return self._output(o, z)
 
     def step(self, x: torch.Tensor, conv: torch.Tensor, recurrent: torch.Tensor, ops: KernelChoice):

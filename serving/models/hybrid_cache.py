@@ -6,8 +6,11 @@ keeps a conv state (the last K-1 conv inputs, [K-1, C], model dtype) and a recur
 its new rows' conv inputs and per-row states; the caller then commits the last row
 (`commit(T)`) or a tree path (`keep(path)`), whose last row's state becomes the sequence's.
 By-depth forwards stage every row's state (snapshot: commit is a copy); chunked chains stage
-the final state and their per-row inputs (commit of a shorter prefix recomputes it). Staged
-tensors are transient (the verify pass's activations), not preallocated.
+the final state and their per-row inputs (commit of a shorter prefix recomputes it), unless
+the forward said only all its rows can be committed (`begin(rows, prefixes=False)`: a prefill,
+whose caller reads the last row's logits only): then just the last K-1 conv inputs and the
+final state stay, and the per-row tensors ([T, H, dk] and [T, C] per layer) go with the layer's
+activations. Staged tensors are transient (the verify pass's activations), not preallocated.
 
 In the batch runner a cache is a view (`over`): K/V rows of the pool's full-attention KV and
 state slot `slot` of its stacked conv/recurrent tensors. A batched decode step
@@ -50,6 +53,7 @@ class HybridCache:
 
     def _fresh(self, n: int) -> None:
         self.rows: Rows | None = None
+        self.prefixes = True       # the forward being staged may commit fewer than all its rows
         self.staged: list = [None] * n
         self.advanced = 0          # rows a batched step already advanced the state by
         self.slot = self.pool_conv = self.pool_recurrent = None   # views only: their pool's slot
@@ -80,14 +84,18 @@ class HybridCache:
     def write(self, slot: int, k: torch.Tensor, v: torch.Tensor):
         return self.kv.write(slot, k, v)
 
-    def begin(self, rows: Rows) -> None:
-        self.rows = rows
+    def begin(self, rows: Rows, prefixes: bool = True) -> None:
+        """A forward of `rows` starts; prefixes: whether a commit may accept fewer than all of them."""
+        self.rows, self.prefixes = rows, prefixes
         self.staged = [None] * len(self.staged)
 
     def stage(self, slot: int, inputs: torch.Tensor, states: torch.Tensor, replay=None) -> None:
         """inputs [K-1 + T, C]: committed conv columns then the new rows' conv inputs;
         states [T + 1, H, dk, dv] per row (stepwise) or the final state [H, dk, dv] (chunked);
-        replay: (q, k, v, g, beta) of a chunked chain, to recompute a shorter accepted prefix."""
+        replay: (k, v, g, beta) of a chunked chain, to recompute a shorter accepted prefix."""
+        if not (self.rows.stepwise or self.prefixes):
+            # the last row's conv window, copied so the [K-1 + T, C] inputs are not kept alive
+            inputs, replay = inputs[inputs.shape[0] - self.kernel + 1:].clone(), None
         self.staged[slot] = (inputs, states, replay)
 
     def commit(self, count: int) -> None:
@@ -121,15 +129,19 @@ class HybridCache:
         rows = self.rows
         if rows is None or any(s is None for s in self.staged):
             raise ValueError("nothing staged to commit: run forward first")
+        if not (rows.stepwise or row == rows.count - 1 or self.prefixes):
+            raise ValueError(f"this forward can commit all its {rows.count} rows only, not {row + 1} "
+                             "(it ran with last_only)")
         window = rows.conv_window(row, self.kernel)
         for slot, (inputs, states, replay) in enumerate(self.staged):
-            self.conv[slot] = inputs[window]
             if rows.stepwise:
-                self.recurrent[slot] = states[row + 1]
-            elif row == rows.count - 1:
-                self.recurrent[slot] = states
+                self.conv[slot], self.recurrent[slot] = inputs[window], states[row + 1]
+            elif row == rows.count - 1:   # the last K-1 inputs, whether all were kept or only they
+                self.conv[slot], self.recurrent[slot] = inputs[inputs.shape[0] - self.kernel + 1:], states
             else:   # a chain prefix of a chunked forward: recompute it from the committed state
-                prefix = [t[: row + 1] for t in replay]
-                self.recurrent[slot] = chunked_delta_rule(*prefix, self.recurrent[slot])[1]
+                k, v, g, beta = (t[: row + 1] for t in replay)
+                self.conv[slot] = inputs[window]
+                # the state never reads q: k stands in for it (the output o is discarded)
+                self.recurrent[slot] = chunked_delta_rule(k, k, v, g, beta, self.recurrent[slot])[1]
         self.rows, self.staged = None, [None] * len(self.staged)
         self.state_seconds += time.perf_counter() - began

@@ -118,12 +118,14 @@ class HybridLM(TargetLM):
 
     @torch.inference_mode()
     def forward(self, tokens, positions, cache: HybridCache, tree_mask=None, capture=(), last_only=False):
-        """tokens, positions [T]; returns logits [T or 1, vocab] fp32 and hidden [T, len(capture) * H] or None."""
+        """tokens, positions [T]; returns logits [T or 1, vocab] fp32 and hidden [T, len(capture) * H] or None.
+        last_only: the caller reads the last row's logits only, so it commits all T rows (picking
+        a prefix takes every row's logits); the cache then keeps nothing to commit fewer."""
         T = tokens.shape[0]
         x = self.embed(tokens)
         began = time.perf_counter()
         rows = plan_rows(T, tree_mask, self.config.linear.conv_kernel, x.device)
-        cache.begin(rows)
+        cache.begin(rows, prefixes=not last_only)
         cache.state_seconds += time.perf_counter() - began
         ctx = _Context(self.cos.index_select(0, positions), self.sin.index_select(0, positions),
                        attention_mask(T, cache.length, tree_mask, self.config.kv_groups, x.device, cache.kv),

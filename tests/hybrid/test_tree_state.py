@@ -4,10 +4,13 @@ Each tree row's logits equal a plain run of its root-to-row path; keeping a path
 prefix) leaves exactly the state a plain run of the accepted tokens leaves.
 """
 
+import json
+
 import pytest
 import torch
 
 from serving.speculative.tree import chain_tree, heap_tree, visibility
+from serving.tools.tiny_hybrid import hybrid_config
 
 TOL = 1e-5
 
@@ -106,6 +109,25 @@ def test_a_chunked_chain_commits_a_prefix_by_recomputing_it(model):
     assert (nxt - plain_logits(model, prompt[:72])[-2:]).abs().max().item() < TOL
 
 
+def test_a_last_only_prefill_keeps_only_the_last_window_and_commits_as_a_full_one(model):
+    """A caller reading the last row's logits commits every row: the chunked chain's per-row
+    inputs and replay tensors are not kept past the forward, and the committed state is the same."""
+    prompt = torch.randint(0, 256, (80,), generator=torch.Generator().manual_seed(7))
+    full, last = model.new_cache(128), model.new_cache(128)
+    model.forward(prompt, torch.arange(80), full)
+    logits, _ = model.forward(prompt, torch.arange(80), last, last_only=True)
+    kernel = model.config.linear.conv_kernel
+    for inputs, _, replay in last.staged:
+        assert replay is None and inputs.shape[0] == kernel - 1
+        assert inputs.untyped_storage().nbytes() == inputs.numel() * inputs.element_size()   # a copy, not a view
+    with pytest.raises(ValueError, match="last_only"):
+        last.keep(list(range(70)))
+    full.commit(80)
+    last.commit(80)
+    assert torch.equal(last.conv, full.conv) and torch.equal(last.recurrent, full.recurrent)
+    assert (logits - plain_logits(model, prompt)[-1:]).abs().max().item() < TOL
+
+
 def test_a_recurrent_state_refuses_what_it_cannot_do(model):
     prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(6))
     cache = model.new_cache(64)
@@ -117,3 +139,17 @@ def test_a_recurrent_state_refuses_what_it_cannot_do(model):
         cache.truncate(20)
     cache.truncate(0)
     assert cache.length == 0 and not cache.recurrent.any() and not cache.conv.any()
+
+
+def test_the_staged_bench_counts_what_a_forward_leaves_in_the_cache(model, tmp_path, capsys):
+    """serving.bench.hybrid_staged: a prefill layer leaves its last conv window and final state
+    (exactly), a verify forward of the same rows its per-row tensors too."""
+    from serving.bench import hybrid_staged
+
+    L = model.config.linear
+    prefill = hybrid_staged.staged_bytes(model.config, 40, torch.float32, prefixes=False)
+    assert prefill == ((L.conv_kernel - 1) * L.conv_dim + L.num_value_heads * L.key_head_dim * L.value_head_dim) * 4
+    assert hybrid_staged.staged_bytes(model.config, 40, torch.float32, prefixes=True) > prefill + 40 * L.conv_dim * 4
+    (tmp_path / "config.json").write_text(json.dumps(hybrid_config(256, "float32", None, 1, 2)))
+    assert hybrid_staged.main(["--model", str(tmp_path), "--rows", "40"]) == 0
+    assert "prefill (last_only)" in capsys.readouterr().out
