@@ -2,7 +2,10 @@
 
 A sample is `wait` until the window holds `min_requests` generation requests, then `pass` or
 `fail`. A check whose figure is missing (no ITL histogram samples yet, no accepted length on a
-plain server) or whose ratio has no baseline is `skipped` and never fails the sample.
+plain server) or whose ratio has no baseline is `skipped` and never fails the sample. So is a
+ratio against a baseline of fewer than `min_requests` requests: the baseline side of a ratio
+needs as many observations as the judged side (a loaded baseline host answers fewer probes,
+and one fast answer against a cold one is no regression).
 """
 
 from __future__ import annotations
@@ -17,13 +20,23 @@ def judge(spec: AnalysisSpec, window: dict, baseline: dict | None) -> dict:
     if (window.get("requests") or 0) < spec.min_requests:
         return {"verdict": WAIT, "checks": [],
                 "reason": f"{window.get('requests') or 0:g} of {spec.min_requests} requests so far"}
-    checks = [judge_check(check, window.get(check.metric), (baseline or {}).get(check.metric))
+    thin = thin_baseline(baseline, spec.min_requests)
+    checks = [judge_check(check, window.get(check.metric), (baseline or {}).get(check.metric), thin)
               for check in spec.checks]
     failed = any(c["status"] == FAIL for c in checks)
     return {"verdict": FAIL if failed else PASS, "checks": checks}
 
 
-def judge_check(check: CheckSpec, value: float | None, base: float | None) -> dict:
+def thin_baseline(baseline: dict | None, min_requests: int) -> str | None:
+    """Why a baseline cannot bear ratios (too few requests), or None when it can or is absent."""
+    if baseline is None:
+        return None
+    requests = baseline.get("requests") or 0
+    return f"baseline has {requests:g} of {min_requests} requests" if requests < min_requests else None
+
+
+def judge_check(check: CheckSpec, value: float | None, base: float | None, thin: str | None = None) -> dict:
+    """`thin`: why the baseline is too small to judge ratios against (ratios are then skipped)."""
     result = {"metric": check.metric, "value": value, "baseline": base}
     if value is None:
         return {**result, "status": "skipped", "reason": "no observations in the window"}
@@ -34,9 +47,9 @@ def judge_check(check: CheckSpec, value: float | None, base: float | None) -> di
         problems.append(f"{check.metric} {value:.4g} < min {check.min:g}")
     ratio_checks = [(b, op) for b, op in ((check.max_ratio, "max"), (check.min_ratio, "min"))
                     if b is not None]
-    if ratio_checks and base is None:
+    if ratio_checks and (base is None or thin):
         if not problems and check.max is None and check.min is None:
-            return {**result, "status": "skipped", "reason": "no baseline figure"}
+            return {**result, "status": "skipped", "reason": thin if base is not None else "no baseline figure"}
     elif ratio_checks:
         problems += _ratio_problems(check.metric, value, base, ratio_checks)
     if problems:

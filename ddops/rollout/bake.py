@@ -1,6 +1,11 @@
 """Watch changed hosts while a wave bakes: sample /metrics every `interval_s` through
 `bake_s`, judge each sample (ddops.rollout.analysis), stop at the first failure.
 
+Samples fall on fixed marks (interval_s, 2*interval_s, ..., bake_s from the bake's start), so
+time spent reading /metrics never shifts later samples: while a sample's reads take less than
+interval_s, a bake takes ceil(bake_s / interval_s) samples and ends at bake_s (plus the last
+reads); longer reads skip the marks they ran past, and the bake_s mark is always sampled.
+
 Baselines: `before` compares each host with its own figures read just before its change
 (everything its previous process served); `unchanged` compares with the hosts not changed
 yet, over the same window, and falls back to `before` when none is left (the last wave). With `probe:` the watcher sends chat requests itself, to the
@@ -11,6 +16,7 @@ state. Network problems are data: a changed host whose /metrics fails twice in a
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -35,9 +41,10 @@ class Endpoint:
 class Watcher:
     def __init__(self, spec: AnalysisSpec, bake_s: float, endpoints: Mapping[str, Endpoint],
                  record: Callable[[str, str, dict], None], read=scrape.read,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.spec, self.bake_s, self.endpoints = spec, bake_s, endpoints
-        self.record, self.read, self.sleep = record, read, sleep
+        self.record, self.read, self.sleep, self.clock = record, read, sleep, clock
         self.before: dict[str, dict | None] = {}
 
     def capture_before(self, host: str) -> None:
@@ -58,17 +65,17 @@ class Watcher:
         start = {h: self._try_read(h) for h in hosts + pool}
         samples: dict[str, list[dict]] = {h: [] for h in hosts}
         errors = {h: 0 for h in hosts}
-        began = time.monotonic()
+        began = self.clock()
         with probes:
             while True:
-                left = self.bake_s - (time.monotonic() - began)
-                self.sleep(max(0.0, min(self.spec.interval_s, left)))
+                due = next_mark(self.clock() - began, self.spec.interval_s, self.bake_s)
+                self.sleep(max(0.0, due - (self.clock() - began)))
                 baseline = self._pooled(pool, start)
                 for host in hosts:
                     sample = self._sample(host, start, baseline, errors)
                     samples[host].append(sample)
                     self.record(host, "sample", sample)
-                if any(s[-1]["verdict"] == FAIL for s in samples.values()) or left <= self.spec.interval_s:
+                if any(s[-1]["verdict"] == FAIL for s in samples.values()) or due >= self.bake_s:
                     break
         verdicts = {h: final_verdict(self.spec, samples[h]) for h in hosts}
         for host, verdict in verdicts.items():
@@ -108,6 +115,12 @@ class Watcher:
             return self._read(host)
         except scrape.ScrapeError as err:
             return str(err)
+
+
+def next_mark(elapsed: float, interval_s: float, bake_s: float) -> float:
+    """The first sampling mark (a multiple of interval_s, or bake_s itself) after `elapsed`; a
+    mark reached up to float rounding counts as passed, so no mark is sampled twice."""
+    return min(bake_s, interval_s * (math.floor(elapsed / interval_s + 1e-9) + 1))
 
 
 def _add(a: scrape.Scrape, b: scrape.Scrape) -> scrape.Scrape:

@@ -94,7 +94,7 @@ SPEC = AnalysisSpec(min_requests=5, checks=[CheckSpec(metric="error_ratio", max=
 def test_judging_waits_for_traffic_then_names_each_failing_check():
     assert judge(SPEC, {"requests": 4, "error_ratio": 0.5}, None)["verdict"] == "wait"
     window = {"requests": 20, "error_ratio": 0.25, "ttft_p95": 0.9, "accept_length": 3.0}
-    sample = judge(SPEC, window, {"ttft_p95": 0.3, "accept_length": 3.1})
+    sample = judge(SPEC, window, {"requests": 5, "ttft_p95": 0.3, "accept_length": 3.1})
     assert sample["verdict"] == "fail"
     statuses = {c["metric"]: c["status"] for c in sample["checks"]}
     assert statuses == {"error_ratio": "fail", "ttft_p95": "fail", "accept_length": "pass"}
@@ -107,6 +107,22 @@ def test_ratio_without_baseline_is_skipped_not_failed():
     assert sample["verdict"] == "pass"
     assert [c["status"] for c in sample["checks"]] == ["pass", "skipped", "skipped"]
     assert judge_check(CheckSpec(metric="error_ratio", max_ratio=2), 0.1, 0.0)["status"] == "fail"
+
+
+def test_ratio_against_a_baseline_thinner_than_min_requests_is_skipped_not_judged():
+    # a loaded baseline host answered 2 probes while the canary answered 20: its p95 is no yardstick
+    window = {"requests": 20, "error_ratio": 0.25, "ttft_p95": 0.9, "accept_length": 3.0}
+    thin = {"requests": 2, "ttft_p95": 0.03, "accept_length": 3.1}
+    sample = judge(SPEC, window, thin)
+    statuses = {c["metric"]: (c["status"], c["reason"]) for c in sample["checks"]}
+    assert statuses["ttft_p95"] == ("skipped", "baseline has 2 of 5 requests")
+    assert statuses["accept_length"] == ("skipped", "baseline has 2 of 5 requests")
+    assert statuses["error_ratio"][0] == "fail"  # absolute bounds need no baseline
+    assert judge(SPEC, {**window, "error_ratio": 0.0}, thin)["verdict"] == "pass"
+    thick = judge(SPEC, {**window, "error_ratio": 0.0}, {**thin, "requests": 5})
+    assert thick["verdict"] == "fail" and "30.00x the baseline" in thick["checks"][1]["reason"]
+    both = CheckSpec(metric="ttft_p95", max=0.5, max_ratio=2.0)
+    assert judge_check(both, 0.9, 0.03, "baseline has 2 of 5 requests")["reason"] == "ttft_p95 0.9 > max 0.5"
 
 
 def test_no_traffic_follows_on_no_traffic():

@@ -31,12 +31,12 @@ def lab(lab_hosts, tmp_path_factory, cache_dir):
     root = tmp_path_factory.mktemp("watch-lab")
     profiles = root / "profiles"
     profiles.mkdir()
-    # Serves its first two generation requests (the gate's smoke request is one), then fails
-    # every other request: a regression no gate can see.
+    # Serves the gate's smoke request (the gate's only request the faults count), then fails
+    # every other request: a regression no gate can see, in every request of the bake's window.
     write(profiles, "wt-faulty", """\
         extends: cpu-ar
         service:
-          environment: {DDOPS_SERVING_FAULTS: "after=2,error_ratio=0.5"}
+          environment: {DDOPS_SERVING_FAULTS: "after=1,error_ratio=0.5"}
         """)
     write(profiles, "wt-plain", """\
         extends: cpu-ar
@@ -74,7 +74,11 @@ def test_canary_regressing_after_its_gate_is_halted_during_bake_and_reverted(lab
     record = doc["analysis"]["lab-1"]
     assert record["verdict"]["status"] == "failed"
     failing = record["samples"][-1]
-    assert failing["verdict"] == "fail" and failing["window"]["error_ratio"] >= 0.3
+    window = failing["window"]
+    # the faults start right after the gate, so wherever the sample falls in the probe sequence
+    # every second request of its window failed (4 requests read 2, 5 read 2, never 1 in 4)
+    assert failing["verdict"] == "fail" and window["requests"] >= 4
+    assert window["errors"] == window["requests"] // 2 and window["error_ratio"] >= 0.4
     assert failing["baseline"]["requests"] > 0  # lab-2, probed over the same window
     assert len(record["samples"]) < 30 / 2  # halted during the bake, not after it
     kinds = [body["event"] for path, body in receiver.received if path == "/json"]
