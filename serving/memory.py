@@ -1,17 +1,23 @@
 """Memory the runtime holds, measured from its tensors, beside its own prediction from config.json.
 
-Allocation model (the same one ddops.fit uses for this runtime): every parameter in the
-runtime dtype, plus one preallocated target KV pool of `context_length + draft_tokens` rows
-over all full-attention layers (the extra rows hold one verify pass past the context), or
-`--max-total-tokens` rows when set; running sequences share it (serving.engine.kv_pool).
-Hybrid targets add Gated DeltaNet state slots (serving.contract.runtime.state_slots: one per
-running sequence when decoding plainly in the batch runner, one when a speculative method
-serves them one sequence at a time (`one_at_a_time`), whose KV is then context + verify
-rows): per layer and slot the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state
-(Hv x dk x dv, fp32). The draft's context K/V, the features kept for it, a verify pass's
-per-row states and what a chunked forward keeps until its commit (serving.bench.hybrid_staged)
-are transient, so neither side counts them. /server_info reports
-both under `memory` so an operator (and a test) can compare prediction and measurement.
+Allocation model (the same one ddops.fit uses for this runtime; the rows are
+serving.contract.runtime's rules): every parameter in the runtime dtype, plus the K/V
+preallocated for the server's life. The batch runner holds one target K/V pool over the
+full-attention layers of `--max-total-tokens` rows, by default `context_length + verify rows`
+(the extra rows hold one verify pass past the context: the method's `verify_rows`, read from
+its METHODS capabilities); running sequences share it (serving.engine.kv_pool). A speculative
+hybrid is served one sequence at a time (`one_at_a_time`): one target cache of context +
+verify rows (`--max-total-tokens` does not apply) and the draft's context K/V, which the
+one-sequence decoder reserves at start for the same rows over the draft's layers and reuses
+for every sequence. Hybrid targets add Gated DeltaNet state slots (`state_slots`: one per
+running sequence in the batch runner, one when served one at a time): per layer and slot the
+conv state ((K-1) x conv channels, runtime dtype) and the recurrent state (Hv x dk x dv, fp32).
+Transient, so neither side counts them: the batch runner's per-sequence draft caches (each
+admitted sequence gets one of its reserved pool rows, freed with it), the features kept for
+the draft, a verify pass's per-row states and what a chunked forward keeps until its commit
+(serving.bench.hybrid_staged). /server_info reports both under `memory` (`kv_cache_bytes`:
+target and draft K/V together) so an operator (and a test) can compare prediction and
+measurement.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import torch
 from torch import nn
 
 from serving import speculative
-from serving.contract.runtime import one_at_a_time, state_slots
+from serving.contract.runtime import draft_kv_rows, kv_rows, state_slots
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.hybrid_cache import HybridCache
 from serving.models.kv_cache import KVCache
@@ -69,29 +75,34 @@ def _reachable(root) -> tuple[list[nn.Module], list]:
 
 
 def predict(args) -> dict:
-    """From config.json (and the draft's), read by the loaders' own parsers: parameter, KV and
+    """From config.json (and the draft's), read by the loaders' own parsers: parameter, K/V and
     state bytes for resolved `args`."""
     target = read_model_config(Path(args.model_path))
     width = DTYPE_BYTES[args.dtype]
     params = hybrid_params(target) if target.hybrid else dense_params(target)
     method = speculative.resolve(args.speculative_algorithm)
-    extra = 0
+    draft, verify = None, 0
     if method.speculative and args.speculative_draft_model_path:
         path = args.speculative_draft_model_path
         draft = DraftConfig.from_dict(_config(path), str(Path(path) / "config.json"))
         params += draft_params(draft)
-        block = args.speculative_num_draft_tokens or draft.block_size
-        extra = max(block, (args.speculative_ddtree_budget or block - 1) + 1) if method.takes_budget else block
+        verify = method.verify_rows(args.speculative_num_draft_tokens or draft.block_size,
+                                    args.speculative_ddtree_budget)
+    rows = kv_rows(target.hybrid, method.speculative, args.context_length, verify, args.max_total_tokens)
+    kv = kv_bytes(*KVCache.dims(target), rows, width)
+    if draft:
+        rows = draft_kv_rows(target.hybrid, method.speculative, args.context_length, verify)
+        kv += kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, rows, width)
     linear = len(target.linear_layers)
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)
-    # served one sequence at a time: one cache of context + verify rows, no pool
-    serial = one_at_a_time(target.hybrid, method.speculative)
-    rows = args.context_length + extra if serial else args.max_total_tokens or args.context_length + extra
-    layers, kv_heads, head_dim = KVCache.dims(target)
-    kv = layers * kv_heads * head_dim * 2 * rows * width
     state = slots * linear * linear_state_bytes(target.linear, width) if linear else 0
     return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
             "predicted_state_cache_bytes": state, "predicted_bytes": params * width + kv + state}
+
+
+def kv_bytes(layers: int, kv_heads: int, head_dim: int, rows: int, width: int) -> int:
+    """K and V of `rows` positions: [layers, kv_heads, rows, head_dim] each."""
+    return layers * kv_heads * head_dim * 2 * rows * width
 
 
 def report(decoder, args) -> dict:

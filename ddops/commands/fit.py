@@ -209,6 +209,7 @@ def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) 
                   f"{gib(predicted.predicted_bytes)}: weights {gib(predicted.weights_bytes)} in "
                   f"{predicted.dtype}, KV cache {gib(predicted.kv_cache_bytes)} for "
                   f"{predicted.kv_slots:,} slots"
+                  + (f" (+ the draft's {predicted.draft_kv_slots:,})" if predicted.draft_kv_slots else "")
                   + (f", linear-attention state {gib(predicted.state_cache_bytes)}" if predicted.state_cache_bytes else ""),
                   markup=False)
         out.print("[green]fits[/]" if fits else "[red]does not fit[/]")

@@ -1,41 +1,47 @@
 """What the bundled runtime (`python -m serving`) allocates for a profile. Pure.
 
-Its allocation model is simple and exact: every parameter in the runtime's dtype, one
-preallocated KV cache for the target of `context_length + verify_tokens` slots over its
-full-attention layers (the extra slots hold one verify pass past the context), and for hybrid
-targets linear-attention state slots (conv state in the runtime dtype, recurrent state in fp32
-whatever the config's mamba_ssm_dtype): one per running sequence when decoding plainly, one
-with a speculative method (serving.contract.runtime.state_slots, the runtime's own rule). The draft's context K/V grows with each
-sequence and is not preallocated, so it is not part of the prediction. The runtime reports the
-same numbers, measured from its tensors, under `/server_info` `memory`.
+Its allocation model is simple and exact, and its rules are the runtime's own
+(serving.contract.runtime): every parameter in the runtime's dtype; the target's K/V over its
+full-attention layers, one pool of `--max-total-tokens` rows (a profile passes it in
+`sglang.extra_args`), by default `context_length + verify_tokens` (the extra rows hold one
+verify pass past the context); for a target served one sequence at a time (a speculative
+hybrid) one cache of context + verify rows instead, plus the draft's context K/V, which the
+one-sequence decoder reserves for the same rows over the draft's layers for the server's life;
+and for hybrid targets linear-attention state slots (conv state in the runtime dtype, recurrent
+state in fp32 whatever the config's mamba_ssm_dtype): one per running sequence when decoding
+plainly, one with a speculative method. The batch runner's draft caches come and go with their
+sequences and are not counted. The runtime reports the same numbers, measured from its tensors,
+under `/server_info` `memory` (`kv_cache_bytes`: target and draft together).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddops.fit.model import LinearState, ModelFacts, dtype_bytes
-from serving.contract.runtime import state_slots
+from ddops.fit.model import Attention, LinearState, ModelFacts, dtype_bytes
 from ddops.fit.profile_fit import Models, verify_tokens
 from ddops.profile import Profile
+from ddops.profile.extra_args import int_value
+from serving.contract.runtime import draft_kv_rows, kv_rows, state_slots
 
 
 @dataclass(frozen=True)
 class BundledMemory:
     dtype: str
-    kv_slots: int
+    kv_slots: int  # target K/V rows
     weights_bytes: int
-    kv_cache_bytes: int
+    kv_cache_bytes: int  # target and draft K/V
     state_cache_bytes: int = 0
+    draft_kv_slots: int = 0  # draft context K/V rows preallocated (served one sequence at a time)
 
     @property
     def predicted_bytes(self) -> int:
         return self.weights_bytes + self.kv_cache_bytes + self.state_cache_bytes
 
     def as_dict(self) -> dict:
-        return {"dtype": self.dtype, "kv_slots": self.kv_slots, "weights_bytes": self.weights_bytes,
-                "kv_cache_bytes": self.kv_cache_bytes, "state_cache_bytes": self.state_cache_bytes,
-                "predicted_bytes": self.predicted_bytes}
+        return {"dtype": self.dtype, "kv_slots": self.kv_slots, "draft_kv_slots": self.draft_kv_slots,
+                "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
+                "state_cache_bytes": self.state_cache_bytes, "predicted_bytes": self.predicted_bytes}
 
 
 def runtime_dtype(profile: Profile, target: ModelFacts) -> str:
@@ -48,13 +54,20 @@ def runtime_dtype(profile: Profile, target: ModelFacts) -> str:
 def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
     target, draft = models.target, models.draft
     dtype = runtime_dtype(profile, target)
-    slots = (profile.memory.context_length or target.max_position_embeddings) + verify_tokens(profile, draft)
+    hybrid, speculative = target.linear is not None, profile.method.is_speculative
+    context = profile.memory.context_length or target.max_position_embeddings
+    verify = verify_tokens(profile, draft)
+    rows = kv_rows(hybrid, speculative, context, verify, int_value(profile, "--max-total-tokens"))
+    draft_rows = draft_kv_rows(hybrid, speculative, context, verify) if draft else 0
+    kv = kv_bytes(target.attention, rows, dtype) + (kv_bytes(draft.attention, draft_rows, dtype) if draft else 0)
     weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
-    a = target.attention
-    kv = int(a.layers * a.kv_heads * (a.head_dim + a.v_head_dim) * slots * dtype_bytes(dtype))
-    sequences = state_slots(target.linear is not None, profile.method.is_speculative,
-                            profile.memory.max_running_requests)
-    return BundledMemory(dtype, slots, weights, kv, sequences * linear_state_bytes(target.linear, dtype))
+    sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
+    return BundledMemory(dtype, rows, weights, kv, sequences * linear_state_bytes(target.linear, dtype), draft_rows)
+
+
+def kv_bytes(a: Attention, rows: int, dtype: str) -> int:
+    """K and V of `rows` positions over the layers that keep K/V."""
+    return int(a.layers * a.kv_heads * (a.head_dim + a.v_head_dim) * rows * dtype_bytes(dtype))
 
 
 def linear_state_bytes(s: LinearState | None, dtype: str) -> int:

@@ -60,14 +60,12 @@ def setup_for(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = N
 
 
 def verify_tokens(profile: Profile, draft: ModelFacts | None) -> int:
-    """Tokens the target verifies per round: 0 plain, the block for a chain, budget + 1 for a tree."""
+    """Tokens the target verifies per round, by the contract's one rule (Method.verify_rows,
+    which the bundled runtime sizes its verify rows by): 0 plain, the block for a chain, the
+    budget + 1 for a tree (never fewer than the block)."""
     method, spec = profile.method, profile.speculative
-    if not method.is_speculative:
-        return 0
     block = spec.block_size or (draft.block_size if draft else None) or DEFAULT_BLOCK
-    if method.uses_tree_budget:
-        return max(block, (spec.ddtree_budget or block - 1) + 1)
-    return block
+    return method.verify_rows(block, spec.ddtree_budget)
 
 
 def fit_profile(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None) -> Assessment:

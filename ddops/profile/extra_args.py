@@ -4,8 +4,10 @@ attention backend, ...), passed through to the command line after the modelled f
 Checked here, without a host: each word is one printable line; the list starts with a flag and
 each value follows its flag; no flag ddops already renders from a profile key (name the key
 instead); with `sglang_version`, the version table names a removed or renamed flag and its
-replacement. With a host, deploy's planning checks every flag against the installed runtime's
-own --help (ddops.deploy.knowable). `ddops fit` warns about those that change memory use.
+replacement; a flag whose value `ddops fit` reads (--max-total-tokens: either runtime's K/V pool
+rows) carries a positive integer. With a host, deploy's planning checks every flag against the
+installed runtime's own --help (ddops.deploy.knowable). `ddops fit` warns about those that
+change memory use in a way it does not model.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ KEY = "sglang.extra_args"
 # Flags ddops renders itself that have no row in the flag tables.
 RENDERED = {"--api-key": "service.secrets", "--model": "model.path",
             "--speculative-draft-model": "speculative.draft_model_path"}
-# Flags whose memory effect ddops.fit does not model (its prediction may then be off).
+# Flags whose value ddops.fit reads: a positive integer each.
+READ_BY_FIT = ("--max-total-tokens",)
+# Flags whose memory effect ddops.fit does not model (its prediction may then be off); for the
+# bundled runtime it reads --max-total-tokens exactly.
 MEMORY = frozenset({
     "--quantization", "--max-total-tokens", "--max-prefill-tokens", "--page-size", "--dp-size", "--dp",
     "--enable-dp-attention", "--pp-size", "--cpu-offload-gb", "--speculative-draft-kv-cache-dtype",
@@ -30,6 +35,25 @@ MEMORY = frozenset({
 
 def flags_in(args: list[str]) -> list[str]:
     return [a.split("=", 1)[0] for a in args if a.startswith("--")]
+
+
+def values_of(args: list[str], flag: str) -> list[str | None]:
+    """Each value given to `flag` (`--flag V` or `--flag=V`), in order; None for one left without."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg == flag:
+            following = args[i + 1] if i + 1 < len(args) else None
+            found.append(None if following is None or following.startswith("--") else following)
+        elif arg.startswith(flag + "="):
+            found.append(arg.split("=", 1)[1])
+    return found
+
+
+def int_value(profile, flag: str) -> int | None:
+    """The value `flag` takes from sglang.extra_args (the last one given, as argparse keeps), or
+    None; `problems` has already refused one that is not a positive integer."""
+    values = values_of(list(profile.sglang.extra_args), flag)
+    return int(values[-1]) if values else None
 
 
 def modelled(profile) -> dict[str, str]:
@@ -47,6 +71,9 @@ def problems(profile) -> list[tuple[str, str]]:
              for i, arg in enumerate(args) if not arg.isprintable()]
     if args and not args[0].startswith("--"):
         found.append((f"{KEY}[0]", f"{args[0]!r}: the list starts with a flag (--name), values follow it"))
+    found += [(KEY, f"{flag} {value or '(no value)'}: must be a positive integer (`ddops fit` sizes "
+                    f"the K/V pool from it)")
+              for flag in READ_BY_FIT for value in values_of(args, flag) if not _positive(value)]
     owned = modelled(profile)
     found += [(KEY, f"{flag} is rendered by ddops from {owned[flag]}: set that key instead")
               for flag in flags_in(args) if flag in owned]
@@ -61,3 +88,7 @@ def problems(profile) -> list[tuple[str, str]]:
 def memory_warnings(profile) -> list[str]:
     return [f"{KEY} {flag} changes memory use in a way `ddops fit` does not model: the prediction may be off"
             for flag in flags_in(list(profile.sglang.extra_args)) if flag in MEMORY]
+
+
+def _positive(value: str | None) -> bool:
+    return value is not None and value.isascii() and value.isdigit() and int(value) > 0

@@ -56,6 +56,22 @@ class Method:
     def uses_block_size(self) -> bool:
         return self.is_speculative
 
+    def tree_budget(self, block: int, budget: int | None = None) -> int | None:
+        """Nodes a tree verifier verifies after its root: `budget`, else block - 1; None for a chain."""
+        if not self.uses_tree_budget:
+            return None
+        return budget if budget is not None else block - 1
+
+    def verify_rows(self, block: int, budget: int | None = None) -> int:
+        """Most rows one verify pass adds to the target's K/V (the rows preallocated past the
+        context): 0 plain; the draft block (bonus + block - 1 drafts) for a chain; for a tree its
+        root plus the budget, and never fewer than the block the drafter writes."""
+        if not self.is_speculative:
+            return 0
+        if self.uses_tree_budget:
+            return max(block, self.tree_budget(block, budget) + 1)
+        return block
+
 
 DFLASH_DRAFTER = Drafter(needs_draft_model=True, captures_target_hidden=True)
 CHAIN = Verifier(tree=False)

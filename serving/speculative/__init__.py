@@ -44,7 +44,7 @@ def _spec(name: str, caps: contract.Method) -> MethodSpec:
     if not caps.is_speculative:
         return MethodSpec(name)
     return MethodSpec(name, drafter=DRAFTERS[caps.drafter], verifier=VERIFIERS[caps.verifier],
-                      takes_budget=caps.uses_tree_budget)
+                      takes_budget=caps.uses_tree_budget, caps=caps)
 
 
 METHODS: dict[str, MethodSpec] = {name: _spec(name, caps) for name, caps in contract.METHODS.items()}
@@ -67,9 +67,7 @@ def target_config(target) -> dict:
 def resolve_options(spec: MethodSpec, options: SpecOptions, draft_config: dict) -> SpecOptions:
     """Fill block size (draft config) and budget (block_size - 1, tree methods only)."""
     block = options.block_size if options.block_size is not None else draft_config.get("block_size")
-    budget = None
-    if spec.takes_budget:
-        budget = options.budget if options.budget is not None else (block or 2) - 1
+    budget = spec.caps.tree_budget(block or 2, options.budget) if spec.caps else None
     return replace(options, block_size=block, budget=budget)
 
 

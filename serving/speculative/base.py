@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from serving import contract
+
 
 class PreflightError(ValueError):
     """A draft/target mismatch; str() is one line naming both sides."""
@@ -108,6 +110,12 @@ class MethodSpec:
     verifier: VerifierFactory | None = None
     takes_budget: bool = False
     aliases: tuple[str, ...] = field(default=())
+    caps: contract.Method | None = None  # its METHODS row in serving.contract (None: plain)
+
+    def verify_rows(self, block: int, budget: int | None = None) -> int:
+        """Rows a verify pass may add to the target's K/V, by the contract's one rule; the
+        built method's `needs.draft_tokens` is this figure (tests/speculative/test_methods.py)."""
+        return self.caps.verify_rows(block, budget) if self.caps else 0
 
     @property
     def speculative(self) -> bool:

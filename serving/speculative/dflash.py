@@ -86,7 +86,8 @@ class DFlashDrafter:
         features = self.pending[0] if len(self.pending) == 1 else torch.cat(self.pending)  # [C, F]
         self.pending = []
         start, count = self.length, features.shape[0]
-        self.reserve(max(2 * self.length, start + count + extra))
+        if self.cache is None or self.cache.capacity < start + count + extra:
+            self.reserve(max(2 * start, start + count + extra))   # grows only past what is reserved
         ctx = self.model.project(features[None])  # [1, C, H]
         cos, sin = self.model.rotary(torch.arange(start, start + count, device=self.device))
         for i, layer in enumerate(self.model.layers):

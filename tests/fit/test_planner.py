@@ -147,7 +147,8 @@ def test_chunking_off_reserves_for_a_whole_prefill(tmp_path, llama8b):
 def test_bundled_figures_of_the_27b_hybrid_count_kv_of_its_full_layers_and_its_linear_state(
         tmp_path, qwen27b, qwen27b_draft):
     """16 gated-attention layers keep K/V; 48 Gated DeltaNet layers keep (K-1) x 10240 conv
-    values in bf16 and 48 x 128 x 128 fp32 recurrent values (the bundled runtime's layout)."""
+    values in bf16 and 48 x 128 x 128 fp32 recurrent values (the bundled runtime's layout).
+    Served one sequence at a time, the draft's 5 layers keep context K/V for the same rows."""
     from ddops.fit import Models
     from ddops.fit.bundled import bundled_memory
     from ddops.profile import load_profile
@@ -156,12 +157,31 @@ def test_bundled_figures_of_the_27b_hybrid_count_kv_of_its_full_layers_and_its_l
                          "speculative: {algorithm: ddtree, draft_model_path: /m/d, ddtree_budget: 31}\n"
                          "memory: {context_length: 4096}\nservice: {device: cuda}\n")
     memory = bundled_memory(load_profile("p", tmp_path), Models(qwen27b, qwen27b_draft))
-    assert memory.kv_slots == 4096 + 32
-    assert memory.kv_cache_bytes == 16 * 2 * 4 * 256 * memory.kv_slots * 2
+    assert memory.kv_slots == memory.draft_kv_slots == 4096 + 32
+    assert memory.kv_cache_bytes == (16 * 2 * 4 * 256 + 5 * 2 * 8 * 128) * memory.kv_slots * 2
     assert memory.state_cache_bytes == 48 * (3 * 10240 * 2 + 48 * 128 * 128 * 4)   # one sequence's state
     assert memory.predicted_bytes == memory.weights_bytes + memory.kv_cache_bytes + memory.state_cache_bytes
     write(tmp_path, "plain", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
                              "memory: {context_length: 4096, max_running_requests: 6}\nservice: {device: cuda}\n")
     plain = bundled_memory(load_profile("plain", tmp_path), Models(qwen27b, None))
-    assert plain.kv_slots == 4096                       # plain decoding in the batch runner: a slot per sequence
+    assert plain.kv_slots == 4096 and plain.draft_kv_slots == 0   # the batch runner: a slot per sequence
     assert plain.state_cache_bytes == 6 * memory.state_cache_bytes
+
+
+def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen8b, qwen8b_draft):
+    """The batch runner's K/V pool is --max-total-tokens rows when a profile passes it; its
+    draft caches come and go with their sequences (none preallocated)."""
+    from ddops.fit import Models
+    from ddops.fit.bundled import bundled_memory
+    from ddops.profile import load_profile
+    from tests.ops.helpers import write
+    base = ("runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
+            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+    write(tmp_path, "default", base)
+    write(tmp_path, "capped", base + "sglang: {extra_args: [--max-total-tokens=20000]}\n")
+    models = Models(qwen8b, qwen8b_draft)
+    default = bundled_memory(load_profile("default", tmp_path), models)
+    capped = bundled_memory(load_profile("capped", tmp_path), models)
+    assert default.kv_slots == 4096 + 16 and capped.kv_slots == 20000
+    assert default.draft_kv_slots == capped.draft_kv_slots == 0
+    assert capped.kv_cache_bytes == 36 * 2 * 8 * 128 * 20000 * 2

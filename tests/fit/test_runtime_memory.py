@@ -1,14 +1,17 @@
 """Prediction vs measurement on CPU: the ops planner's allocation model of the bundled runtime
 against what a real `python -m serving` process reports under /server_info `memory`.
 
-Tolerance: 1% of each figure. Both sides count every parameter in the runtime dtype and one
-preallocated target KV cache, so they agree exactly today; the margin only absorbs a buffer the
-runtime may add later (rope tables, say) without hiding a wrong formula (a missed layer or a
-GQA slip is 10% or more on these models).
+Tolerance: 1% of each measured figure. Both sides count every parameter in the runtime dtype
+and the K/V preallocated for the server's life (the target's, and the draft's when served one
+sequence at a time), so they agree exactly today; the margin only absorbs a buffer the runtime
+may add later (rope tables, say) without hiding a wrong formula (a missed layer or a GQA slip is
+10% or more on these models). ddops fit's figures and the runtime's own prediction are one
+model and must be equal, byte for byte.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,33 +23,55 @@ import pytest
 from ddops.fit import local_reader, read_models
 from ddops.fit.bundled import bundled_memory
 from ddops.profile import load_profile
+from serving.tools.tiny_draft import write_tiny_draft
 from tests.server_process import THREADS, ServerProcess
 
 TOLERANCE = 0.01
 
 
-@pytest.fixture(scope="module", params=[("llama", "float32"), ("qwen3", "bfloat16"), ("qwen3_5", "bfloat16")])
+# (arch, dtype, speculative section of the profile, sglang.extra_args, (target, draft) K/V rows):
+# the context (384) plainly; a speculative hybrid is served one sequence at a time, its target
+# and draft K/V 384 + 12 rows each (the 11-node tree and its root, wider than the 8-token
+# block); the batch runner's pool takes --max-total-tokens rows and preallocates no draft K/V.
+CASES = [("llama", "float32", None, [], (384, 0)), ("qwen3", "bfloat16", None, [], (384, 0)),
+         ("qwen3_5", "bfloat16", None, [], (384, 0)),
+         ("qwen3_5", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (396, 396)),
+         ("llama", "float32", "{algorithm: dflash}", ["--max-total-tokens", "500"], (500, 0))]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: "-".join(filter(None, (c[0], c[2] and "spec", *c[3]))))
 def served(request, tmp_path_factory):
-    """A tiny checkpoint from the project's tool, a bundled profile for it, a real server."""
-    arch, dtype = request.param
+    """A tiny checkpoint from the project's tool (and a draft for it), a bundled profile for
+    them, a real server started with the profile's memory and speculative flags."""
+    arch, dtype, speculative, extra, rows = request.param
     root = tmp_path_factory.mktemp(f"fit-{arch}")
     model = root / f"tiny-{arch}"
     subprocess.run([sys.executable, "-m", "serving.tools.tiny", "--arch", arch, "--out", str(model),
                     "--dtype", dtype, "--shards", "2" if arch == "qwen3" else "1"],
                    check=True, capture_output=True, env={**os.environ, **THREADS})
-    (root / "p.yaml").write_text(textwrap.dedent(f"""\
-        runtime: bundled
-        model: {{path: {model}, served_name: tiny, dtype: {dtype}}}
-        memory: {{context_length: 384}}
-        service: {{device: cpu}}
-        """))
-    profile = load_profile(str(root / "p.yaml"))
-    server = ServerProcess(model, root / "server.log", "--dtype", dtype, "--context-length", "384")
+    flags = ["--dtype", dtype, "--context-length", "384", *extra]
+    lines = [f"model: {{path: {model}, served_name: tiny, dtype: {dtype}}}"]
+    if speculative:
+        draft = write_tiny_draft(model, root / "draft", seed=1)
+        lines.append(f"speculative: {speculative[:-1]}, draft_model_path: {draft}}}")
+        spec = load_profile_text(root, lines).speculative
+        flags += ["--speculative-algorithm", spec.algorithm, "--speculative-draft-model-path", str(draft)]
+        flags += ["--speculative-ddtree-budget", str(spec.ddtree_budget)] if spec.ddtree_budget else []
+    if extra:
+        lines.append(f"sglang: {{extra_args: {json.dumps(extra)}}}")
+    profile = load_profile_text(root, lines)
+    server = ServerProcess(model, root / "server.log", *flags)
     try:
         server.wait_ready()
-        yield profile, server.url
+        yield profile, server.url, rows
     finally:
         server.stop()
+
+
+def load_profile_text(root, lines: list[str]):
+    (root / "p.yaml").write_text("\n".join(["runtime: bundled", *lines, "memory: {context_length: 384}",
+                                            "service: {device: cpu}", ""]))
+    return load_profile(str(root / "p.yaml"))
 
 
 def _close(predicted: int, measured: int) -> bool:
@@ -54,7 +79,7 @@ def _close(predicted: int, measured: int) -> bool:
 
 
 def test_ops_prediction_matches_the_runtime_measurement(served):
-    profile, url = served
+    profile, url, _ = served
     memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
     ops = bundled_memory(profile, read_models(profile, local_reader()))
     assert memory["weights_bytes"] > 0 and memory["kv_cache_bytes"] > 0
@@ -64,8 +89,18 @@ def test_ops_prediction_matches_the_runtime_measurement(served):
     assert _close(ops.predicted_bytes, memory["measured_bytes"])
 
 
+def test_ops_figures_equal_the_runtimes_own_prediction(served):
+    """One allocation model on both sides: ddops fit's bundled figures are the runtime's
+    prediction, byte for byte (K/V: the target's and, served one sequence at a time, the draft's)."""
+    profile, url, _ = served
+    memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
+    ops = bundled_memory(profile, read_models(profile, local_reader()))
+    assert ops.kv_cache_bytes == memory["predicted_kv_cache_bytes"] == memory["kv_cache_bytes"], (ops, memory)
+    assert ops.state_cache_bytes == memory["predicted_state_cache_bytes"], (ops, memory)
+
+
 def test_runtime_prediction_matches_its_own_measurement(served):
-    _, url = served
+    _, url, _ = served
     memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
     assert _close(memory["predicted_weights_bytes"], memory["weights_bytes"])
     assert _close(memory["predicted_kv_cache_bytes"], memory["kv_cache_bytes"])
@@ -74,20 +109,25 @@ def test_runtime_prediction_matches_its_own_measurement(served):
                                          + memory["predicted_state_cache_bytes"])
 
 
-def test_kv_cache_grows_with_the_context_length_as_predicted(served):
-    """384 slots over the full-attention layers: 2 (K and V) x layers x kv heads x head_dim x dtype bytes."""
-    profile, url = served
+def test_kv_cache_is_its_rows_over_the_layers_that_keep_kv(served):
+    """Per row: 2 (K and V) x layers x kv heads x head_dim x dtype bytes, over the target's
+    full-attention layers, and over the draft's layers for the draft's rows."""
+    profile, url, (target_rows, draft_rows) = served
     info = httpx.get(url + "/server_info", timeout=10).json()
     models = read_models(profile, local_reader())
-    a, width = models.target.attention, 4 if info["dtype"] == "float32" else 2
-    per_slot = 2 * a.layers * a.kv_heads * a.head_dim * width
-    assert info["memory"]["kv_cache_bytes"] == per_slot * 384
+    width = 4 if info["dtype"] == "float32" else 2
+
+    def per_row(a):
+        return 2 * a.layers * a.kv_heads * a.head_dim * width
+    draft = per_row(models.draft.attention) * draft_rows if models.draft else 0
+    assert info["memory"]["kv_cache_bytes"] == per_row(models.target.attention) * target_rows + draft
 
 
 def test_a_hybrid_reports_its_linear_state_and_kernels(served):
     """Per Gated DeltaNet layer and state slot: (K-1) x conv channels in the runtime dtype +
-    Hv x dk x dv fp32; plain decoding: a slot for each of the 32 running sequences (the default)."""
-    profile, url = served
+    Hv x dk x dv fp32; plain decoding: a slot for each of the 32 running sequences (the default),
+    served one sequence at a time: one."""
+    profile, url, _ = served
     info = httpx.get(url + "/server_info", timeout=10).json()
     s = read_models(profile, local_reader()).target.linear
     if s is None:
@@ -95,5 +135,6 @@ def test_a_hybrid_reports_its_linear_state_and_kernels(served):
         return
     width = 4 if info["dtype"] == "float32" else 2
     per_layer = (s.conv_kernel - 1) * s.conv_dim * width + s.v_heads * s.k_head_dim * s.v_head_dim * 4
-    assert info["memory"]["state_cache_bytes"] == 32 * s.layers * per_layer > 0
+    slots = 1 if profile.method.is_speculative else 32
+    assert info["memory"]["state_cache_bytes"] == slots * s.layers * per_layer > 0
     assert info["kernels"]["linear_attention"] == "torch" and info["kernels"]["torch_because"] == "device is cpu"

@@ -74,22 +74,39 @@ def tiny_pairs(tmp_path_factory):
     return pairs
 
 
-@pytest.mark.parametrize("arch, algorithm, extra", [
-    ("qwen3_5", None, dict(max_total_tokens=300)), ("qwen3_5", "dflash", dict(max_total_tokens=300)),
-    ("qwen3_5", "ddtree", dict(speculative_ddtree_budget=4)), ("llama", "dflash", {})])
+@pytest.mark.parametrize("algorithm", [None, "dflash", "ddtree"])
+@pytest.mark.parametrize("arch, extra", [("qwen3_5", {}), ("qwen3_5", dict(max_total_tokens=300)),
+                                         ("llama", {}), ("llama", dict(max_total_tokens=300))])
 def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, algorithm, extra):
-    """Weights, state slots and the target's own K/V, predicted from config.json (serving.memory)
-    for the runner the routing picks: a pool of --max-total-tokens rows and 3 slots, or one
-    sequence's cache of context + verify rows (--max-total-tokens does not apply) and one slot."""
+    """Weights, state slots and the whole K/V (target and draft), predicted from config.json
+    (serving.memory) for the runner the routing picks, at start and after a request that fills
+    most of the context: the batch runner's pool of --max-total-tokens rows and 3 slots (its draft
+    caches come and go with their sequences), or, for a speculative hybrid, one sequence's cache
+    of context + verify rows (--max-total-tokens does not apply), the draft's context K/V for
+    the same rows, and one slot."""
     target, draft, model = tiny_pairs[arch]
     args = server_args(model_path=str(target), dtype="float32", speculative_algorithm=algorithm,
                        speculative_draft_model_path=str(draft) if algorithm else None, max_running_requests=3,
-                       **extra)
-    decoder = build_decoder_factory(args, model, None)()
-    kv = decoder.pool if isinstance(decoder, BatchRunner) else decoder.cache.kv
-    report = memory.report(decoder, args)
-    assert report["predicted_weights_bytes"] == report["weights_bytes"]
-    assert report["predicted_state_cache_bytes"] == report["state_cache_bytes"]
-    assert report["predicted_kv_cache_bytes"] == (kv.k.numel() + kv.v.numel()) * 4
+                       speculative_adaptive="off", **extra)
+    engine = Engine(build_decoder_factory(args, model, None), Ids()).start()
+    try:
+        runner = engine.scheduler.runner
+        decoder = runner.decoder if isinstance(runner, SerialRunner) else runner
+        first = memory.report(decoder, args)
+        result = engine.generate(list(range(5, 105)), SamplingParams(temperature=0), StopRule(20))
+        assert isinstance(result, Finished)
+        assert memory.report(decoder, args) == first      # nothing grows past what start-up reserved
+    finally:
+        engine.stop()
+    assert first["predicted_weights_bytes"] == first["weights_bytes"]
+    assert first["predicted_state_cache_bytes"] == first["state_cache_bytes"]
+    assert first["predicted_kv_cache_bytes"] == first["kv_cache_bytes"]
+    assert first["predicted_bytes"] == first["measured_bytes"]
     one_slot = model.new_cache(1).state_bytes() if arch == "qwen3_5" else 0
-    assert report["state_cache_bytes"] == (1 if algorithm else 3) * one_slot
+    serial = arch == "qwen3_5" and algorithm is not None
+    assert isinstance(runner, SerialRunner) == serial
+    assert first["state_cache_bytes"] == (1 if serial else 3) * one_slot
+    if serial:      # the target's cache and the draft's, context + verify rows each
+        assert decoder.cache.kv.capacity == decoder.method.drafter.cache.capacity == 128 + decoder.needs.draft_tokens
+    else:
+        assert runner.pool.capacity == extra.get("max_total_tokens", 128 + runner.verify_rows)

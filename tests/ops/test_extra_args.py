@@ -51,3 +51,11 @@ def test_fit_warns_about_a_memory_relevant_extra_arg(tmp_path):
     result = fit(str(path), "--gpu", "a6000", "--json")
     notes = json.loads(result.stdout)["notes"]
     assert any("--quantization changes memory use" in n for n in notes), notes
+
+
+def test_a_flag_fit_reads_must_carry_a_positive_integer(tmp_path):
+    for words in ("[--max-total-tokens, lots]", "[--max-total-tokens]", "['--max-total-tokens=0']",
+                  "[--max-total-tokens, --enable-metrics]"):
+        found = problems_of(tmp_path, f"extends: cpu-ar\nsglang: {{extra_args: {words}}}\n")
+        assert "--max-total-tokens" in found and "must be a positive integer" in found, words
+    assert problems_of(tmp_path, "extends: cpu-ar\nsglang: {extra_args: [--max-total-tokens, '600']}\n") == ""

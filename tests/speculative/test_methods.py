@@ -76,6 +76,24 @@ def test_default_budget_is_block_minus_one(targets, random_drafts):
     assert method.needs.draft_tokens == block  # budget + 1 rows
 
 
+@pytest.mark.parametrize("name", sorted(METHODS))
+@pytest.mark.parametrize("block, budget", [(None, None), (3, None), (3, 9), (8, 2)])
+def test_a_built_methods_verify_rows_are_the_contracts(name, block, budget, targets, random_drafts):
+    """The verify rows both predictions use (serving.memory, ddops fit) are the built parts' own:
+    one rule, read from the method's capabilities (contract Method.verify_rows)."""
+    spec = METHODS[name]
+    trained = json.loads((random_drafts["llama"] / "config.json").read_text())["block_size"]
+    options = SpecOptions(draft_path=str(random_drafts["llama"]), block_size=block,
+                          budget=budget if spec.takes_budget else None)
+    method = build(spec, targets["llama"], options)
+    expected = spec.verify_rows(block or trained, options.budget)
+    assert (method.needs.draft_tokens if method else 0) == expected
+    if spec.takes_budget:
+        assert expected == max(block or trained, (budget or (block or trained) - 1) + 1)
+    elif spec.speculative:
+        assert expected == (block or trained)
+
+
 def _name_comparisons(source: str, names: set[str]) -> list[int]:
     """Line numbers where a string literal naming a method is compared (==, !=, in ...)."""
     hits = []
