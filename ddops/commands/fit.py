@@ -187,7 +187,9 @@ def _rows(s, p, models: Models) -> list[tuple[str, str]]:
     if p.mamba_slot:
         rows += [("hybrid state per slot", gib(p.mamba_slot)), ("hybrid verify states", gib(p.mamba_spec)),
                  ("hybrid slots", str(p.mamba_slots))]
-    return rows + [("KV pool", f"{gib(max(p.kv_budget, 0))} = {p.kv_tokens:,} tokens"),
+    pool = gib(p.kv_tokens * p.cell) + " (capped by --max-total-tokens)" if s.max_total_tokens \
+        and p.kv_tokens == s.max_total_tokens else gib(max(p.kv_budget, 0))
+    return rows + [("KV pool", f"{pool} = {p.kv_tokens:,} tokens"),
                    ("context-length", f"{s.context_length:,}"),
                    ("full-length requests at once", str(p.full_length_requests)),
                    ("fractions that work", window),

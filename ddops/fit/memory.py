@@ -7,6 +7,9 @@ the linear-attention (mamba) state slots and the KV pool:
 
     kv_tokens = floor(kv_budget / cell)    cell = bytes per token over all KV layers, one GPU
 
+then capped by --max-total-tokens when that is lower (research/deploy.md 1.2; a higher cap is
+ignored with a warning); a cap below the context length leaves no fraction that works.
+
 The headroom must also cover SGLang's own reserve heuristic, which gives the highest fraction
 that survives graph capture and load; the lowest one leaves room for one context-length
 request. Between them lies the window of fractions that work.
@@ -26,6 +29,7 @@ SPEC_MAX_RUNNING = 48  # SGLang's --max-running-requests when a speculative meth
 PLAIN_MAX_RUNNING = 2048  # the lower clamp of SGLang's plain default, used to size the token table
 GRAPH_MAX_BS = 32  # decode CUDA-graph batch size SGLang picks for a <60 GB card at tp < 4
 PREFILL_GRAPH_BUCKETS = 50
+NO_FRACTION = 2.0  # a window's lower end above any fraction: none works
 # request slots one running request holds in the mamba pool, per radix-cache strategy
 SLOTS_PER_REQUEST = {None: 3, "auto": 3, "no_buffer": 3, "extra_buffer_lazy": 4, "extra_buffer": 5}
 
@@ -49,6 +53,7 @@ class Setup:
     ssm_dtype: str | None = None  # --mamba-ssm-dtype (None: the model's)
     mamba_ratio: float | None = None  # --mamba-full-memory-ratio
     mamba_strategy: str | None = None
+    max_total_tokens: int | None = None  # --max-total-tokens: a cap on the KV pool's tokens
 
 
 @dataclass(frozen=True)
@@ -112,10 +117,14 @@ def plan(setup: Setup, target: ModelFacts, draft: ModelFacts | None = None) -> P
     rest = int(pre * fraction) - weights
     slots, mamba, kv_budget = _split(rest - table, slot, spec, setup.mamba_slots, ratio)
     kv_tokens = max(0, kv_budget // cell) if cell else 0
+    if setup.max_total_tokens:
+        kv_tokens = min(kv_tokens, setup.max_total_tokens)
     if not setup.max_running_requests and not setup.verify_tokens:
         running = min(max(2048, min(4096, kv_tokens * 512 // max(setup.context_length, 1))), kv_tokens // 2)
     low = _lowest(pre, weights, table, setup.context_length * cell, slot, spec, per_request,
                   setup.mamba_slots, ratio)
+    if setup.max_total_tokens and setup.max_total_tokens < setup.context_length:
+        low = NO_FRACTION       # the cap, not the fraction, keeps one request out
     high = 1 - reserve / pre
     return Pools(capacity, pre, weights, target_w, draft_w, reserve, fraction, setup.fraction is None,
                  int(pre * (1 - fraction)), rest, table, cell, draft_cell, slot, spec, slots, mamba,

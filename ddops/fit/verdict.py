@@ -73,7 +73,8 @@ def problems(s: Setup, p: Pools) -> list[str]:
                      f"{gib(p.mamba_bytes)}: SGLang stops with \"Not enough GPU memory for hybrid "
                      f"(mamba/linear-attention) state cache\"")
     elif not p.one_request_fits:
-        found.append(f"the KV pool holds {p.kv_tokens:,} tokens, fewer than one request of "
+        cap = " (capped by --max-total-tokens)" if p.kv_tokens == s.max_total_tokens else ""
+        found.append(f"the KV pool holds {p.kv_tokens:,} tokens{cap}, fewer than one request of "
                      f"context-length {s.context_length:,}: SGLang starts but rejects long prompts")
     if p.headroom < p.reserve:
         found.append(f"headroom (1 - {p.fraction:.3f}) x {gib(p.pre)} = {gib(p.headroom)} is below the "
@@ -98,6 +99,9 @@ def _where(s: Setup) -> str:
 
 def _suggest(s: Setup, p: Pools, target: ModelFacts, draft: ModelFacts | None) -> list[str]:
     ideas = []
+    if s.max_total_tokens and s.max_total_tokens < s.context_length:
+        return [f"raise --max-total-tokens in sglang.extra_args to at least {s.context_length:,}, "
+                f"or lower memory.context_length to {s.max_total_tokens:,}"]
     low, high = p.window
     if p.weights < p.pre and low <= high:
         pick = round(min(high, max(low + 0.01, (low + high) / 2)), 2)

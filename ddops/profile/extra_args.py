@@ -21,10 +21,9 @@ RENDERED = {"--api-key": "service.secrets", "--model": "model.path",
             "--speculative-draft-model": "speculative.draft_model_path"}
 # Flags whose value ddops.fit reads: a positive integer each.
 READ_BY_FIT = ("--max-total-tokens",)
-# Flags whose memory effect ddops.fit does not model (its prediction may then be off); for the
-# bundled runtime it reads --max-total-tokens exactly.
+# Flags whose memory effect ddops.fit does not model (its prediction may then be off).
 MEMORY = frozenset({
-    "--quantization", "--max-total-tokens", "--max-prefill-tokens", "--page-size", "--dp-size", "--dp",
+    "--quantization", "--max-prefill-tokens", "--page-size", "--dp-size", "--dp",
     "--enable-dp-attention", "--pp-size", "--cpu-offload-gb", "--speculative-draft-kv-cache-dtype",
     "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill", "--cuda-graph-bs", "--torch-compile-max-bs",
     "--enable-torch-compile", "--swa-full-tokens-ratio", "--mamba-full-memory-ratio", "--enable-lora",

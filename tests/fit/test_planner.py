@@ -185,3 +185,27 @@ def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen
     assert default.kv_slots == 4096 + 16 and capped.kv_slots == 20000
     assert default.draft_kv_slots == capped.draft_kv_slots == 0
     assert capped.kv_cache_bytes == 36 * 2 * 8 * 128 * 20000 * 2
+
+
+def test_max_total_tokens_caps_the_sglang_pool_only_below_what_is_profiled(llama8b):
+    """research/deploy.md 1.2: the pool is floor(rest / cell), then capped by --max-total-tokens;
+    a cap above the profiled pool changes nothing (SGLang warns and keeps the profiled value)."""
+    profiled = plan(dense(), llama8b)
+    assert plan(dense(max_total_tokens=40_000), llama8b).kv_tokens == 40_000 < profiled.kv_tokens
+    assert plan(dense(max_total_tokens=10 * profiled.kv_tokens), llama8b).kv_tokens == profiled.kv_tokens
+    result = assess(dense(max_total_tokens=20_000), llama8b)
+    assert not result.verdict.fits and result.pools.kv_tokens == 20_000
+    assert "20,000 tokens (capped by --max-total-tokens), fewer than one request of context-length 32,768" \
+        in result.verdict.reasons[0]
+    assert result.pools.window[0] > result.pools.window[1]      # no fraction lifts the cap
+    assert result.verdict.suggestions == ("raise --max-total-tokens in sglang.extra_args to at least 32,768, "
+                                          "or lower memory.context_length to 20,000",)
+
+
+def test_a_profile_passes_max_total_tokens_to_the_sglang_plan(tmp_path, llama8b):
+    from ddops.fit import Models, setup_for
+    from ddops.profile import load_profile
+    from tests.ops.helpers import write
+    write(tmp_path, "p", "runtime: sglang\nmodel: {path: /m/llama, served_name: l}\n"
+                         "sglang: {extra_args: [--max-total-tokens, '40000']}\n")
+    assert setup_for(load_profile("p", tmp_path), A6000, Models(llama8b, None)).max_total_tokens == 40_000

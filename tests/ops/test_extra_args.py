@@ -59,3 +59,10 @@ def test_a_flag_fit_reads_must_carry_a_positive_integer(tmp_path):
         found = problems_of(tmp_path, f"extends: cpu-ar\nsglang: {{extra_args: {words}}}\n")
         assert "--max-total-tokens" in found and "must be a positive integer" in found, words
     assert problems_of(tmp_path, "extends: cpu-ar\nsglang: {extra_args: [--max-total-tokens, '600']}\n") == ""
+
+
+def test_fit_models_max_total_tokens_instead_of_warning(tmp_path):
+    path = write(tmp_path, "m", "extends: a6000-balanced\nsglang: {extra_args: [--max-total-tokens, '9000']}\n")
+    report = json.loads(fit(str(path), "--gpu", "a6000", "--json").stdout)
+    assert not any("--max-total-tokens" in n for n in report["notes"]), report["notes"]
+    assert report["kv_pool_tokens"] == 9000, report
