@@ -5,16 +5,17 @@ serving.contract.runtime's rules): every parameter in the runtime dtype, plus th
 preallocated for the server's life. The batch runner holds one target K/V pool over the
 full-attention layers of `--max-total-tokens` rows, by default `context_length + verify rows`
 (the extra rows hold one verify pass past the context: the method's `verify_rows`, read from
-its METHODS capabilities); running sequences share it (serving.engine.kv_pool). A speculative
-hybrid is served one sequence at a time (`one_at_a_time`): one target cache of context +
-verify rows (`--max-total-tokens` does not apply) and the draft's context K/V, which the
-one-sequence decoder reserves at start for the same rows over the draft's layers and reuses
-for every sequence. Hybrid targets add Gated DeltaNet state slots (`state_slots`: one per
-running sequence in the batch runner, one when served one at a time): per layer and slot the
-conv state ((K-1) x conv channels, runtime dtype) and the recurrent state (Hv x dk x dv, fp32).
-Transient, so neither side counts them: the batch runner's per-sequence draft caches (each
-admitted sequence gets one of its reserved pool rows, freed with it), the features kept for
-the draft, a verify pass's per-row states and what a chunked forward keeps until its commit
+its METHODS capabilities); running sequences share it (serving.engine.kv_pool). With a
+speculative method a draft pool of as many rows over the draft's layers sits beside it, and
+each admitted sequence's draft context is the same row range as its target reservation
+(`draft_kv_rows`). A speculative hybrid is served one sequence at a time (`one_at_a_time`):
+one target cache of context + verify rows (`--max-total-tokens` does not apply) and the
+draft's context K/V, which the one-sequence decoder reserves at start for the same rows and
+reuses for every sequence. Hybrid targets add Gated DeltaNet state slots (`state_slots`: one
+per running sequence in the batch runner, one when served one at a time): per layer and slot
+the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state (Hv x dk x dv,
+fp32). Transient, so neither side counts them: the features kept for the draft, a verify
+pass's per-row states and what a chunked forward keeps until its commit
 (serving.bench.hybrid_staged). /server_info reports both under `memory` (`kv_cache_bytes`:
 target and draft K/V together) so an operator (and a test) can compare prediction and
 measurement.
@@ -91,7 +92,7 @@ def predict(args) -> dict:
     rows = kv_rows(target.hybrid, method.speculative, args.context_length, verify, args.max_total_tokens)
     kv = kv_bytes(*KVCache.dims(target), rows, width)
     if draft:
-        rows = draft_kv_rows(target.hybrid, method.speculative, args.context_length, verify)
+        rows = draft_kv_rows(target.hybrid, method.speculative, args.context_length, verify, args.max_total_tokens)
         kv += kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, rows, width)
     linear = len(target.linear_layers)
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)

@@ -5,12 +5,13 @@ Its allocation model is simple and exact, and its rules are the runtime's own
 full-attention layers, one pool of `--max-total-tokens` rows (a profile passes it in
 `sglang.extra_args`), by default `context_length + verify_tokens` (the extra rows hold one
 verify pass past the context); for a target served one sequence at a time (a speculative
-hybrid) one cache of context + verify rows instead, plus the draft's context K/V, which the
-one-sequence decoder reserves for the same rows over the draft's layers for the server's life;
-and for hybrid targets linear-attention state slots (conv state in the runtime dtype, recurrent
-state in fp32 whatever the config's mamba_ssm_dtype): one per running sequence when decoding
-plainly, one with a speculative method. The batch runner's draft caches come and go with their
-sequences and are not counted. The runtime reports the same numbers, measured from its tensors,
+hybrid) one cache of context + verify rows instead; with a drafter, the draft's context K/V
+for the target's rows over the draft's layers (a draft pool beside the batch runner's pool,
+each sequence's draft context the same rows as its target reservation, or the one-sequence
+decoder's cache), for the server's life; and for hybrid targets linear-attention state slots
+(conv state in the runtime dtype, recurrent state in fp32 whatever the config's
+mamba_ssm_dtype): one per running sequence when decoding plainly, one with a speculative
+method. The runtime reports the same numbers, measured from its tensors,
 under `/server_info` `memory` (`kv_cache_bytes`: target and draft together).
 """
 
@@ -32,7 +33,7 @@ class BundledMemory:
     weights_bytes: int
     kv_cache_bytes: int  # target and draft K/V
     state_cache_bytes: int = 0
-    draft_kv_slots: int = 0  # draft context K/V rows preallocated (served one sequence at a time)
+    draft_kv_slots: int = 0  # draft context K/V rows preallocated (with a drafter)
 
     @property
     def predicted_bytes(self) -> int:
@@ -57,8 +58,9 @@ def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
     hybrid, speculative = target.linear is not None, profile.method.is_speculative
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
-    rows = kv_rows(hybrid, speculative, context, verify, int_value(profile, "--max-total-tokens"))
-    draft_rows = draft_kv_rows(hybrid, speculative, context, verify) if draft else 0
+    max_total = int_value(profile, "--max-total-tokens")
+    rows = kv_rows(hybrid, speculative, context, verify, max_total)
+    draft_rows = draft_kv_rows(hybrid, speculative, context, verify, max_total) if draft else 0
     kv = kv_bytes(target.attention, rows, dtype) + (kv_bytes(draft.attention, draft_rows, dtype) if draft else 0)
     weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)

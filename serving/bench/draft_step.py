@@ -40,7 +40,9 @@ def round_ms(drafter: DFlashDrafter, batch: int, context: int, rounds: int) -> t
     bonuses = [3 + i for i in range(batch)]
     features = [torch.randn(n, drafter.feature_width, generator=gen) for n in lengths]
     many = drafter.batch()
-    contexts = [many.context(n + block) for n in lengths]
+    rows = [n + block for n in lengths]
+    pool, starts = many.pool(sum(rows)), [sum(rows[:i]) for i in range(batch)]
+    contexts = [many.context(pool, start, n) for start, n in zip(starts, rows)]
     for c, f in zip(contexts, features):
         many.extend(c, f)
     many.absorb(contexts)

@@ -1,8 +1,9 @@
 """How the bundled runtime serves and lays out its memory, which ddops' fit predicts (stdlib only).
 
 The runtime preallocates the target's K/V (one pool in the batch runner, one cache in the
-one-sequence decoder), the draft's context K/V when it serves one sequence at a time, and, for
-hybrid targets, Gated DeltaNet state slots. `one_at_a_time` is the one rule for which targets the batch runner cannot take:
+one-sequence decoder), the draft's context K/V for as many rows (a draft pool beside the target
+pool, or one cache), and, for hybrid targets, Gated DeltaNet state slots. `one_at_a_time` is
+the one rule for which targets the batch runner cannot take:
 a hybrid target (a recurrent linear-attention state) has a batched plain decode step but no
 packed forward over many sequences' verify trees, so with a speculative method it is served one
 sequence at a time and holds one slot; decoding plainly it joins the batch runner with a slot
@@ -35,9 +36,11 @@ def kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_rows: i
     return own if one_at_a_time(hybrid, speculative) else max_total_tokens or own
 
 
-def draft_kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_rows: int) -> int:
-    """Rows of draft context K/V preallocated for the server's life, over the draft's layers: the
-    one-sequence decoder reserves context + verify rows at start and reuses them for every
-    sequence. The batch runner preallocates none: it gives each admitted sequence a draft cache of
-    the rows it reserved in the pool and frees it with the sequence (at most the pool's rows at once)."""
-    return context_length + verify_rows if one_at_a_time(hybrid, speculative) else 0
+def draft_kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_rows: int,
+                  max_total_tokens: int | None) -> int:
+    """Rows of draft context K/V preallocated for the server's life, over the draft's layers
+    (a method with a drafter): the target's `kv_rows`. The one-sequence decoder reserves
+    context + verify rows at start and reuses them for every sequence; the batch runner keeps a
+    draft pool beside the target's, and each admitted sequence's draft context is the same row
+    range as its target reservation (a round's draft block fits wherever its verify rows fit)."""
+    return kv_rows(hybrid, speculative, context_length, verify_rows, max_total_tokens) if speculative else 0

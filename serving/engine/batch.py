@@ -1,9 +1,11 @@
 """BatchRunner: the scheduler's model work for every running sequence of a dense target.
 
 KV: one `KVPool` of `--max-total-tokens` rows (default: one full-context request plus its
-verify rows, the figure ddops' fit predicts). Admission reserves prompt + max_tokens + verify
-rows for the whole life of the sequence, so admitted sequences never run out of room and
-nothing is ever preempted; a request that does not fit yet waits.
+verify rows, the figure ddops' fit predicts), and with a speculative method a draft K/V pool of
+as many rows beside it (serving.speculative.lane). Admission reserves prompt + max_tokens +
+verify rows for the whole life of the sequence, the same range of both pools, so admitted
+sequences never run out of room, nothing is ever preempted and nothing is allocated per
+sequence; a request that does not fit yet waits.
 
 Plain decoding: one `batched.decode_step` for all decoding sequences per round. Prefill: the
 next chunk of every prefilling sequence of a step packed into one `batched.forward` (each
@@ -38,9 +40,9 @@ class BatchRunner:
         from serving.speculative.lane import SpecLane
 
         self.target, self.capacity = target, capacity
-        self.spec = SpecLane(target, method, adaptive) if method is not None else None
         self.verify_rows = method.needs.draft_tokens if method is not None else 0
         rows = max_total_tokens or capacity + self.verify_rows
+        self.spec = SpecLane(target, method, rows, adaptive) if method is not None else None
         self.max_running = max_running or DEFAULT_MAX_RUNNING
         self.pool = pool_for(target, rows, self.max_running)
         self.prefix = PrefixCache() if batched.supports(target) else None    # hybrids: state, not rows
@@ -66,7 +68,7 @@ class BatchRunner:
                                 self.target.device)
         seq.state.update(cache=cache, draws=draws, next=None)
         if self.spec:
-            self.spec.admit(seq, cache.capacity)
+            self.spec.admit(seq, cache)
         return True
 
     def prefill(self, seqs, chunk: int) -> list[list[int]]:

@@ -27,9 +27,7 @@ class KVPool(KVCache):
         for i, (start, end) in enumerate(self.free):
             if end - start >= rows:
                 self.free[i:i + 1] = [(start + rows, end)] if end - start > rows else []
-                view = KVCache.over(self.k[:, :, start:start + rows], self.v[:, :, start:start + rows])
-                view.pool_start = start
-                return view
+                return self.rows(start, rows)
         return None
 
     def release(self, view: KVCache) -> None:

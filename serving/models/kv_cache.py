@@ -30,6 +30,12 @@ class KVCache:
         cache._mask, cache._mask_visible_upto = None, 0
         return cache
 
+    def rows(self, start: int, count: int) -> "KVCache":
+        """A cache over rows [start, start + count) of this one's storage (a pool's loan), empty."""
+        view = KVCache.over(self.k[:, :, start:start + count], self.v[:, :, start:start + count])
+        view.pool_start = start
+        return view
+
     @staticmethod
     def dims(config) -> tuple[int, int, int]:
         """(layers, kv heads, head_dim) of a model's K/V: its full-attention layers (all of a

@@ -1,7 +1,8 @@
 """DFlash drafting for many sequences at once: one draft pass over every sequence's block.
 
-Each sequence owns a `DraftContext`: its own draft KV cache (projected target features of its
-committed tokens, slot = position) and the features not yet projected. `BatchDrafter.absorb`
+Each sequence owns a `DraftContext`: its draft K/V (projected target features of its committed
+tokens, slot = position), a range of one preallocated draft pool (`BatchDrafter.pool`), and the
+features not yet projected. `BatchDrafter.absorb`
 projects the pending features of all sequences in one pass; `propose` runs every sequence's
 block [bonus, MASK x depth_b] packed back to back ([N] = sum of depth_b + 1 rows) through the
 draft layers, the one-sequence `DraftLayer`s: projections and MLP once over [1, N, H], and an
@@ -23,10 +24,13 @@ from .preflight import check_captured
 
 
 class DraftContext:
-    """One sequence's draft context: K/V of `length` committed positions plus pending features."""
+    """One sequence's draft context: K/V of `length` committed positions plus pending features.
 
-    def __init__(self, cfg, rows: int, dtype, device):
-        self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, rows, dtype, device)
+    cache: its rows of the draft pool; a round writes its block after the context, so the
+    context needs as many rows as the target's reservation (committed tokens + one verify pass)."""
+
+    def __init__(self, cache: KVCache):
+        self.cache = cache
         self.pending: list[torch.Tensor] = []          # [n, feature_width] each, in order
 
     @property
@@ -47,8 +51,15 @@ class BatchDrafter:
         self.head, self.device = drafter.head, drafter.device
         self.mask_id = self.cfg.mask_token_id
 
-    def context(self, rows: int) -> DraftContext:
-        return DraftContext(self.cfg, rows, self.model.dtype, self.device)
+    def pool(self, rows: int) -> KVCache:
+        """The draft's K/V pool: `rows` rows over the draft's layers, allocated once."""
+        cfg = self.cfg
+        return KVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, rows, self.model.dtype, self.device)
+
+    @staticmethod
+    def context(pool: KVCache, start: int, rows: int) -> DraftContext:
+        """A new sequence's context over pool rows [start, start + rows)."""
+        return DraftContext(pool.rows(start, rows))
 
     def extend(self, context: DraftContext, features: torch.Tensor) -> None:
         """Target features [n, feature_width] of the sequence's next n committed tokens."""

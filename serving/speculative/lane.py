@@ -7,6 +7,11 @@ target forward runs all trees packed back to back, each under its own ancestor m
 own slice of the KV pool (serving.models.batched.forward); then, per sequence, the walk, KV
 compaction and the accepted rows' features queued for its draft context.
 
+Draft K/V: one pool of the target pool's rows over the draft's layers, allocated with the
+lane; a sequence's draft context is the same row range as its target reservation (a round's
+block fits wherever the target's verify rows fit), so the target pool's free list lends both
+and releasing the target's rows frees the draft's.
+
 Rows are ragged, neither padded to the widest tree nor grouped by setting: a sequence near
 its max_tokens drafts less, a /health_generate probe drafts a full block, plain rows are one
 row, and each costs only its own rows. Speculation pays less as the batch grows (a batch of
@@ -42,9 +47,12 @@ def bucket_label(key: int) -> str:
 
 
 class SpecLane:
-    def __init__(self, target, method: Method, adaptive: bool = False):
+    def __init__(self, target, method: Method, rows: int, adaptive: bool = False):
+        """rows: the target pool's; the draft pool beside it has as many, and each sequence's
+        draft context is the same row range as its target reservation."""
         self.target, self.method, self.adaptive = target, method, adaptive
         self.drafter = method.drafter.batch()
+        self.pool = self.drafter.pool(rows)
         self.layers = method.needs.target_layers
         self.width = self.drafter.feature_width
         self.controllers: dict[int, Controller] = {}
@@ -69,8 +77,9 @@ class SpecLane:
                 "speculative_settings_by_batch": {bucket_label(k): {"current": c.current.label, "settings": c.report()}
                                                   for k, c in sorted(self.controllers.items())}}
 
-    def admit(self, seq, rows: int) -> None:
-        seq.state["draft"] = self.drafter.context(rows)
+    def admit(self, seq, cache) -> None:
+        """cache: the sequence's reservation in the target pool; its draft context takes the same rows."""
+        seq.state["draft"] = self.drafter.context(self.pool, cache.pool_start, cache.capacity)
 
     def record(self, seq, hidden: torch.Tensor) -> None:
         """Target features hidden [n, >= width] of the sequence's next n committed tokens."""

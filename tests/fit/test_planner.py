@@ -169,8 +169,8 @@ def test_bundled_figures_of_the_27b_hybrid_count_kv_of_its_full_layers_and_its_l
 
 
 def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen8b, qwen8b_draft):
-    """The batch runner's K/V pool is --max-total-tokens rows when a profile passes it; its
-    draft caches come and go with their sequences (none preallocated)."""
+    """The batch runner's K/V pool is --max-total-tokens rows when a profile passes it, and the
+    draft pool beside it (the draft's 5 layers) as many rows."""
     from ddops.fit import Models
     from ddops.fit.bundled import bundled_memory
     from ddops.profile import load_profile
@@ -183,8 +183,8 @@ def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen
     default = bundled_memory(load_profile("default", tmp_path), models)
     capped = bundled_memory(load_profile("capped", tmp_path), models)
     assert default.kv_slots == 4096 + 16 and capped.kv_slots == 20000
-    assert default.draft_kv_slots == capped.draft_kv_slots == 0
-    assert capped.kv_cache_bytes == 36 * 2 * 8 * 128 * 20000 * 2
+    assert default.draft_kv_slots == 4096 + 16 and capped.draft_kv_slots == 20000
+    assert capped.kv_cache_bytes == (36 + 5) * 2 * 8 * 128 * 20000 * 2
 
 
 def test_max_total_tokens_caps_the_sglang_pool_only_below_what_is_profiled(llama8b):

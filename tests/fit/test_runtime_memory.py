@@ -2,8 +2,8 @@
 against what a real `python -m serving` process reports under /server_info `memory`.
 
 Tolerance: 1% of each measured figure. Both sides count every parameter in the runtime dtype
-and the K/V preallocated for the server's life (the target's, and the draft's when served one
-sequence at a time), so they agree exactly today; the margin only absorbs a buffer the runtime
+and the K/V preallocated for the server's life (the target's, and the draft's as many rows
+with a speculative method), so they agree exactly today; the margin only absorbs a buffer the runtime
 may add later (rope tables, say) without hiding a wrong formula (a missed layer or a GQA slip is
 10% or more on these models). ddops fit's figures and the runtime's own prediction are one
 model and must be equal, byte for byte.
@@ -30,13 +30,15 @@ TOLERANCE = 0.01
 
 
 # (arch, dtype, speculative section of the profile, sglang.extra_args, (target, draft) K/V rows):
-# the context (384) plainly; a speculative hybrid is served one sequence at a time, its target
-# and draft K/V 384 + 12 rows each (the 11-node tree and its root, wider than the 8-token
-# block); the batch runner's pool takes --max-total-tokens rows and preallocates no draft K/V.
+# the context (384) plainly; with a tree method 384 + 12 rows (the 11-node tree and its root,
+# wider than the 8-token block), the draft's K/V as many: a speculative hybrid's one-sequence
+# caches, a dense target's batch runner pool and the draft pool beside it; the batch runner's
+# pools take --max-total-tokens rows when it is passed.
 CASES = [("llama", "float32", None, [], (384, 0)), ("qwen3", "bfloat16", None, [], (384, 0)),
          ("qwen3_5", "bfloat16", None, [], (384, 0)),
          ("qwen3_5", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (396, 396)),
-         ("llama", "float32", "{algorithm: dflash}", ["--max-total-tokens", "500"], (500, 0))]
+         ("qwen3", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (396, 396)),
+         ("llama", "float32", "{algorithm: dflash}", ["--max-total-tokens", "500"], (500, 500))]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: "-".join(filter(None, (c[0], c[2] and "spec", *c[3]))))
@@ -91,7 +93,7 @@ def test_ops_prediction_matches_the_runtime_measurement(served):
 
 def test_ops_figures_equal_the_runtimes_own_prediction(served):
     """One allocation model on both sides: ddops fit's bundled figures are the runtime's
-    prediction, byte for byte (K/V: the target's and, served one sequence at a time, the draft's)."""
+    prediction, byte for byte (K/V: the target's and, with a speculative method, the draft's)."""
     profile, url, _ = served
     memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
     ops = bundled_memory(profile, read_models(profile, local_reader()))

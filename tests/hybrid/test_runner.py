@@ -80,10 +80,10 @@ def tiny_pairs(tmp_path_factory):
 def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, algorithm, extra):
     """Weights, state slots and the whole K/V (target and draft), predicted from config.json
     (serving.memory) for the runner the routing picks, at start and after a request that fills
-    most of the context: the batch runner's pool of --max-total-tokens rows and 3 slots (its draft
-    caches come and go with their sequences), or, for a speculative hybrid, one sequence's cache
-    of context + verify rows (--max-total-tokens does not apply), the draft's context K/V for
-    the same rows, and one slot."""
+    most of the context: the batch runner's pool of --max-total-tokens rows, a draft pool of as
+    many rows with a speculative method, and 3 slots; or, for a speculative hybrid, one sequence's
+    cache of context + verify rows (--max-total-tokens does not apply), the draft's context K/V
+    for the same rows, and one slot."""
     target, draft, model = tiny_pairs[arch]
     args = server_args(model_path=str(target), dtype="float32", speculative_algorithm=algorithm,
                        speculative_draft_model_path=str(draft) if algorithm else None, max_running_requests=3,
@@ -110,3 +110,7 @@ def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, a
         assert decoder.cache.kv.capacity == decoder.method.drafter.cache.capacity == 128 + decoder.needs.draft_tokens
     else:
         assert runner.pool.capacity == extra.get("max_total_tokens", 128 + runner.verify_rows)
+        if algorithm:       # the draft pool beside the target's: as many rows over the draft's layers
+            assert runner.spec.pool.capacity == runner.pool.capacity
+        else:
+            assert runner.spec is None

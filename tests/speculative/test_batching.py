@@ -176,7 +176,8 @@ def test_batched_draft_pass_equals_one_sequence_drafts(tiny_dirs, targets, tmp_p
     many, gen = single.batch(), torch.Generator().manual_seed(1)
     shapes = [(3, 1, 17), (11, 4, 23), (20, 7, 31)]          # context length, depth, bonus token
     features = [torch.randn(n, single.feature_width, generator=gen) for n, _, _ in shapes]
-    contexts = [many.context(40) for _ in shapes]
+    pool = many.pool(40 * len(shapes))
+    contexts = [many.context(pool, 40 * i, 40) for i in range(len(shapes))]
     for context, f in zip(contexts, features):
         many.extend(context, f[:2])                          # absorbed in two pieces, as rounds do
         many.extend(context, f[2:])

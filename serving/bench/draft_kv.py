@@ -1,0 +1,112 @@
+"""The batch runner's draft K/V under a crowd: predicted, measured, and any allocated outside its pools.
+
+    python -m serving.bench.draft_kv --model $DDOPS_CACHE/models/smollm2-135m-instruct
+        --draft $DDOPS_CACHE/models/smollm2-135m-instruct-dflash [--method dflash]
+        [--context-length 2048] [--crowd 8] [--prompt-tokens 256] [--max-tokens 32]
+
+Starts the runner the server would route to (float32 on CPU), then serves `--crowd` greedy
+requests at once, enough to fill the target pool so that some wait for rows. Printed:
+serving.memory's predicted and measured K/V bytes at start and after the crowd, and the draft
+K/V that admitted sequences held outside the runner's pools: at its peak, and how many such
+caches were built (none when each draft context is a range of the draft pool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from types import SimpleNamespace
+
+import torch
+
+from serving import memory
+from serving.engine import Engine
+from serving.engine.build import build_decoder_factory
+from serving.engine.stops import StopRule
+from serving.models import inspect_checkpoint, load_model
+from serving.models.tokenizer import Tokenizer
+from serving.sampling import SamplingParams
+
+
+def server_args(opts) -> SimpleNamespace:
+    return SimpleNamespace(model_path=opts.model, dtype="float32", speculative_algorithm=opts.method,
+                           speculative_draft_model_path=opts.draft, speculative_num_draft_tokens=None,
+                           speculative_ddtree_budget=None, speculative_adaptive="off",
+                           context_length=opts.context_length, random_seed=0, max_running_requests=None,
+                           max_total_tokens=None)
+
+
+def outside_bytes(runner, seq) -> int:
+    """Bytes of the sequence's draft K/V that are not a range of the runner's draft pool."""
+    cache, pool = seq.state["draft"].cache, getattr(runner.spec, "pool", None)
+    if pool is not None and cache.k.untyped_storage().data_ptr() == pool.k.untyped_storage().data_ptr():
+        return 0
+    return sum(t.numel() * t.element_size() for t in (cache.k, cache.v))
+
+
+def watch(runner) -> dict:
+    """Wrap admit/release to follow draft K/V held outside the pools (live, peak, caches)."""
+    seen = {"live": 0, "peak": 0, "caches": 0, "at_once": 0, "running": 0}
+    admit, release = runner.admit, runner.release
+
+    def admitted(seq):
+        if not admit(seq):
+            return False
+        held = outside_bytes(runner, seq)
+        seq.state["outside"] = held
+        seen["caches"] += held > 0
+        seen["running"] += 1
+        seen["live"] += held
+        seen["peak"], seen["at_once"] = max(seen["peak"], seen["live"]), max(seen["at_once"], seen["running"])
+        return True
+
+    def released(seq):
+        seen["live"] -= seq.state.pop("outside", 0)
+        seen["running"] -= 1
+        release(seq)
+
+    runner.admit, runner.release = admitted, released
+    return seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--draft", required=True)
+    parser.add_argument("--method", default="dflash")
+    parser.add_argument("--context-length", type=int, default=2048)
+    parser.add_argument("--crowd", type=int, default=8)
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
+    args = server_args(opts)
+    target = load_model(inspect_checkpoint(opts.model), torch.float32, "cpu", opts.context_length)
+    tokenizer = Tokenizer.from_dir(opts.model)
+    engine = Engine(build_decoder_factory(args, target, tokenizer), tokenizer).start()
+    try:
+        runner = engine.decoder
+        start = memory.report(runner, args)
+        seen = watch(runner)
+        gen = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(3, tokenizer.vocab_size, (opts.prompt_tokens,), generator=gen).tolist()
+                   for _ in range(opts.crowd)]
+        threads = [threading.Thread(target=engine.generate, args=(p, SamplingParams(temperature=0),
+                                                                  StopRule(opts.max_tokens))) for p in prompts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        after = memory.report(runner, args)
+    finally:
+        engine.stop()
+    print(f"target pool {runner.pool.capacity:,} rows; {opts.crowd} requests of "
+          f"{opts.prompt_tokens} + {opts.max_tokens} tokens, at most {seen['at_once']} at once")
+    print(f"K/V predicted {start['predicted_kv_cache_bytes']:,} bytes; measured {start['kv_cache_bytes']:,} "
+          f"at start, {after['kv_cache_bytes']:,} after the crowd")
+    print(f"draft K/V outside the pools: peak {seen['peak']:,} bytes, {seen['caches']} caches built")
+
+
+if __name__ == "__main__":
+    main()
