@@ -11,13 +11,15 @@ each admitted sequence's draft context is the same row range as its target reser
 (`draft_kv_rows`). A speculative hybrid is served one sequence at a time (`one_at_a_time`):
 one target cache of context + verify rows (`--max-total-tokens` does not apply) and the
 draft's context K/V, which the one-sequence decoder reserves at start for the same rows and
-reuses for every sequence. Hybrid targets add Gated DeltaNet state slots (`state_slots`: one
+reuses for every sequence. A dense target's batch runner keeps a prefix store preallocated
+beside the pool (`prefix_rows`: 128 blocks x 8 rows of target K/V, plus the drafter's features
+per row with a speculative method; serving.engine.prefix_cache). Hybrid targets add Gated DeltaNet state slots (`state_slots`: one
 per running sequence in the batch runner, one when served one at a time): per layer and slot
 the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state (Hv x dk x dv,
 fp32). Transient, so neither side counts them: the features kept for the draft, a verify
-pass's per-row states and what a chunked forward keeps until its commit
+pass's per-row states and tree mask, and what a chunked forward keeps until its commit
 (serving.bench.hybrid_staged). /server_info reports both under `memory` (`kv_cache_bytes`:
-target and draft K/V together) so an operator (and a test) can compare prediction and
+target and draft K/V together; `prefix_cache_bytes`: the prefix store) so an operator (and a test) can compare prediction and
 measurement.
 """
 
@@ -30,7 +32,8 @@ import torch
 from torch import nn
 
 from serving import speculative
-from serving.contract.runtime import draft_kv_rows, kv_rows, state_slots
+from serving.contract.runtime import draft_kv_rows, kv_rows, prefix_rows, state_slots
+from serving.engine.prefix_cache import PrefixCache
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.hybrid_cache import HybridCache
 from serving.models.kv_cache import KVCache
@@ -41,7 +44,8 @@ WALK_DEPTH = 3  # decoder -> method -> drafter -> model
 
 
 def measure(decoder) -> dict:
-    """Bytes of the loaded parameters (shared tensors once) and of the KV caches the decoder owns."""
+    """Bytes of the loaded parameters (shared tensors once), of the KV caches, states and prefix
+    store the decoder owns."""
     modules, caches = _reachable(decoder)
     seen, weights = set(), 0
     for module in modules:
@@ -51,7 +55,8 @@ def measure(decoder) -> dict:
                 weights += tensor.numel() * tensor.element_size()
     kv = sum(t.numel() * t.element_size() for c in caches if isinstance(c, KVCache) for t in (c.k, c.v))
     state = sum(c.state_bytes() for c in caches if hasattr(c, "state_bytes"))   # HybridCache, HybridPool
-    return {"weights_bytes": weights, "kv_cache_bytes": kv, "state_cache_bytes": state}
+    prefix = sum(c.store_bytes() for c in caches if isinstance(c, PrefixCache))
+    return {"weights_bytes": weights, "kv_cache_bytes": kv, "state_cache_bytes": state, "prefix_cache_bytes": prefix}
 
 
 def _reachable(root) -> tuple[list[nn.Module], list]:
@@ -66,6 +71,8 @@ def _reachable(root) -> tuple[list[nn.Module], list]:
                     modules.setdefault(id(value), value)
                 elif isinstance(value, KVCache):
                     caches.setdefault(id(value), value)
+                elif isinstance(value, PrefixCache):
+                    caches.setdefault(id(value), value)
                 elif isinstance(value, HybridCache):
                     caches.setdefault(id(value), value)
                     found.append(value)
@@ -76,8 +83,8 @@ def _reachable(root) -> tuple[list[nn.Module], list]:
 
 
 def predict(args) -> dict:
-    """From config.json (and the draft's), read by the loaders' own parsers: parameter, K/V and
-    state bytes for resolved `args`."""
+    """From config.json (and the draft's), read by the loaders' own parsers: parameter, K/V,
+    state and prefix store bytes for resolved `args`."""
     target = read_model_config(Path(args.model_path))
     width = DTYPE_BYTES[args.dtype]
     params = hybrid_params(target) if target.hybrid else dense_params(target)
@@ -97,8 +104,11 @@ def predict(args) -> dict:
     linear = len(target.linear_layers)
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)
     state = slots * linear * linear_state_bytes(target.linear, width) if linear else 0
+    per_row = kv_bytes(*KVCache.dims(target), 1, width) + (draft.feature_width * width if draft else 0)
+    prefix = prefix_rows(target.hybrid) * per_row
     return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
-            "predicted_state_cache_bytes": state, "predicted_bytes": params * width + kv + state}
+            "predicted_state_cache_bytes": state, "predicted_prefix_cache_bytes": prefix,
+            "predicted_bytes": params * width + kv + state + prefix}
 
 
 def kv_bytes(layers: int, kv_heads: int, head_dim: int, rows: int, width: int) -> int:
@@ -108,7 +118,7 @@ def kv_bytes(layers: int, kv_heads: int, head_dim: int, rows: int, width: int) -
 
 def report(decoder, args) -> dict:
     m = measure(decoder)
-    return {**m, "measured_bytes": m["weights_bytes"] + m["kv_cache_bytes"] + m["state_cache_bytes"],
+    return {**m, "measured_bytes": sum(m.values()),
             **predict(args)}
 
 

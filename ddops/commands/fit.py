@@ -212,7 +212,8 @@ def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) 
                   f"{predicted.dtype}, KV cache {gib(predicted.kv_cache_bytes)} for "
                   f"{predicted.kv_slots:,} slots"
                   + (f" (+ the draft's {predicted.draft_kv_slots:,})" if predicted.draft_kv_slots else "")
-                  + (f", linear-attention state {gib(predicted.state_cache_bytes)}" if predicted.state_cache_bytes else ""),
+                  + (f", linear-attention state {gib(predicted.state_cache_bytes)}" if predicted.state_cache_bytes else "")
+                  + (f", prefix cache {gib(predicted.prefix_cache_bytes)}" if predicted.prefix_cache_bytes else ""),
                   markup=False)
         out.print("[green]fits[/]" if fits else "[red]does not fit[/]")
     raise typer.Exit(code)

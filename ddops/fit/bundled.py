@@ -11,8 +11,11 @@ each sequence's draft context the same rows as its target reservation, or the on
 decoder's cache), for the server's life; and for hybrid targets linear-attention state slots
 (conv state in the runtime dtype, recurrent state in fp32 whatever the config's
 mamba_ssm_dtype): one per running sequence when decoding plainly, one with a speculative
-method. The runtime reports the same numbers, measured from its tensors,
-under `/server_info` `memory` (`kv_cache_bytes`: target and draft together).
+method; and a dense target's prefix store, preallocated beside the pool (`prefix_rows`: 128
+blocks x 8 rows, each the target's K/V of a position plus, with a drafter, its target features
+of the draft's feature width, in the runtime dtype). The runtime reports the same numbers,
+measured from its tensors, under `/server_info` `memory` (`kv_cache_bytes`: target and draft
+together; `prefix_cache_bytes`: the prefix store).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ddops.fit.model import Attention, LinearState, ModelFacts, dtype_bytes
 from ddops.fit.profile_fit import Models, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value
-from serving.contract.runtime import draft_kv_rows, kv_rows, state_slots
+from serving.contract.runtime import draft_kv_rows, kv_rows, prefix_rows, state_slots
 
 
 @dataclass(frozen=True)
@@ -34,15 +37,17 @@ class BundledMemory:
     kv_cache_bytes: int  # target and draft K/V
     state_cache_bytes: int = 0
     draft_kv_slots: int = 0  # draft context K/V rows preallocated (with a drafter)
+    prefix_cache_bytes: int = 0  # the prefix store (dense targets)
 
     @property
     def predicted_bytes(self) -> int:
-        return self.weights_bytes + self.kv_cache_bytes + self.state_cache_bytes
+        return self.weights_bytes + self.kv_cache_bytes + self.state_cache_bytes + self.prefix_cache_bytes
 
     def as_dict(self) -> dict:
         return {"dtype": self.dtype, "kv_slots": self.kv_slots, "draft_kv_slots": self.draft_kv_slots,
                 "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
-                "state_cache_bytes": self.state_cache_bytes, "predicted_bytes": self.predicted_bytes}
+                "state_cache_bytes": self.state_cache_bytes, "prefix_cache_bytes": self.prefix_cache_bytes,
+                "predicted_bytes": self.predicted_bytes}
 
 
 def runtime_dtype(profile: Profile, target: ModelFacts) -> str:
@@ -64,7 +69,10 @@ def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
     kv = kv_bytes(target.attention, rows, dtype) + (kv_bytes(draft.attention, draft_rows, dtype) if draft else 0)
     weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
-    return BundledMemory(dtype, rows, weights, kv, sequences * linear_state_bytes(target.linear, dtype), draft_rows)
+    features = draft.feature_width * dtype_bytes(dtype) if draft else 0
+    prefix = prefix_rows(hybrid) * (kv_bytes(target.attention, 1, dtype) + int(features))
+    return BundledMemory(dtype, rows, weights, kv, sequences * linear_state_bytes(target.linear, dtype), draft_rows,
+                         prefix)
 
 
 def kv_bytes(a: Attention, rows: int, dtype: str) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from serving.contract.pairing import target_layer_ids
+
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
                "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5,
                # FP4 E2M1 recipes with one 1-byte scale per 16 elements (nvfp4, fp4_mx_block16)
@@ -67,6 +69,7 @@ class ModelFacts:
     block_size: int | None = None  # DFlash drafts: tokens drafted per block
     attention_heads: int = 0  # num_attention_heads (query heads)
     kv_heads_declared: bool = True  # False: no num_key_value_heads, read as num_attention_heads
+    feature_width: int = 0  # DFlash drafts: target features per position (taps x hidden size)
 
     def weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes once loaded in `dtype` (default: the checkpoint's own)."""
@@ -114,7 +117,17 @@ def facts_from_config(config: dict, path: str, params: tuple[int, int] | None = 
         attention=attention, linear=linear,
         block_size=int(c["block_size"]) if c.get("block_size") else None,
         attention_heads=int(heads), kv_heads_declared=c.get("num_key_value_heads") is not None,
+        feature_width=_feature_width(c, path) if is_draft(c) else 0,
     )
+
+
+def _feature_width(c: dict, path: str) -> int:
+    """A draft's fc input: len(target_layer_ids) x its hidden size (the runtime's own rule)."""
+    try:
+        return len(target_layer_ids(c)) * int(c["hidden_size"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ModelFactsError(f"{path}: dflash_config.target_layer_ids / num_target_layers "
+                              f"missing or malformed ({err})") from None
 
 
 def layer_kinds(c: dict, layers: int) -> list[str]:

@@ -1,4 +1,5 @@
-"""The batch runner's draft K/V under a crowd: predicted, measured, and any allocated outside its pools.
+"""The batch runner's draft K/V and prefix store under a crowd: predicted, measured, and any
+draft K/V allocated outside its pools.
 
     python -m serving.bench.draft_kv --model $DDOPS_CACHE/models/smollm2-135m-instruct
         --draft $DDOPS_CACHE/models/smollm2-135m-instruct-dflash [--method dflash]
@@ -6,9 +7,12 @@
 
 Starts the runner the server would route to (float32 on CPU), then serves `--crowd` greedy
 requests at once, enough to fill the target pool so that some wait for rows. Printed:
-serving.memory's predicted and measured K/V bytes at start and after the crowd, and the draft
+serving.memory's predicted and measured K/V bytes, prefix store bytes (with how many of its
+blocks the crowd's prompts filled) and total bytes at start and after the crowd, and the draft
 K/V that admitted sequences held outside the runner's pools: at its peak, and how many such
-caches were built (none when each draft context is a range of the draft pool).
+caches were built (none when each draft context is a range of the draft pool). Random prompts
+share no prefix, so a crowd of more than 128 full 8-token blocks fills the prefix store past
+its capacity (its least recent blocks' slots are reused).
 """
 
 from __future__ import annotations
@@ -105,6 +109,12 @@ def main() -> None:
           f"{opts.prompt_tokens} + {opts.max_tokens} tokens, at most {seen['at_once']} at once")
     print(f"K/V predicted {start['predicted_kv_cache_bytes']:,} bytes; measured {start['kv_cache_bytes']:,} "
           f"at start, {after['kv_cache_bytes']:,} after the crowd")
+    prefix = runner.prefix
+    print(f"prefix store predicted {start['predicted_prefix_cache_bytes']:,} bytes; measured "
+          f"{start['prefix_cache_bytes']:,} at start, {after['prefix_cache_bytes']:,} after the crowd "
+          f"({len(prefix.blocks)} of {prefix.max_blocks} blocks kept)")
+    print(f"all memory predicted {start['predicted_bytes']:,} bytes; measured {start['measured_bytes']:,} "
+          f"at start, {after['measured_bytes']:,} after the crowd")
     print(f"draft K/V outside the pools: peak {seen['peak']:,} bytes, {seen['caches']} caches built")
 
 

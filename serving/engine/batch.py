@@ -12,9 +12,9 @@ next chunk of every prefilling sequence of a step packed into one `batched.forwa
 chunk's attention is its own causal one; chunk boundaries are fixed per prompt), so a burst
 of new prompts reads the weights once, not once per prompt. A prompt's blocks that an earlier
 prompt already computed (a chat template's system prompt) are copied from the
-serving.engine.prefix_cache instead (dense targets). Each sequence samples with its own
-`PositionalDraws`, seeded from the request's seed (or the server seed and an arrival counter),
-as ARDecoder seeds.
+serving.engine.prefix_cache instead (dense targets; its store is preallocated at start).
+Each sequence samples with its own `PositionalDraws`, seeded from the request's seed (or the
+server seed and an arrival counter), as ARDecoder seeds.
 
 Speculative methods: every round is one batched speculative round for all decoding
 sequences (serving.speculative.lane: one draft pass, one target forward over every sequence's
@@ -45,7 +45,9 @@ class BatchRunner:
         self.spec = SpecLane(target, method, rows, adaptive) if method is not None else None
         self.max_running = max_running or DEFAULT_MAX_RUNNING
         self.pool = pool_for(target, rows, self.max_running)
-        self.prefix = PrefixCache() if batched.supports(target) else None    # hybrids: state, not rows
+        width = self.spec.width if self.spec else 0      # the drafter's features are kept with the K/V
+        self.prefix = (PrefixCache.for_model(target.config, target.dtype, target.device, width)
+                       if batched.supports(target) else None)     # hybrids: state, not rows
         self.default_seed, self.sequences = seed, 0
 
     @property

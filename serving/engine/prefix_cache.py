@@ -8,7 +8,12 @@ a hit). A new prompt's longest cached run of blocks is copied into its own pool 
 of being computed, leaving at least its last token to compute (that row's logits give the
 first token). The K/V of a position depend only on the tokens up to it, so a copied block
 holds what the prefill would compute, up to the rounding of a different packing of rows.
-The copies live outside the KV pool (at most `max_blocks` blocks; SmolLM2 fp32: 46 KB a row).
+
+Storage is preallocated at start, outside the KV pool, for `max_blocks` blocks
+(serving.contract.runtime.prefix_rows: 128 x 8 rows; Qwen3-8B bf16: 144 KiB of K/V a row,
+144 MiB in all): each block owns a slot of BLOCK rows, and the least recently used block's
+slot is reused when all are taken, so serving.memory measures what it predicts at start and
+after any traffic.
 """
 
 from __future__ import annotations
@@ -18,23 +23,41 @@ from dataclasses import dataclass
 
 import torch
 
-BLOCK = 8
+from serving.contract.runtime import PREFIX_BLOCK, PREFIX_BLOCKS
+from serving.models.kv_cache import KVCache
+
+BLOCK = PREFIX_BLOCK
 
 
 @dataclass
 class Block:
     parent: int | None                   # key of the block before it (None: the prompt's first)
     tokens: tuple[int, ...]
-    k: torch.Tensor                      # [layers, kv_heads, BLOCK, head_dim]
-    v: torch.Tensor
-    features: torch.Tensor | None        # [BLOCK, feature_width]: the drafter's target features
+    slot: int                            # its rows of the store: [slot * BLOCK, (slot + 1) * BLOCK)
 
 
 class PrefixCache:
-    def __init__(self, max_blocks: int = 128):
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device,
+                 feature_width: int = 0, max_blocks: int = PREFIX_BLOCKS):
+        rows = max_blocks * BLOCK
+        # k, v: [layers, kv_heads, rows, head_dim] as the pool's; features [rows, feature_width]
+        self.k = torch.empty(layers, kv_heads, rows, head_dim, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.features = torch.empty(rows, feature_width, dtype=dtype, device=device) if feature_width else None
         self.max_blocks = max_blocks
         self.blocks: OrderedDict[int, Block] = OrderedDict()
+        self.free = list(range(max_blocks - 1, -1, -1))    # unused slots, popped lowest first
         self.prompt_tokens = self.cached_tokens = 0        # counted once per prompt, for the hit rate
+
+    @classmethod
+    def for_model(cls, config, dtype: torch.dtype, device, feature_width: int = 0,
+                  max_blocks: int = PREFIX_BLOCKS) -> "PrefixCache":
+        return cls(*KVCache.dims(config), dtype, device, feature_width, max_blocks)
+
+    def store_bytes(self) -> int:
+        """Bytes of the preallocated store (serving.memory's prefix_cache_bytes)."""
+        tensors = [self.k, self.v] + ([self.features] if self.features is not None else [])
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     @property
     def hit_rate(self) -> float:
@@ -42,7 +65,8 @@ class PrefixCache:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def lookup(self, prompt: list[int]) -> list[Block]:
-        """The longest run of cached blocks the prompt starts with, its last token left out."""
+        """The longest run of cached blocks the prompt starts with, its last token left out.
+        Valid until the next `store` (which may reuse their slots)."""
         out, parent = [], None
         for i in range((len(prompt) - 1) // BLOCK):
             tokens = tuple(prompt[i * BLOCK:(i + 1) * BLOCK])
@@ -67,17 +91,20 @@ class PrefixCache:
             if key in self.blocks:
                 self.blocks.move_to_end(key)
             else:
-                self.blocks[key] = Block(parent, tokens, cache.k[:, :, rows].clone(), cache.v[:, :, rows].clone(),
-                                         None if features is None else features[rows].clone())
-                if len(self.blocks) > self.max_blocks:
-                    self.blocks.popitem(last=False)
+                slot = self.free.pop() if self.free else self.blocks.popitem(last=False)[1].slot
+                own = slice(slot * BLOCK, (slot + 1) * BLOCK)
+                self.k[:, :, own] = cache.k[:, :, rows]
+                self.v[:, :, own] = cache.v[:, :, rows]
+                if self.features is not None and features is not None:
+                    self.features[own] = features[rows]
+                self.blocks[key] = Block(parent, tokens, slot)
             parent = key
 
-    @staticmethod
-    def copy(blocks: list[Block], cache) -> torch.Tensor | None:
+    def copy(self, blocks: list[Block], cache) -> torch.Tensor | None:
         """Write the blocks into the cache's first rows and commit them; their features [n, F] or None."""
         n = len(blocks) * BLOCK
-        cache.k[:, :, :n] = torch.cat([b.k for b in blocks], dim=2)
-        cache.v[:, :, :n] = torch.cat([b.v for b in blocks], dim=2)
+        rows = torch.tensor([b.slot * BLOCK + r for b in blocks for r in range(BLOCK)], device=self.k.device)
+        cache.k[:, :, :n] = self.k[:, :, rows]
+        cache.v[:, :, :n] = self.v[:, :, rows]
         cache.commit(n)
-        return None if blocks[0].features is None else torch.cat([b.features for b in blocks])
+        return None if self.features is None else self.features[rows]

@@ -3,7 +3,7 @@ against what a real `python -m serving` process reports under /server_info `memo
 
 Tolerance: 1% of each measured figure. Both sides count every parameter in the runtime dtype
 and the K/V preallocated for the server's life (the target's, and the draft's as many rows
-with a speculative method), so they agree exactly today; the margin only absorbs a buffer the runtime
+with a speculative method) and a dense target's prefix store, so they agree exactly today; the margin only absorbs a buffer the runtime
 may add later (rope tables, say) without hiding a wrong formula (a missed layer or a GQA slip is
 10% or more on these models). ddops fit's figures and the runtime's own prediction are one
 model and must be equal, byte for byte.
@@ -88,17 +88,20 @@ def test_ops_prediction_matches_the_runtime_measurement(served):
     assert _close(ops.weights_bytes, memory["weights_bytes"]), (ops, memory)
     assert _close(ops.kv_cache_bytes, memory["kv_cache_bytes"]), (ops, memory)
     assert ops.state_cache_bytes == memory["state_cache_bytes"], (ops, memory)   # 0 unless hybrid
+    assert ops.prefix_cache_bytes == memory["prefix_cache_bytes"], (ops, memory)   # 0 if hybrid
     assert _close(ops.predicted_bytes, memory["measured_bytes"])
 
 
 def test_ops_figures_equal_the_runtimes_own_prediction(served):
     """One allocation model on both sides: ddops fit's bundled figures are the runtime's
-    prediction, byte for byte (K/V: the target's and, with a speculative method, the draft's)."""
+    prediction, byte for byte (K/V: the target's and, with a speculative method, the draft's;
+    the prefix store)."""
     profile, url, _ = served
     memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
     ops = bundled_memory(profile, read_models(profile, local_reader()))
     assert ops.kv_cache_bytes == memory["predicted_kv_cache_bytes"] == memory["kv_cache_bytes"], (ops, memory)
     assert ops.state_cache_bytes == memory["predicted_state_cache_bytes"], (ops, memory)
+    assert ops.prefix_cache_bytes == memory["predicted_prefix_cache_bytes"], (ops, memory)
 
 
 def test_runtime_prediction_matches_its_own_measurement(served):
@@ -107,8 +110,10 @@ def test_runtime_prediction_matches_its_own_measurement(served):
     assert _close(memory["predicted_weights_bytes"], memory["weights_bytes"])
     assert _close(memory["predicted_kv_cache_bytes"], memory["kv_cache_bytes"])
     assert memory["predicted_state_cache_bytes"] == memory["state_cache_bytes"]
+    assert memory["predicted_prefix_cache_bytes"] == memory["prefix_cache_bytes"]
     assert memory["predicted_bytes"] == (memory["predicted_weights_bytes"] + memory["predicted_kv_cache_bytes"]
-                                         + memory["predicted_state_cache_bytes"])
+                                         + memory["predicted_state_cache_bytes"]
+                                         + memory["predicted_prefix_cache_bytes"])
 
 
 def test_kv_cache_is_its_rows_over_the_layers_that_keep_kv(served):
@@ -123,6 +128,24 @@ def test_kv_cache_is_its_rows_over_the_layers_that_keep_kv(served):
         return 2 * a.layers * a.kv_heads * a.head_dim * width
     draft = per_row(models.draft.attention) * draft_rows if models.draft else 0
     assert info["memory"]["kv_cache_bytes"] == per_row(models.target.attention) * target_rows + draft
+
+
+def test_the_prefix_store_is_its_rows_and_traffic_past_its_capacity_grows_nothing(served):
+    """A dense target's prefix store: 128 blocks x 8 rows, each the target's K/V of a position
+    plus, with a drafter, its target features (taps x hidden, runtime dtype); a hybrid keeps
+    none. Ten prompts of 14 full blocks each (140 > 128) leave every figure as it was."""
+    profile, url, _ = served
+    before = httpx.get(url + "/server_info", timeout=10).json()
+    models = read_models(profile, local_reader())
+    width = 4 if before["dtype"] == "float32" else 2
+    a = models.target.attention
+    features = models.draft.feature_width if models.draft else 0
+    row = 0 if models.target.linear else (2 * a.layers * a.kv_heads * a.head_dim + features) * width
+    assert before["memory"]["prefix_cache_bytes"] == 128 * 8 * row
+    for j in range(10):
+        body = {"prompt": [200 + j, *range(5, 121)], "max_tokens": 1, "temperature": 0}
+        assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200
+    assert httpx.get(url + "/server_info", timeout=10).json()["memory"] == before["memory"]
 
 
 def test_a_hybrid_reports_its_linear_state_and_kernels(served):

@@ -78,12 +78,14 @@ def tiny_pairs(tmp_path_factory):
 @pytest.mark.parametrize("arch, extra", [("qwen3_5", {}), ("qwen3_5", dict(max_total_tokens=300)),
                                          ("llama", {}), ("llama", dict(max_total_tokens=300))])
 def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, algorithm, extra):
-    """Weights, state slots and the whole K/V (target and draft), predicted from config.json
-    (serving.memory) for the runner the routing picks, at start and after a request that fills
-    most of the context: the batch runner's pool of --max-total-tokens rows, a draft pool of as
-    many rows with a speculative method, and 3 slots; or, for a speculative hybrid, one sequence's
-    cache of context + verify rows (--max-total-tokens does not apply), the draft's context K/V
-    for the same rows, and one slot."""
+    """Weights, state slots, the whole K/V (target and draft) and the prefix store, predicted
+    from config.json (serving.memory) for the runner the routing picks, at start and after a
+    request that fills most of the context and a crowd of prompts that fills the prefix cache
+    past its capacity: the batch runner's pool of --max-total-tokens rows, a draft pool of as
+    many rows with a speculative method, 3 slots and, for a dense target, the prefix store
+    (128 blocks x 8 rows of K/V, + the drafter's features); or, for a speculative hybrid, one
+    sequence's cache of context + verify rows (--max-total-tokens does not apply), the draft's
+    context K/V for the same rows, and one slot."""
     target, draft, model = tiny_pairs[arch]
     args = server_args(model_path=str(target), dtype="float32", speculative_algorithm=algorithm,
                        speculative_draft_model_path=str(draft) if algorithm else None, max_running_requests=3,
@@ -95,13 +97,24 @@ def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, a
         first = memory.report(decoder, args)
         result = engine.generate(list(range(5, 105)), SamplingParams(temperature=0), StopRule(20))
         assert isinstance(result, Finished)
+        prefix = getattr(decoder, "prefix", None)
+        if prefix is not None:      # 12 prompts of 12 full blocks each: 144 blocks > 128 kept
+            for j in range(12):
+                assert isinstance(engine.generate([200 + j, *range(5, 101)], SamplingParams(temperature=0),
+                                                  StopRule(1)), Finished)
+            assert len(prefix.blocks) == prefix.max_blocks == 128 and not prefix.free
         assert memory.report(decoder, args) == first      # nothing grows past what start-up reserved
     finally:
         engine.stop()
     assert first["predicted_weights_bytes"] == first["weights_bytes"]
     assert first["predicted_state_cache_bytes"] == first["state_cache_bytes"]
     assert first["predicted_kv_cache_bytes"] == first["kv_cache_bytes"]
+    assert first["predicted_prefix_cache_bytes"] == first["prefix_cache_bytes"]
     assert first["predicted_bytes"] == first["measured_bytes"]
+    dense = arch == "llama"
+    features = runner.spec.width if dense and algorithm else 0      # kept with each row of K/V
+    row = model.new_cache(1).k[:, :, :1].numel() * 2 * 4 if dense else 0
+    assert first["prefix_cache_bytes"] == 128 * 8 * (row + features * 4)
     one_slot = model.new_cache(1).state_bytes() if arch == "qwen3_5" else 0
     serial = arch == "qwen3_5" and algorithm is not None
     assert isinstance(runner, SerialRunner) == serial

@@ -184,12 +184,16 @@ def test_the_prefix_cache_is_bounded_and_evicts_the_least_recent(llama_model):
     pool = KVPool(llama_model.config, 96, llama_model.dtype, "cpu")
     view = pool.reserve(64)
     view.commit(32)
-    cache = PrefixCache(max_blocks=5)
+    cache = PrefixCache.for_model(llama_model.config, llama_model.dtype, "cpu", max_blocks=5)
+    size = cache.store_bytes()
+    assert size == 2 * view.k[:, :, :40].numel() * view.k.element_size()   # 5 blocks x 8 rows of K and V
     a, b = list(range(3, 35)), list(range(100, 132))          # 4 blocks each
     cache.store(a, view, None)
     assert len(cache.lookup(a + [1])) == 4
     cache.store(b, view, None)                                 # 8 blocks > 5: a's oldest go first
     assert len(cache.blocks) == 5 and cache.lookup(a + [1]) == [] and len(cache.lookup(b + [1])) == 4
+    assert cache.store_bytes() == size                         # evicted blocks' slots are reused
     copied = pool.reserve(32)
     cache.copy(cache.lookup(b + [1])[:2], copied)
     assert copied.length == 16 and torch.equal(copied.k[:, :, :16], view.k[:, :, :16])
+    assert torch.equal(copied.v[:, :, :16], view.v[:, :, :16])

@@ -3,7 +3,9 @@
 A crowd of speculative requests that fills the target pool (later ones wait for rows) allocates
 no draft K/V of its own: every admitted sequence's draft context is a view of the draft pool
 over exactly its target reservation's rows, no KVCache is built while the crowd is served, and
-the K/V serving.memory measures (both pools) is the same before and after.
+the K/V serving.memory measures (both pools) is the same before and after; so is the prefix
+store, preallocated for the drafter's features beside the target's K/V, after a crowd whose
+prompts fill it past its capacity.
 """
 
 import re
@@ -75,17 +77,25 @@ def test_a_crowd_filling_the_pool_allocates_no_draft_kv_outside_it(name, tiny_di
         assert draft.v.data_ptr() == pool.v[:, :, start].data_ptr()
     assert before == after
     assert after["kv_cache_bytes"] == nbytes(runner.pool) + nbytes(pool)
+    store = runner.prefix
+    assert store.features.shape == (128 * 8, runner.spec.width)
+    assert after["prefix_cache_bytes"] == nbytes(store) + store.features.numel() * store.features.element_size()
 
 
 def test_the_draft_kv_command_prints_prediction_measurement_and_nothing_outside(tiny_dirs, random_drafts):
-    """python -m serving.bench.draft_kv end to end on a tiny pair: the crowd fills the pool, the
-    K/V predicted equals the K/V measured at start and after, and no draft K/V lies outside."""
+    """python -m serving.bench.draft_kv end to end on a tiny pair: the crowd fills the pool and
+    its prompts (12 x 12 full blocks) the prefix store past its 128 blocks; the K/V, the prefix
+    store and all memory predicted equal what is measured at start and after, and no draft K/V
+    lies outside."""
     done = subprocess.run([sys.executable, "-m", "serving.bench.draft_kv", "--model", str(tiny_dirs["llama"]),
-                           "--draft", str(random_drafts["llama"]), "--context-length", "128", "--crowd", "6",
-                           "--prompt-tokens", "30", "--max-tokens", "8"], capture_output=True, text=True, timeout=120)
+                           "--draft", str(random_drafts["llama"]), "--context-length", "256", "--crowd", "12",
+                           "--prompt-tokens", "100", "--max-tokens", "8"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
-    figures = re.search(r"K/V predicted ([\d,]+) bytes; measured ([\d,]+) at start, ([\d,]+) after", done.stdout)
-    assert figures and len(set(figures.groups())) == 1, done.stdout
+    for what in ("K/V", "prefix store", "all memory"):
+        figures = re.search(what + r" predicted ([\d,]+) bytes; measured ([\d,]+) at start, ([\d,]+) after",
+                            done.stdout)
+        assert figures and len(set(figures.groups())) == 1 and figures.group(1) != "0", done.stdout
+    assert "(128 of 128 blocks kept)" in done.stdout
     at_once = int(re.search(r"at most (\d+) at once", done.stdout).group(1))
     assert 1 < at_once < 6                                   # batched, and some waited for rows
     assert "draft K/V outside the pools: peak 0 bytes, 0 caches built" in done.stdout
