@@ -68,7 +68,7 @@ def forward(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, cach
     x = model.embed(tokens)                                           # [N, hidden]
     cos, sin = model.cos.index_select(0, positions), model.sin.index_select(0, positions)
     groups, masks = model.config.kv_groups, tree_masks or [None] * len(caches)
-    masks = [attention_mask(n, c.length, m, groups, x.device, c) for n, c, m in zip(counts, caches, masks)]
+    masks = [attention_mask(n, c.length, m, groups, x.device) for n, c, m in zip(counts, caches, masks)]
     captured = {}
     for i, layer in enumerate(model.layers):
         x = x + _attention(layer.self_attn, layer.input_layernorm(x), cos, sin, caches, counts, masks, i)

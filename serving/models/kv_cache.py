@@ -19,15 +19,12 @@ class KVCache:
         self.v = torch.empty(shape, dtype=dtype, device=device)
         self.capacity = capacity
         self.length = 0
-        self._mask: torch.Tensor | None = None  # [groups * T, capacity] bool, see visibility()
-        self._mask_visible_upto = 0  # its columns [0, upto) are all True
 
     @classmethod
     def over(cls, k: torch.Tensor, v: torch.Tensor) -> "KVCache":
         """A cache over existing storage k, v [layers, kv_heads, capacity, head_dim] (a pool's slice)."""
         cache = cls.__new__(cls)
         cache.k, cache.v, cache.capacity, cache.length = k, v, k.shape[2], 0
-        cache._mask, cache._mask_visible_upto = None, 0
         return cache
 
     def rows(self, start: int, count: int) -> "KVCache":
@@ -67,23 +64,6 @@ class KVCache:
         self.k[:, :, dst] = self.k[:, :, idx]     # advanced indexing copies first, so overlap is safe
         self.v[:, :, dst] = self.v[:, :, idx]
         self.length += n
-
-    def visibility(self, tree_mask: torch.Tensor, groups: int) -> torch.Tensor:
-        """Attention mask [groups * T, length + T] for T new rows under tree_mask [T, T].
-
-        Preallocated and reused: the committed columns are all visible and are set only as
-        `length` grows; each call writes just the [T, T] block, repeated for the query heads
-        folded into the rows (serving.models.llama.attend), and returns a view."""
-        T, past = tree_mask.shape[0], self.length
-        if self._mask is None or self._mask.shape[0] < groups * T:
-            self._mask = torch.ones(groups * T, self.capacity, dtype=torch.bool, device=self.k.device)
-            self._mask_visible_upto = self.capacity
-        if past > self._mask_visible_upto:
-            self._mask[:, self._mask_visible_upto:past] = True
-        self._mask_visible_upto = past
-        view = self._mask[: groups * T, : past + T]
-        view[:, past:] = tree_mask.repeat(groups, 1)
-        return view
 
     def truncate(self, length: int) -> None:
         """Forget everything after `length` (rollback, or reuse for a new sequence with 0)."""

@@ -128,7 +128,7 @@ class HybridLM(TargetLM):
         cache.begin(rows, prefixes=not last_only)
         cache.state_seconds += time.perf_counter() - began
         ctx = _Context(self.cos.index_select(0, positions), self.sin.index_select(0, positions),
-                       attention_mask(T, cache.length, tree_mask, self.config.kv_groups, x.device, cache.kv),
+                       attention_mask(T, cache.length, tree_mask, self.config.kv_groups, x.device),
                        cache, rows, self.ops)
         captured = {}
         for i, layer in enumerate(self.layers):
