@@ -58,12 +58,12 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     resolved = load_profile(profile, profiles_dir_)
     target_host = load_inventory(inventory).host(host) if host else None
     card = _gpu(gpu, gpu_mem_gib, target_host)
+    if card is None and needs_gpu(resolved):
+        raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
+                           "with a gpu in the inventory"])
     loaded, flags = _models(resolved, target_host, models)
     if RUNTIMES[resolved.runtime].memory_model == "exact":
         _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, as_json)
-    if card is None:
-        raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
-                           "with a gpu in the inventory"])
     bad_tp = tp_problems(loaded.target, loaded.draft, tp or resolved.model.tp_size)
     if bad_tp:
         raise ConfigError([f"fit {resolved.name}: {line}" for line in bad_tp])
@@ -201,7 +201,7 @@ def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) 
     predicted = bundled_memory(profile, models)
     usable = card.memory_bytes - CUDA_CONTEXT if card else None
     fits = usable is None or predicted.predicted_bytes <= usable
-    where = f"{card.name} ({gib(usable)} usable)" if card else "CPU (no GPU to fit)"
+    where = f"{card.name} ({gib(usable)} usable)" if card else "CPU (host memory, not checked)"
     code = EXIT_FITS if fits else EXIT_DOES_NOT_FIT
     if as_json:
         print_json(code, meaning=MEANING[code], profile=profile.name, runtime=profile.runtime, fits=fits,

@@ -70,6 +70,21 @@ def test_bundled_profile_reports_its_exact_allocation(tmp_path):
     assert memory["kv_cache_bytes"] == 36 * 8 * 256 * 4 * 1024
 
 
+def test_bundled_profile_on_cuda_needs_a_card_and_is_judged_against_it(tmp_path):
+    write(tmp_path, "gpu", f"""\
+        runtime: bundled
+        model: {{path: {CONFIGS / 'Qwen3-8B'}, served_name: q}}
+        memory: {{context_length: 1024}}
+        service: {{device: cuda}}
+        """)
+    bare = runner.invoke(app, ["fit", "gpu", "--profiles-dir", str(tmp_path)])
+    assert bare.exit_code == 2 and "say which GPU" in bare.output and "CPU" not in bare.output
+    small = runner.invoke(app, ["fit", "gpu", "--profiles-dir", str(tmp_path), "--gpu-mem-gib", "8"])
+    assert small.exit_code == 1 and "does not fit" in small.stdout
+    large = runner.invoke(app, ["fit", "gpu", "--profiles-dir", str(tmp_path), "--gpu-mem-gib", "80"])
+    assert large.exit_code == 0 and "fits" in large.stdout
+
+
 def test_validate_warns_when_a_profile_cannot_fit_its_hosts(tmp_path):
     write(tmp_path, "greedy", """\
         extends: a6000-balanced
