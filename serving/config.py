@@ -33,6 +33,7 @@ class ServerArgs:
     chunked_prefill_size: int | None = None
     max_queued_requests: int | None = None
     disable_cuda_graph: bool = False
+    disable_radix_cache: bool = False
     cuda_graph_max_bs: int | None = None
     random_seed: int = 0
     speculative_algorithm: str | None = None
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queued-requests", type=_positive_int,
                    help="waiting requests before 503 server_busy (default: --max-running-requests if set, else 256)")
     p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--disable-radix-cache", action="store_true",
+                   help="no prefix cache: no store of earlier prompts' blocks is allocated, every prompt is computed")
     p.add_argument("--cuda-graph-max-bs", type=_positive_int)
     p.add_argument("--random-seed", type=int, default=0)
     p.add_argument("--speculative-algorithm", type=str.upper)

@@ -13,7 +13,8 @@ one target cache of context + verify rows (`--max-total-tokens` does not apply) 
 draft's context K/V, which the one-sequence decoder reserves at start for the same rows and
 reuses for every sequence. A dense target's batch runner keeps a prefix store preallocated
 beside the pool (`prefix_rows`: 128 blocks x 8 rows of target K/V, plus the drafter's features
-per row with a speculative method; serving.engine.prefix_cache). Hybrid targets add Gated DeltaNet state slots (`state_slots`: one
+per row with a speculative method; serving.engine.prefix_cache; none with
+--disable-radix-cache). Hybrid targets add Gated DeltaNet state slots (`state_slots`: one
 per running sequence in the batch runner, one when served one at a time): per layer and slot
 the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state (Hv x dk x dv,
 fp32). Transient, so neither side counts them: the features kept for the draft, a verify
@@ -105,7 +106,7 @@ def predict(args) -> dict:
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)
     state = slots * linear * linear_state_bytes(target.linear, width) if linear else 0
     per_row = kv_bytes(*KVCache.dims(target), 1, width) + (draft.feature_width * width if draft else 0)
-    prefix = prefix_rows(target.hybrid) * per_row
+    prefix = prefix_rows(target.hybrid, args.disable_radix_cache) * per_row
     return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
             "predicted_state_cache_bytes": state, "predicted_prefix_cache_bytes": prefix,
             "predicted_bytes": params * width + kv + state + prefix}

@@ -13,7 +13,8 @@ decoder's cache), for the server's life; and for hybrid targets linear-attention
 mamba_ssm_dtype): one per running sequence when decoding plainly, one with a speculative
 method; and a dense target's prefix store, preallocated beside the pool (`prefix_rows`: 128
 blocks x 8 rows, each the target's K/V of a position plus, with a drafter, its target features
-of the draft's feature width, in the runtime dtype). The runtime reports the same numbers,
+of the draft's feature width, in the runtime dtype; none when `sglang.extra_args` passes
+--disable-radix-cache). The runtime reports the same numbers,
 measured from its tensors, under `/server_info` `memory` (`kv_cache_bytes`: target and draft
 together; `prefix_cache_bytes`: the prefix store).
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from ddops.fit.model import Attention, LinearState, ModelFacts, dtype_bytes
 from ddops.fit.profile_fit import Models, verify_tokens
 from ddops.profile import Profile
-from ddops.profile.extra_args import int_value
+from ddops.profile.extra_args import int_value, switch_on
 from serving.contract.runtime import draft_kv_rows, kv_rows, prefix_rows, state_slots
 
 
@@ -70,7 +71,8 @@ def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
     weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
     features = draft.feature_width * dtype_bytes(dtype) if draft else 0
-    prefix = prefix_rows(hybrid) * (kv_bytes(target.attention, 1, dtype) + int(features))
+    store_rows = prefix_rows(hybrid, switch_on(profile, "--disable-radix-cache"))
+    prefix = store_rows * (kv_bytes(target.attention, 1, dtype) + int(features))
     return BundledMemory(dtype, rows, weights, kv, sequences * linear_state_bytes(target.linear, dtype), draft_rows,
                          prefix)
 

@@ -5,7 +5,8 @@ Checked here, without a host: each word is one printable line; the list starts w
 each value follows its flag; no flag ddops already renders from a profile key (name the key
 instead); with `sglang_version`, the version table names a removed or renamed flag and its
 replacement; a flag whose value `ddops fit` reads (--max-total-tokens: either runtime's K/V pool
-rows) carries a positive integer. With a host, deploy's planning checks every flag against the
+rows) carries a positive integer, and a switch it reads (--disable-radix-cache: the bundled
+runtime keeps no prefix store) carries no value. With a host, deploy's planning checks every flag against the
 installed runtime's own --help (ddops.deploy.knowable). `ddops fit` warns about those that
 change memory use in a way it does not model.
 """
@@ -21,6 +22,8 @@ RENDERED = {"--api-key": "service.secrets", "--model": "model.path",
             "--speculative-draft-model": "speculative.draft_model_path"}
 # Flags whose value ddops.fit reads: a positive integer each.
 READ_BY_FIT = ("--max-total-tokens",)
+# Switches ddops.fit reads: present or not, no value.
+SWITCHES_READ_BY_FIT = ("--disable-radix-cache",)
 # Flags whose memory effect ddops.fit does not model (its prediction may then be off).
 MEMORY = frozenset({
     "--quantization", "--max-prefill-tokens", "--page-size", "--dp-size", "--dp",
@@ -55,6 +58,11 @@ def int_value(profile, flag: str) -> int | None:
     return int(values[-1]) if values else None
 
 
+def switch_on(profile, flag: str) -> bool:
+    """Whether sglang.extra_args passes the switch `flag`."""
+    return flag in flags_in(list(profile.sglang.extra_args))
+
+
 def modelled(profile) -> dict[str, str]:
     """Flag spelling (every tabulated version's) -> the profile key that renders it."""
     table = {f.flag: f.key for f in RUNTIMES[profile.runtime].flags}
@@ -73,6 +81,8 @@ def problems(profile) -> list[tuple[str, str]]:
     found += [(KEY, f"{flag} {value or '(no value)'}: must be a positive integer (`ddops fit` sizes "
                     f"the K/V pool from it)")
               for flag in READ_BY_FIT for value in values_of(args, flag) if not _positive(value)]
+    found += [(KEY, f"{flag} {value}: a switch takes no value (the runtime would reject {value!r})")
+              for flag in SWITCHES_READ_BY_FIT for value in values_of(args, flag) if value is not None]
     owned = modelled(profile)
     found += [(KEY, f"{flag} is rendered by ddops from {owned[flag]}: set that key instead")
               for flag in flags_in(args) if flag in owned]

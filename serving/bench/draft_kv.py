@@ -37,7 +37,7 @@ def server_args(opts) -> SimpleNamespace:
                            speculative_draft_model_path=opts.draft, speculative_num_draft_tokens=None,
                            speculative_ddtree_budget=None, speculative_adaptive="off",
                            context_length=opts.context_length, random_seed=0, max_running_requests=None,
-                           max_total_tokens=None)
+                           max_total_tokens=None, disable_radix_cache=False)
 
 
 def outside_bytes(runner, seq) -> int:

@@ -2,8 +2,8 @@
 
 The runtime preallocates the target's K/V (one pool in the batch runner, one cache in the
 one-sequence decoder), the draft's context K/V for as many rows (a draft pool beside the target
-pool, or one cache), the prefix store (`prefix_rows`), and, for hybrid targets, Gated DeltaNet
-state slots. `one_at_a_time` is
+pool, or one cache), the prefix store (`prefix_rows`, none with --disable-radix-cache), and,
+for hybrid targets, Gated DeltaNet state slots. `one_at_a_time` is
 the one rule for which targets the batch runner cannot take:
 a hybrid target (a recurrent linear-attention state) has a batched plain decode step but no
 packed forward over many sequences' verify trees, so with a speculative method it is served one
@@ -49,9 +49,10 @@ def draft_kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_r
     return kv_rows(hybrid, speculative, context_length, verify_rows, max_total_tokens) if speculative else 0
 
 
-def prefix_rows(hybrid: bool) -> int:
+def prefix_rows(hybrid: bool, disable_radix_cache: bool) -> int:
     """Rows of the prefix store the runtime preallocates (PREFIX_BLOCKS x PREFIX_BLOCK), each
     holding one prompt position's target K/V over the full-attention layers and, with a drafter,
     its target features (the draft's feature width, runtime dtype). Only a dense target keeps
-    one (the batch runner's packed prefill); a hybrid's prompt leaves a recurrent state, not rows."""
-    return 0 if hybrid else PREFIX_BLOCKS * PREFIX_BLOCK
+    one (the batch runner's packed prefill); a hybrid's prompt leaves a recurrent state, not rows.
+    `--disable-radix-cache` (SGLang's spelling) turns it off: no store, no reuse."""
+    return 0 if hybrid or disable_radix_cache else PREFIX_BLOCKS * PREFIX_BLOCK

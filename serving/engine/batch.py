@@ -12,7 +12,8 @@ next chunk of every prefilling sequence of a step packed into one `batched.forwa
 chunk's attention is its own causal one; chunk boundaries are fixed per prompt), so a burst
 of new prompts reads the weights once, not once per prompt. A prompt's blocks that an earlier
 prompt already computed (a chat template's system prompt) are copied from the
-serving.engine.prefix_cache instead (dense targets; its store is preallocated at start).
+serving.engine.prefix_cache instead (dense targets; its store is preallocated at start; none
+with --disable-radix-cache).
 Each sequence samples with its own `PositionalDraws`, seeded from the request's seed (or the
 server seed and an arrival counter), as ARDecoder seeds.
 
@@ -36,7 +37,8 @@ from serving.sampling import PositionalDraws
 
 class BatchRunner:
     def __init__(self, target, method=None, capacity: int = 2048, max_running: int | None = None,
-                 max_total_tokens: int | None = None, seed: int = 0, adaptive: bool = False):
+                 max_total_tokens: int | None = None, seed: int = 0, adaptive: bool = False,
+                 prefix_cache: bool = True):
         from serving.speculative.lane import SpecLane
 
         self.target, self.capacity = target, capacity
@@ -47,7 +49,7 @@ class BatchRunner:
         self.pool = pool_for(target, rows, self.max_running)
         width = self.spec.width if self.spec else 0      # the drafter's features are kept with the K/V
         self.prefix = (PrefixCache.for_model(target.config, target.dtype, target.device, width)
-                       if batched.supports(target) else None)     # hybrids: state, not rows
+                       if prefix_cache and batched.supports(target) else None)     # hybrids: state, not rows
         self.default_seed, self.sequences = seed, 0
 
     @property

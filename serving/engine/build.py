@@ -30,4 +30,4 @@ def build_decoder_factory(args, target, tokenizer):
 
     return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=args.context_length,
                    max_running=args.max_running_requests, max_total_tokens=args.max_total_tokens,
-                   seed=args.random_seed, adaptive=options.adaptive)
+                   seed=args.random_seed, adaptive=options.adaptive, prefix_cache=not args.disable_radix_cache)

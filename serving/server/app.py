@@ -126,6 +126,8 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
         if state.ready:  # measured tensors beside the prediction from config.json (serving.memory)
             info["memory"] = memory.report(state.engine.decoder, args)
             info["kernels"] = memory.kernels(state.engine.decoder)
+            # a dense target's batch runner keeps one unless --disable-radix-cache
+            info["prefix_cache"] = getattr(state.engine.decoder, "prefix", None) is not None
         return info
 
     @app.get("/metrics", **openapi.METRICS)

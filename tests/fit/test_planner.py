@@ -187,6 +187,25 @@ def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen
     assert capped.kv_cache_bytes == (36 + 5) * 2 * 8 * 128 * 20000 * 2
 
 
+def test_bundled_figures_count_no_prefix_store_with_disable_radix_cache(tmp_path, qwen8b, qwen8b_draft):
+    """The prefix store (128 x 8 rows of Qwen3-8B's 36 layers' K/V plus 5 taps x 4096 features,
+    bf16) is counted by default and not at all when sglang.extra_args passes the switch."""
+    from ddops.fit import Models
+    from ddops.fit.bundled import bundled_memory
+    from ddops.profile import load_profile
+    from tests.ops.helpers import write
+    base = ("runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
+            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+    write(tmp_path, "default", base)
+    write(tmp_path, "off", base + "sglang: {extra_args: [--disable-radix-cache]}\n")
+    models = Models(qwen8b, qwen8b_draft)
+    default = bundled_memory(load_profile("default", tmp_path), models)
+    off = bundled_memory(load_profile("off", tmp_path), models)
+    assert default.prefix_cache_bytes == 128 * 8 * (36 * 2 * 8 * 128 + qwen8b_draft.feature_width) * 2
+    assert off.prefix_cache_bytes == 0
+    assert off.predicted_bytes == default.predicted_bytes - default.prefix_cache_bytes
+
+
 def test_max_total_tokens_caps_the_sglang_pool_only_below_what_is_profiled(llama8b):
     """research/deploy.md 1.2: the pool is floor(rest / cell), then capped by --max-total-tokens;
     a cap above the profiled pool changes nothing (SGLang warns and keeps the profiled value)."""

@@ -33,12 +33,13 @@ TOLERANCE = 0.01
 # the context (384) plainly; with a tree method 384 + 12 rows (the 11-node tree and its root,
 # wider than the 8-token block), the draft's K/V as many: a speculative hybrid's one-sequence
 # caches, a dense target's batch runner pool and the draft pool beside it; the batch runner's
-# pools take --max-total-tokens rows when it is passed.
+# pools take --max-total-tokens rows when it is passed; --disable-radix-cache leaves no prefix store.
 CASES = [("llama", "float32", None, [], (384, 0)), ("qwen3", "bfloat16", None, [], (384, 0)),
          ("qwen3_5", "bfloat16", None, [], (384, 0)),
          ("qwen3_5", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (396, 396)),
          ("qwen3", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (396, 396)),
-         ("llama", "float32", "{algorithm: dflash}", ["--max-total-tokens", "500"], (500, 500))]
+         ("llama", "float32", "{algorithm: dflash}", ["--max-total-tokens", "500"], (500, 500)),
+         ("llama", "float32", "{algorithm: ddtree, ddtree_budget: 11}", ["--disable-radix-cache"], (396, 396))]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: "-".join(filter(None, (c[0], c[2] and "spec", *c[3]))))
@@ -133,15 +134,18 @@ def test_kv_cache_is_its_rows_over_the_layers_that_keep_kv(served):
 def test_the_prefix_store_is_its_rows_and_traffic_past_its_capacity_grows_nothing(served):
     """A dense target's prefix store: 128 blocks x 8 rows, each the target's K/V of a position
     plus, with a drafter, its target features (taps x hidden, runtime dtype); a hybrid keeps
-    none. Ten prompts of 14 full blocks each (140 > 128) leave every figure as it was."""
+    none, nor does a server given --disable-radix-cache (/server_info says whether it keeps one).
+    Ten prompts of 14 full blocks each (140 > 128) leave every figure as it was."""
     profile, url, _ = served
     before = httpx.get(url + "/server_info", timeout=10).json()
     models = read_models(profile, local_reader())
     width = 4 if before["dtype"] == "float32" else 2
     a = models.target.attention
     features = models.draft.feature_width if models.draft else 0
-    row = 0 if models.target.linear else (2 * a.layers * a.kv_heads * a.head_dim + features) * width
+    disabled = "--disable-radix-cache" in profile.sglang.extra_args
+    row = 0 if models.target.linear or disabled else (2 * a.layers * a.kv_heads * a.head_dim + features) * width
     assert before["memory"]["prefix_cache_bytes"] == 128 * 8 * row
+    assert before["prefix_cache"] == (row > 0) and before["disable_radix_cache"] == disabled
     for j in range(10):
         body = {"prompt": [200 + j, *range(5, 121)], "max_tokens": 1, "temperature": 0}
         assert httpx.post(url + "/v1/completions", json=body, timeout=60).status_code == 200

@@ -29,7 +29,7 @@ def server_args(**overrides):
     args = dict(speculative_algorithm=None, speculative_draft_model_path=None,
                 speculative_num_draft_tokens=None, speculative_ddtree_budget=None,
                 speculative_adaptive="on", context_length=128, random_seed=0,
-                max_running_requests=4, max_total_tokens=None)
+                max_running_requests=4, max_total_tokens=None, disable_radix_cache=False)
     return SimpleNamespace(**{**args, **overrides})
 
 
@@ -76,16 +76,17 @@ def tiny_pairs(tmp_path_factory):
 
 @pytest.mark.parametrize("algorithm", [None, "dflash", "ddtree"])
 @pytest.mark.parametrize("arch, extra", [("qwen3_5", {}), ("qwen3_5", dict(max_total_tokens=300)),
-                                         ("llama", {}), ("llama", dict(max_total_tokens=300))])
+                                         ("llama", {}), ("llama", dict(max_total_tokens=300)),
+                                         ("llama", dict(disable_radix_cache=True))])
 def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, algorithm, extra):
     """Weights, state slots, the whole K/V (target and draft) and the prefix store, predicted
     from config.json (serving.memory) for the runner the routing picks, at start and after a
     request that fills most of the context and a crowd of prompts that fills the prefix cache
     past its capacity: the batch runner's pool of --max-total-tokens rows, a draft pool of as
     many rows with a speculative method, 3 slots and, for a dense target, the prefix store
-    (128 blocks x 8 rows of K/V, + the drafter's features); or, for a speculative hybrid, one
-    sequence's cache of context + verify rows (--max-total-tokens does not apply), the draft's
-    context K/V for the same rows, and one slot."""
+    (128 blocks x 8 rows of K/V, + the drafter's features; none with --disable-radix-cache);
+    or, for a speculative hybrid, one sequence's cache of context + verify rows (--max-total-tokens
+    does not apply), the draft's context K/V for the same rows, and one slot."""
     target, draft, model = tiny_pairs[arch]
     args = server_args(model_path=str(target), dtype="float32", speculative_algorithm=algorithm,
                        speculative_draft_model_path=str(draft) if algorithm else None, max_running_requests=3,
@@ -111,9 +112,10 @@ def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, a
     assert first["predicted_kv_cache_bytes"] == first["kv_cache_bytes"]
     assert first["predicted_prefix_cache_bytes"] == first["prefix_cache_bytes"]
     assert first["predicted_bytes"] == first["measured_bytes"]
-    dense = arch == "llama"
-    features = runner.spec.width if dense and algorithm else 0      # kept with each row of K/V
-    row = model.new_cache(1).k[:, :, :1].numel() * 2 * 4 if dense else 0
+    stores = arch == "llama" and not extra.get("disable_radix_cache")
+    assert (prefix is not None) == stores
+    features = runner.spec.width if stores and algorithm else 0      # kept with each row of K/V
+    row = model.new_cache(1).k[:, :, :1].numel() * 2 * 4 if stores else 0
     assert first["prefix_cache_bytes"] == 128 * 8 * (row + features * 4)
     one_slot = model.new_cache(1).state_bytes() if arch == "qwen3_5" else 0
     serial = arch == "qwen3_5" and algorithm is not None

@@ -66,3 +66,11 @@ def test_fit_models_max_total_tokens_instead_of_warning(tmp_path):
     report = json.loads(fit(str(path), "--gpu", "a6000", "--json").stdout)
     assert not any("--max-total-tokens" in n for n in report["notes"]), report["notes"]
     assert report["kv_pool_tokens"] == 9000, report
+
+
+def test_the_prefix_cache_switch_is_accepted_bare_and_refused_with_a_value(tmp_path):
+    for base in ("cpu-ar", "a6000-base"):       # the bundled runtime and SGLang spell it alike
+        assert problems_of(tmp_path, f"extends: {base}\nsglang: {{extra_args: [--disable-radix-cache]}}\n") == ""
+    for words in ("['--disable-radix-cache=true']", "[--disable-radix-cache, 'yes']"):
+        found = problems_of(tmp_path, f"extends: cpu-ar\nsglang: {{extra_args: {words}}}\n")
+        assert "--disable-radix-cache" in found and "takes no value" in found, words

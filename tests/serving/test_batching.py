@@ -14,6 +14,7 @@ import threading
 import pytest
 import torch
 
+from serving import memory
 from serving.engine import Delta, Engine, EngineBusy, Failed, Finished, GenerationRequest, RequestTooLarge, StopRule
 from serving.engine.batch import BatchRunner
 from serving.engine.kv_pool import KVPool
@@ -176,6 +177,24 @@ def test_a_shared_prompt_prefix_is_copied_not_computed(llama_model, llama_tokeni
         assert list(engine.generate(other, GREEDY, StopRule(6)).token_ids) == reference_greedy(llama_model, other, 6)
         assert prefix.cached_tokens == before
         assert metric_values(Metrics().render(engine))["serving_prefix_cache_hit_ratio"] == prefix.hit_rate > 0
+    finally:
+        engine.stop()
+
+
+def test_without_the_prefix_cache_nothing_is_stored_and_answers_are_the_same(llama_model, llama_tokenizer):
+    """--disable-radix-cache: the runner allocates no prefix store (serving.memory measures 0
+    bytes of it), a prompt sharing another's first 20 tokens is computed, and both answer as an
+    argmax loop without any cache does."""
+    engine = Engine(lambda: BatchRunner(llama_model, None, capacity=512, prefix_cache=False),
+                    llama_tokenizer, chunk_tokens=8).start()
+    try:
+        runner = engine.scheduler.runner
+        assert runner.prefix is None and memory.measure(runner)["prefix_cache_bytes"] == 0
+        shared = [(7 * j) % 500 + 3 for j in range(20)]
+        for prompt in (shared + [11, 12], shared + [40, 41, 42]):
+            assert list(engine.generate(prompt, GREEDY, StopRule(6)).token_ids) == reference_greedy(llama_model,
+                                                                                                    prompt, 6)
+        assert metric_values(Metrics().render(engine))["serving_prefix_cache_hit_ratio"] == 0
     finally:
         engine.stop()
 
