@@ -2,7 +2,8 @@
 
 Parsed once into a frozen object; contradictions exit with status 2 and one line naming the
 flag. Facts that need the checkpoint (context length, dtype for "auto", device) are filled in
-by `resolve`, which returns a new object.
+by `resolve`, which returns a new object, or refuses a flag the checkpoint contradicts
+(--max-total-tokens on a target served one sequence at a time) the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from dataclasses import asdict, dataclass, replace
 
 from serving import speculative
+from serving.contract.runtime import max_total_tokens_problem
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -144,8 +146,17 @@ def _contradiction(ns) -> str | None:
     return None
 
 
+class FlagError(ValueError):
+    """A flag the checkpoint makes contradictory (exit status 2, like argparse's)."""
+
+
 def resolve(args: ServerArgs, model_config, cuda_available: bool) -> ServerArgs:
-    """Fill defaults that depend on the checkpoint and the machine."""
+    """Fill defaults that depend on the checkpoint and the machine; refuse a flag the checkpoint
+    leaves nothing to apply to (FlagError)."""
+    speculates = speculative.resolve(args.speculative_algorithm).speculative
+    problem = max_total_tokens_problem(model_config.hybrid, speculates, args.max_total_tokens)
+    if problem:
+        raise FlagError(f"argument {problem}")
     device = args.device or ("cuda" if cuda_available else "cpu")
     if device == "cuda" and not cuda_available:
         raise ValueError("--device cuda: CUDA is not available on this machine")

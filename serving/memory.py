@@ -9,7 +9,7 @@ its METHODS capabilities); running sequences share it (serving.engine.kv_pool). 
 speculative method a draft pool of as many rows over the draft's layers sits beside it, and
 each admitted sequence's draft context is the same row range as its target reservation
 (`draft_kv_rows`). A speculative hybrid is served one sequence at a time (`one_at_a_time`):
-one target cache of context + verify rows (`--max-total-tokens` does not apply) and the
+one target cache of context + verify rows (the runtime refuses `--max-total-tokens`) and the
 draft's context K/V, which the one-sequence decoder reserves at start for the same rows and
 reuses for every sequence. A dense target's batch runner keeps a prefix store preallocated
 beside the pool (`prefix_rows`: 128 blocks x 8 rows of target K/V, plus the drafter's features

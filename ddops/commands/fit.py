@@ -25,6 +25,7 @@ from ddops.fit.memory import CUDA_CONTEXT
 from ddops.fit.model import ModelFactsError
 from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
 from ddops.fit.shape import bounded_window, kv_head_notes, tp_problems
+from ddops.fit.start_rules import target_refusals
 from ddops.profile.extra_args import memory_warnings
 from ddops.fit.verdict import Assessment, gib
 from ddops.inventory import load_inventory
@@ -62,6 +63,9 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
         raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
                            "with a gpu in the inventory"])
     loaded, flags = _models(resolved, target_host, models)
+    refused = target_refusals(resolved, loaded.target)
+    if refused:
+        raise ConfigError([f"fit {resolved.name}: sglang.extra_args {line}" for line in refused])
     if RUNTIMES[resolved.runtime].memory_model == "exact":
         _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, as_json)
     bad_tp = tp_problems(loaded.target, loaded.draft, tp or resolved.model.tp_size)

@@ -1,8 +1,10 @@
 """`ddops preflight PROFILE [--host NAME]`: check a profile's files before starting anything.
 
 Model directories exist; for methods that need a draft (METHODS capability), the draft fits
-the target (ddops.preflight); with --host, every flag of the rendered command line is one the
-host's installed runtime knows (its own --help, so renamed SGLang flags are caught)."""
+the target (ddops.preflight); no flag the runtime would refuse once it reads the target
+(ddops.fit.start_rules: --max-total-tokens where the bundled runtime has no pool); with
+--host, every flag of the rendered command line is one the host's installed runtime knows
+(its own --help, so renamed SGLang flags are caught)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from rich.markup import escape
 from ddops import exits
 from ddops.deploy import show
 from ddops.deploy.knowable import unknown_flags
+from ddops.fit.model import ModelFactsError
+from ddops.fit.read import read_model
+from ddops.fit.start_rules import profile_refusals
 from ddops.inventory import load_inventory
 from ddops.preflight import (LocalFiles, PreflightError, Problem, RemoteFiles, check_model_dir,
                              check_pair, read_pair)
@@ -64,7 +69,13 @@ def check_profile(prof, files, models: Path | None = None) -> list[Problem]:
         if not problems:
             problems += check_pair(read_pair(files, target, where(draft)), prof.speculative.block_size,
                                    prof.speculative.ddtree_budget)
-    return problems
+    if problems:
+        return problems
+    try:
+        refused = profile_refusals(prof, lambda path: read_model(files, where(path)))
+    except ModelFactsError as err:
+        return [Problem("target model", str(err))]
+    return [Problem("sglang.extra_args", line) for line in refused]
 
 
 def check_flags(remote, argv: list[str]) -> list[Problem]:

@@ -10,7 +10,9 @@ way as a fresh profile) and the host's files:
   draft-target                   ddops.preflight's pair check (fc width, tapped layers, mask id)
   unreadable                     a config or safetensors header that cannot be parsed
   runtime                        the unit's interpreter/module cannot run `--help` on the host
-  flag                           a flag the installed runtime's own --help does not list
+  flag                           a flag the installed runtime's own --help does not list, or one
+                                 it refuses once it reads the target (ddops.fit.start_rules:
+                                 --max-total-tokens on a speculative hybrid, bundled runtime)
   fit                            predicted not to fit the host's GPUs (needs the profile)
 """
 
@@ -22,7 +24,12 @@ from dataclasses import dataclass
 
 from ddops.deploy.desired import unit_argv
 from ddops.deploy.gate import flag_value
+from ddops.checkpoint import read_config
+from ddops.fit.model import ModelFactsError, facts_from_config
+from ddops.fit.start_rules import POOL_FLAG, applies, refused
 from ddops.preflight import PreflightError, RemoteFiles, check_model_dir, check_pair, read_pair
+from ddops.profile import RUNTIMES, method_for
+from ddops.profile.extra_args import values_of
 
 DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
 
@@ -58,6 +65,8 @@ def _file_refusals(files, argv: list[str]) -> list[Refusal]:
     found = [Refusal("model-missing", str(p)) for p in check_model_dir(files, target, "target")] if target else []
     if draft:
         found += [Refusal("draft-missing", str(p)) for p in check_model_dir(files, draft, "draft")]
+    if target and not found:
+        found += _start_refusals(files, argv, target)
     if target and draft and not found:
         block = flag_value(argv, "--speculative-num-draft-tokens", "--speculative-dflash-block-size")
         budget = flag_value(argv, "--speculative-ddtree-budget")
@@ -68,6 +77,24 @@ def _file_refusals(files, argv: list[str]) -> list[Refusal]:
         except (PreflightError, KeyError, ValueError) as err:
             found.append(Refusal("unreadable", str(err)))
     return found
+
+
+def _start_refusals(files, argv: list[str], target: str) -> list[Refusal]:
+    """A flag the unit's runtime refuses at start for this target, known from its config.json."""
+    runtime = next((r for r in RUNTIMES.values() if runtime_of(argv)[1:] == ["-m", r.module]), None)
+    algorithm, values = flag_value(argv, "--speculative-algorithm"), values_of(argv, POOL_FLAG)
+    try:
+        speculative = algorithm is not None and method_for(algorithm).is_speculative
+        max_total = int(values[-1]) if values and values[-1] else None
+    except (KeyError, ValueError):
+        return []       # the runtime's own argument parser names these
+    if runtime is None or not applies(runtime, speculative, max_total):
+        return []
+    try:
+        facts = facts_from_config(read_config(files, target), target)
+    except (PreflightError, ModelFactsError) as err:
+        return [Refusal("unreadable", str(err))]
+    return [Refusal("flag", line) for line in refused(runtime, facts, speculative, max_total)]
 
 
 def _fit_refusals(remote, profile) -> list[Refusal]:

@@ -30,11 +30,24 @@ def state_slots(hybrid: bool, speculative: bool, max_running: int | None) -> int
     return 1 if one_at_a_time(hybrid, speculative) else max_running or DEFAULT_MAX_RUNNING
 
 
+def max_total_tokens_problem(hybrid: bool, speculative: bool, max_total_tokens: int | None) -> str | None:
+    """Why --max-total-tokens cannot be honoured, one line, or None. A target served one sequence
+    at a time has no shared pool for it to size (its cache is context + verify rows), so the
+    runtime refuses it at start rather than ignore it, and ddops refuses such a profile before
+    touching a host."""
+    if max_total_tokens is None or not one_at_a_time(hybrid, speculative):
+        return None
+    return ("--max-total-tokens: a hybrid target with a speculative method is served one "
+            "sequence at a time from its own cache of context + verify rows, so there is no pool "
+            "for it to size; remove it (--context-length sets that cache)")
+
+
 def kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_rows: int,
             max_total_tokens: int | None) -> int:
     """Rows of target K/V preallocated over its full-attention layers: one sequence's cache of
-    context + verify rows when served one at a time (--max-total-tokens does not apply), else
-    the batch runner's pool of --max-total-tokens rows, by default that same figure."""
+    context + verify rows when served one at a time (where the runtime refuses
+    --max-total-tokens: `max_total_tokens_problem`), else the batch runner's pool of
+    --max-total-tokens rows, by default that same figure."""
     own = context_length + verify_rows
     return own if one_at_a_time(hybrid, speculative) else max_total_tokens or own
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import uvicorn
 
-from serving.config import ServerArgs, resolve
+from serving.config import FlagError, ServerArgs, resolve
 from serving.engine import Engine
 from serving.engine.build import build_decoder_factory
 from serving.models import ModelError, inspect_checkpoint, load_model
@@ -38,7 +38,7 @@ def serve(args: ServerArgs) -> int:
         faults = from_environment()
     except (ModelError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, FlagError) else 1
     state = AppState(args, tokenizer, eos_ids=eos_ids(args.model_path, checkpoint.config, tokenizer),
                      vocab_size=checkpoint.config.vocab_size, faults=faults)
     raise_open_files_limit()

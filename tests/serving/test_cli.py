@@ -98,3 +98,23 @@ def test_sigterm_stops_the_server_cleanly(tiny_llama, tmp_path):
     assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
     log = (tmp_path / "log").read_text()
     assert "Application shutdown complete" in log and "Traceback" not in log
+
+
+def test_max_total_tokens_on_a_speculative_hybrid_is_refused_at_start(tiny_llama, tmp_path):
+    """A hybrid target with a speculative method is served one sequence at a time from its own
+    cache, with no pool for --max-total-tokens to size: the process exits 2 before listening,
+    with one line naming the flag and why. Where a pool takes it (a plain hybrid, a dense
+    target with a method) the flag still resolves."""
+    from serving.tools.tiny import write_tiny
+
+    hybrid = write_tiny(tmp_path / "hybrid", "qwen3_5")
+    spec = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", str(tmp_path / "draft")]
+    run = subprocess.run([sys.executable, "-m", "serving", "--model-path", str(hybrid), *spec,
+                          "--max-total-tokens", "500", "--port", "1"], capture_output=True, text=True, timeout=60)
+    err = run.stderr.strip()
+    assert run.returncode == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: argument --max-total-tokens: ") and "one sequence at a time" in err
+    plain = parse_args(["--model-path", str(hybrid), "--max-total-tokens", "500"], environ={})
+    assert resolve(plain, read_model_config(hybrid), False).max_total_tokens == 500
+    dense = parse_args(["--model-path", str(tiny_llama), *spec, "--max-total-tokens", "500"], environ={})
+    assert resolve(dense, read_model_config(tiny_llama), False).max_total_tokens == 500
