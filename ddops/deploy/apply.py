@@ -18,17 +18,19 @@ from typing import Callable
 
 from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
-from ddops.deploy.facts import Facts, deploy_dir, read_facts, unit_state
+from ddops.deploy.facts import Facts, deploy_dir, read_facts
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.knowable import refusals
 from ddops.deploy.lock import Holder, HostLock, describe
 from ddops.deploy.plan import Desired, Plan, Step, make_plan
 from ddops.deploy.revert import revert, take_backup
 from ddops.deploy.tunnel import reachable
+from ddops.deploy.unitwatch import UnitWatch, unit_show
 from ddops.diagnose import Finding, diagnose
 from ddops import exits, systemd
 
 q = shlex.quote
+SHOWN = "@@shown@@"      # marks where the restart's `systemctl show` starts in its output
 
 
 
@@ -157,6 +159,7 @@ class _Run:
     progress: Callable
     pending: dict = field(default_factory=dict)
     since: int = 0                  # the restart's time: diagnosis reads the journal from here
+    shown: str | None = None        # `systemctl show` right after the restart: the gate's first state
     meta: dict = field(default_factory=dict)        # the history entry's meta, from the gate on
     report: GateReport | None = None
 
@@ -209,15 +212,19 @@ def _restart(run: _Run, step: Step) -> None:
     run.progress("restart", step.command)
     # blocking: returns once the job is done, so the gate never sees the stopped gap between
     # stop and start; a failed start is the gate's to report. The host's clock first, in the same
-    # round trip: diagnosis reads the journal from that second.
-    done = run.remote.run(f"date +%s; {step.command}", check=False, timeout=run.spec.timeout_s)
+    # round trip: diagnosis reads the journal from that second. The unit's state after it too: the
+    # gate's watch starts from it instead of asking again.
+    shown = unit_show(run.plan.desired.unit_name)
+    done = run.remote.run(f"date +%s; {step.command}; printf '\\n{SHOWN}\\n'; {shown}", check=False,
+                          timeout=run.spec.timeout_s)
     run.since = int(done.stdout.split("\n", 1)[0])
+    run.shown = done.stdout.partition(f"{SHOWN}\n")[2] or None
 
 
 def _gate(run: _Run, step: Step) -> Outcome | None:
     desired, remote = run.plan.desired, run.remote
-    with reachable(remote, run.spec.base_url) as url:
-        report = run_gate(replace(run.spec, base_url=url), lambda: unit_state(remote, desired.unit_name),
+    with reachable(remote, run.spec.base_url) as url, UnitWatch(remote, desired.unit_name, run.shown) as watch:
+        report = run_gate(replace(run.spec, base_url=url), watch,
                           api_key=env_value(desired.env_text, API_KEY_ENV), progress=run.progress)
     run.meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,
                 "unit_path": desired.unit_path, "env_path": desired.env_path,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from ddops.deploy.facts import Facts, deploy_dir, unit_state
 from ddops import systemd
 from ddops.deploy.gate import GateSpec, run_health
+from ddops.deploy.unitwatch import UnitWatch
 from ddops.deploy.tunnel import reachable
 
 q = shlex.quote
@@ -67,9 +68,8 @@ def revert(remote, unit_name: str, unit_path: str, env_path: str, health: GateSp
                check=False, timeout=health.timeout_s if health else 600)
     if health is None:
         return RevertResult(True, f"previous {unit_name} restored and restarted (no endpoint to check)")
-    with reachable(remote, health.base_url) as url:
-        report = run_health(replace(health, base_url=url), lambda: unit_state(remote, unit_name),
-                            progress=progress)
+    with reachable(remote, health.base_url) as url, UnitWatch(remote, unit_name) as watch:
+        report = run_health(replace(health, base_url=url), watch, progress=progress)
     if report.passed:
         return RevertResult(True, f"previous {unit_name} restored byte for byte, restarted and healthy "
                                   f"({health.base_url})")

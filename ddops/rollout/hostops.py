@@ -22,6 +22,7 @@ from ddops.deploy.desired import env_file_of, unit_argv
 from ddops.deploy.facts import unit_state
 from ddops.deploy.tunnel import dialable, reachable
 from ddops.deploy.gate import GateSpec, endpoint, run_health
+from ddops.deploy.unitwatch import UnitWatch
 from ddops.render import ENV_DIR, UNIT_DIR, read_header
 
 q = shlex.quote
@@ -128,8 +129,8 @@ def start_unit(remote, unit: str, command: str, timeout_s: float = 300) -> Resul
             spec = health_of(remote, unit, timeout_s)
             report = None
             if spec:
-                with reachable(remote, spec.base_url) as url:
-                    report = run_health(replace(spec, base_url=url), lambda: unit_state(remote, unit))
+                with reachable(remote, spec.base_url) as url, UnitWatch(remote, unit) as watch:
+                    report = run_health(replace(spec, base_url=url), watch)
     except LockHeld as err:
         return Result(remote.host.name, exits.LOCKED, "locked", str(err))
     if report is not None and not report.passed:

@@ -1,0 +1,110 @@
+"""Watching a unit while a gate waits for its health: one long-poll on the host at a time.
+
+Asking `systemctl show` every half second costs one SSH round trip per ask. Instead the host
+waits: one command re-reads the unit's state every STEP_S and answers as soon as it differs
+from the last state ddops saw, or after WAIT_S with the same state. The gate keeps probing HTTP
+meanwhile (the poll runs on its own SSH channel), so a service that turns healthy is gated as
+fast as before, a crash or restart is seen within STEP_S plus a round trip, and a quiet unit
+costs one command per WAIT_S. A poll that does not answer within WAIT_S + GRACE_S means the
+connection is gone: RemoteError, as for any command.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ddops import systemd
+from ddops.deploy.facts import SHOW_PROPS, UnitState
+from ddops.remote.session import LOST, RemoteError
+
+WAIT_S = 4.0     # longest a poll stays on the host with nothing changed
+STEP_S = 0.2     # how often the host re-reads the state
+GRACE_S = 6.0    # round trip and sudo on top of WAIT_S before the connection counts as lost
+
+
+def unit_show(unit: str) -> str:
+    return systemd.show(unit, " ".join(f"-p {p}" for p in SHOW_PROPS))
+
+
+def long_poll(unit: str, last: str, wait_s: float = WAIT_S, step_s: float = STEP_S) -> str:
+    """Shell that prints the unit's `systemctl show` text once it differs from `last` (the
+    text of the last answer, trailing newlines stripped) or after wait_s."""
+    steps = max(1, math.ceil(wait_s / step_s))
+    return (f"last={systemd.q(last)}; i=0; "
+            f"while now=$({unit_show(unit)}) && [ \"$now\" = \"$last\" ] && [ $i -lt {steps} ]; "
+            f"do sleep {step_s}; i=$((i+1)); done; printf '%s\\n' \"$now\"")
+
+
+class UnitWatch:
+    """Callable the gate asks for the unit's state: the first call reads it (one command) unless
+    `shown` (`unit_show` output the caller already has) gives it; later calls return the newest
+    state a long-poll brought back, never blocking."""
+
+    def __init__(self, remote, unit: str, shown: str | None = None, wait_s: float = WAIT_S):
+        self.remote, self.unit, self.wait_s = remote, unit, wait_s
+        self._text: str | None = None
+        self._state = UnitState()
+        if shown:
+            self._take(shown)
+        self._chan = None
+        self._since = 0.0
+
+    def __enter__(self) -> "UnitWatch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __call__(self) -> UnitState:
+        if self._text is None:
+            self._take(self.remote.run(unit_show(self.unit)).stdout)
+        elif self._chan is None:
+            self._start()
+        elif self._answered():
+            self._take(self._collect())
+            self._start()
+        elif time.monotonic() - self._since > self.wait_s + GRACE_S:
+            raise RemoteError(f"{self.remote.label}: watching {self.unit}: no answer in "
+                              f"{self.wait_s + GRACE_S:.0f} s: connection lost")
+        return self._state
+
+    def close(self) -> None:
+        """Drop the poll in flight (the host ends it within wait_s)."""
+        if self._chan is not None:
+            self._chan.close()
+            self._chan = None
+
+    def _take(self, text: str) -> None:
+        self._text = text.rstrip("\n")
+        self._state = UnitState.parse(self._text)
+
+    def _start(self) -> None:
+        self._chan = self.remote.open_channel(long_poll(self.unit, self._text, self.wait_s))
+        self._chan.shutdown_write()
+        self._since = time.monotonic()
+
+    def _answered(self) -> bool:
+        chan = self._chan
+        try:
+            if chan.exit_status_ready():
+                return True
+            if chan.closed or not chan.get_transport().is_active():
+                raise RemoteError(f"{self.remote.label}: watching {self.unit}: connection lost")
+        except LOST as exc:
+            raise RemoteError(f"{self.remote.label}: watching {self.unit}: connection lost: {exc}") from None
+        return False
+
+    def _collect(self) -> str:
+        chan, self._chan = self._chan, None
+        out, err = bytearray(), bytearray()
+        while chan.recv_ready():
+            out += chan.recv(65536)
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(65536)
+        status = chan.recv_exit_status()
+        chan.close()
+        if status != 0:
+            reason = err.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            raise RemoteError(f"{self.remote.label}: watching {self.unit}: exited {status}: {reason[0]}")
+        return out.decode(errors="replace")

@@ -1,0 +1,55 @@
+"""The host side of the unit watch: the long-poll shell, run by a real sh against a stand-in
+`systemctl` that prints a state file (the lab deploy tests run it against real systemd, through
+sudo and a bastion)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+from ddops.deploy.facts import UnitState
+from ddops.deploy.unitwatch import long_poll
+
+RUNNING = "ActiveState=active\nSubState=running\nNRestarts=0\nExecMainPID=41"
+RESTARTING = "ActiveState=activating\nSubState=auto-restart\nNRestarts=1\nExecMainPID=0"
+
+
+def _host(tmp_path, state: str):
+    (tmp_path / "state").write_text(state + "\n")
+    fake = tmp_path / "systemctl"
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'state'}\n")
+    fake.chmod(0o755)
+    return {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+
+
+def _poll(env, last: str, wait_s: float) -> str:
+    done = subprocess.run(["sh", "-c", long_poll("ddx.service", last, wait_s, 0.05)], env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.rstrip("\n")
+
+
+def test_a_quiet_unit_answers_its_unchanged_state_when_the_wait_ends(tmp_path):
+    assert _poll(_host(tmp_path, RUNNING), RUNNING, 0.3) == RUNNING
+
+
+def test_a_change_during_the_wait_is_answered_at_once_not_at_the_deadline(tmp_path):
+    env = _host(tmp_path, RUNNING)
+    flip = threading.Timer(0.3, lambda: (tmp_path / "state").write_text(RESTARTING + "\n"))
+    flip.start()
+    started = time.monotonic()
+    answer = _poll(env, RUNNING, 15.0)     # 15 s wait; the subprocess timeout (20 s) bounds a hang
+    flip.join()
+    assert UnitState.parse(answer) == UnitState.parse(RESTARTING)
+    assert time.monotonic() - started < 15.0
+
+
+def test_a_change_between_polls_is_answered_without_waiting(tmp_path):
+    env = _host(tmp_path, RESTARTING)
+    assert UnitState.parse(_poll(env, RUNNING, 15.0)).restarts == 1
+
+
+def test_quotes_in_the_last_answer_reach_the_comparison_intact(tmp_path):
+    odd = RUNNING + "\nDescription=it's \"odd\" $HOME `x`"
+    assert _poll(_host(tmp_path, odd), odd, 0.2) == odd
