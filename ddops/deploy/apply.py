@@ -223,7 +223,8 @@ def _restart(run: _Run, step: Step) -> None:
 
 def _gate(run: _Run, step: Step) -> Outcome | None:
     desired, remote = run.plan.desired, run.remote
-    with reachable(remote, run.spec.base_url) as url, UnitWatch(remote, desired.unit_name, run.shown) as watch:
+    watch = UnitWatch(remote, desired.unit_name, run.shown)
+    with reachable(remote, run.spec.base_url) as url, watch:
         report = run_gate(replace(run.spec, base_url=url), watch,
                           api_key=env_value(desired.env_text, API_KEY_ENV), progress=run.progress)
     run.meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,

@@ -2,7 +2,8 @@
 
 Order (each must pass before the next runs):
   health        GET /health answers 200 within the profile's timeout, while the unit is
-                watched so a crash or a restart loop fails the gate at once;
+                watched (`watch`, a long-poll: deploy.unitwatch) so a crash or a restart loop
+                fails the gate at once;
   generate      GET /health_generate answers 200 (a real prefill plus one draft + verify round through the method);
   smoke         a multi-token chat request with the profile's smoke settings returns text;
   server_info   /server_info reports the intended model, method and tree budget;

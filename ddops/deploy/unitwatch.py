@@ -29,10 +29,11 @@ def unit_show(unit: str) -> str:
 
 def long_poll(unit: str, last: str, wait_s: float = WAIT_S, step_s: float = STEP_S) -> str:
     """Shell that prints the unit's `systemctl show` text once it differs from `last` (the
-    text of the last answer, trailing newlines stripped) or after wait_s."""
+    text of the last answer, trailing newlines stripped) or after wait_s; a failing
+    `systemctl show` ends it with systemctl's exit status."""
     steps = max(1, math.ceil(wait_s / step_s))
     return (f"last={systemd.q(last)}; i=0; "
-            f"while now=$({unit_show(unit)}) && [ \"$now\" = \"$last\" ] && [ $i -lt {steps} ]; "
+            f"while now=$({unit_show(unit)}) || exit; [ \"$now\" = \"$last\" ] && [ $i -lt {steps} ]; "
             f"do sleep {step_s}; i=$((i+1)); done; printf '%s\\n' \"$now\"")
 
 

@@ -53,3 +53,11 @@ def test_a_change_between_polls_is_answered_without_waiting(tmp_path):
 def test_quotes_in_the_last_answer_reach_the_comparison_intact(tmp_path):
     odd = RUNNING + "\nDescription=it's \"odd\" $HOME `x`"
     assert _poll(_host(tmp_path, odd), odd, 0.2) == odd
+
+
+def test_a_failing_systemctl_ends_the_poll_with_its_status(tmp_path):
+    env = _host(tmp_path, RUNNING)
+    (tmp_path / "systemctl").write_text("#!/bin/sh\necho 'Failed to connect to bus' >&2\nexit 1\n")
+    done = subprocess.run(["sh", "-c", long_poll("ddx.service", RUNNING, 15.0, 0.05)], env=env,
+                          capture_output=True, text=True, timeout=20)
+    assert done.returncode == 1 and "Failed to connect to bus" in done.stderr and done.stdout == ""
