@@ -18,14 +18,14 @@ from typing import Callable
 
 from ddops.deploy import history
 from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
-from ddops.deploy.facts import Facts, deploy_dir, read_facts
+from ddops.deploy.facts import Facts, deploy_dir, read_facts, unit_show
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.knowable import refusals
 from ddops.deploy.lock import Holder, HostLock, describe
 from ddops.deploy.plan import Desired, Plan, Step, make_plan
 from ddops.deploy.revert import revert, take_backup
 from ddops.deploy.tunnel import reachable
-from ddops.deploy.unitwatch import UnitWatch, unit_show
+from ddops.deploy.unitwatch import UnitWatch
 from ddops.diagnose import Finding, diagnose
 from ddops import exits, systemd
 

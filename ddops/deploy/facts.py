@@ -98,9 +98,13 @@ def _decode(text: str) -> str | None:
     return base64.b64decode(text[1:]).decode() if text.startswith("+") else None
 
 
+def unit_show(unit_name: str) -> str:
+    """The one `systemctl show` command whose output UnitState.parse reads."""
+    return systemd.show(unit_name, " ".join(f"-p {p}" for p in SHOW_PROPS))
+
+
 def unit_state(remote, unit_name: str) -> UnitState:
-    props = " ".join(f"-p {p}" for p in SHOW_PROPS)
-    return UnitState.parse(remote.run(systemd.show(unit_name, props)).stdout)
+    return UnitState.parse(remote.run(unit_show(unit_name)).stdout)
 
 
 def journal(remote, unit_name: str, since: int | None = None, lines: int = 300) -> str:

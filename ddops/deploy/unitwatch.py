@@ -15,16 +15,12 @@ import math
 import time
 
 from ddops import systemd
-from ddops.deploy.facts import SHOW_PROPS, UnitState
+from ddops.deploy.facts import UnitState, unit_show
 from ddops.remote.session import LOST, RemoteError
 
 WAIT_S = 4.0     # longest a poll stays on the host with nothing changed
 STEP_S = 0.2     # how often the host re-reads the state
 GRACE_S = 6.0    # round trip and sudo on top of WAIT_S before the connection counts as lost
-
-
-def unit_show(unit: str) -> str:
-    return systemd.show(unit, " ".join(f"-p {p}" for p in SHOW_PROPS))
 
 
 def long_poll(unit: str, last: str, wait_s: float = WAIT_S, step_s: float = STEP_S) -> str:
