@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import threading
-from types import SimpleNamespace
 
 import torch
 
 from serving import memory
+from serving.config import ServerArgs, parse_args, resolve
 from serving.engine import Engine
 from serving.engine.build import build_decoder_factory
 from serving.engine.stops import StopRule
@@ -32,12 +32,12 @@ from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
 
 
-def server_args(opts) -> SimpleNamespace:
-    return SimpleNamespace(model_path=opts.model, dtype="float32", speculative_algorithm=opts.method,
-                           speculative_draft_model_path=opts.draft, speculative_num_draft_tokens=None,
-                           speculative_ddtree_budget=None, speculative_adaptive="off",
-                           context_length=opts.context_length, random_seed=0, max_running_requests=None,
-                           max_total_tokens=None, disable_radix_cache=False)
+def server_args(opts, model_config) -> ServerArgs:
+    """The server's own arguments for this run (its parser and checkpoint defaults), float32 on CPU."""
+    argv = ["--model-path", opts.model, "--dtype", "float32", "--context-length", str(opts.context_length),
+            "--speculative-algorithm", opts.method, "--speculative-draft-model-path", opts.draft,
+            "--speculative-adaptive", "off"]
+    return resolve(parse_args(argv, environ={}), model_config, cuda_available=False)
 
 
 def outside_bytes(runner, seq) -> int:
@@ -85,8 +85,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
-    args = server_args(opts)
-    target = load_model(inspect_checkpoint(opts.model), torch.float32, "cpu", opts.context_length)
+    checkpoint = inspect_checkpoint(opts.model)
+    args = server_args(opts, checkpoint.config)
+    target = load_model(checkpoint, torch.float32, "cpu", opts.context_length)
     tokenizer = Tokenizer.from_dir(opts.model)
     engine = Engine(build_decoder_factory(args, target, tokenizer), tokenizer).start()
     try:
