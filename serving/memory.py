@@ -70,9 +70,7 @@ def _reachable(root) -> tuple[list[nn.Module], list]:
             for value in vars(obj).values() if hasattr(obj, "__dict__") else ():
                 if isinstance(value, nn.Module):
                     modules.setdefault(id(value), value)
-                elif isinstance(value, KVCache):
-                    caches.setdefault(id(value), value)
-                elif isinstance(value, PrefixCache):
+                elif isinstance(value, (KVCache, PrefixCache)):
                     caches.setdefault(id(value), value)
                 elif isinstance(value, HybridCache):
                     caches.setdefault(id(value), value)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from serving.contract.runtime import DEFAULT_MAX_RUNNING
+from serving.contract.runtime import DEFAULT_MAX_RUNNING, kv_rows
 from serving.engine.hybrid_pool import pool_for
 from serving.engine.prefix_cache import BLOCK, PrefixCache
 from serving.models import batched
@@ -43,7 +43,7 @@ class BatchRunner:
 
         self.target, self.capacity = target, capacity
         self.verify_rows = method.needs.draft_tokens if method is not None else 0
-        rows = max_total_tokens or capacity + self.verify_rows
+        rows = kv_rows(target.config.hybrid, method is not None, capacity, self.verify_rows, max_total_tokens)
         self.spec = SpecLane(target, method, rows, adaptive) if method is not None else None
         self.max_running = max_running or DEFAULT_MAX_RUNNING
         self.pool = pool_for(target, rows, self.max_running)
