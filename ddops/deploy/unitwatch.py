@@ -16,6 +16,7 @@ import time
 
 from ddops import systemd
 from ddops.deploy.facts import UnitState, unit_show
+from ddops.remote.become import collect
 from ddops.remote.session import LOST, RemoteError
 
 WAIT_S = 4.0     # longest a poll stays on the host with nothing changed
@@ -94,14 +95,11 @@ class UnitWatch:
 
     def _collect(self) -> str:
         chan, self._chan = self._chan, None
-        out, err = bytearray(), bytearray()
-        while chan.recv_ready():
-            out += chan.recv(65536)
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-        status = chan.recv_exit_status()
-        chan.close()
+        try:
+            status, out, err = collect(chan)
+        finally:
+            chan.close()
         if status != 0:
-            reason = err.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            reason = err.strip().splitlines()[-1:] or ["(no output)"]
             raise RemoteError(f"{self.remote.label}: watching {self.unit}: exited {status}: {reason[0]}")
-        return out.decode(errors="replace")
+        return out

@@ -70,12 +70,13 @@ def run_channel(transport, command: str, stdin: bytes, timeout: float | None, si
         if stdin:
             chan.sendall(stdin)
         chan.shutdown_write()       # the command sees EOF after what we sent, as with `ssh host cmd </dev/null`
-        return _collect(chan, timeout, sink)
+        return collect(chan, timeout, sink)
     finally:
         chan.close()
 
 
-def _collect(chan, timeout: float | None, sink) -> tuple[int, str, str]:
+def collect(chan, timeout: float | None = None, sink=None) -> tuple[int, str, str]:
+    """Read a running channel to its end: (exit status, stdout, stderr); -1 without a status."""
     deadline = time.monotonic() + timeout if timeout else None
     out, err = bytearray(), bytearray()
     while True:
