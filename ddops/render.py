@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -22,7 +23,8 @@ import jinja2
 from ddops import __version__
 from ddops.inventory import Host
 from ddops.profile import METHODS, RUNTIMES, Profile
-from ddops.profile.rules import API_KEY_VAR, value_at
+from ddops.profile.extra_args import args_of
+from ddops.profile.rules import value_at
 from ddops.profile.runtimes import Flag
 from ddops.profile.sglang_versions import Flags, flags_for, spell
 from ddops.profile.yamlfile import ConfigError
@@ -109,17 +111,38 @@ def read_header(unit_text: str) -> dict[str, str]:
 
 def command_line(profile: Profile, *, port: int | None = None, unit: str | None = None) -> list[str]:
     """`<python> -m <runtime module> <flags>`, walking the runtime's flag table in order, each
-    flag spelled as the profile's declared SGLang version spells it. A runtime that takes its
-    key from a config file gets `--config <file>`: a path, never the key."""
+    flag spelled as the profile's declared SGLang version spells it; the table's `json` rows
+    make one JSON argument where the first of them stands. A runtime that takes its key from a
+    config file gets `--config <file>`: a path, never the key."""
     runtime = RUNTIMES[profile.runtime]
     spelling = _spelling(profile)
     args = [profile.service.python, "-m", runtime.module]
     for flag in runtime.flags:
         value = port if (flag.key == "service.port" and port is not None) else value_at(profile, flag.key)
-        args += spell(spelling, _flag_args(flag, value))
+        if flag.style == "json":
+            args += _json_args(profile, runtime, flag, args)
+        else:
+            args += spell(spelling, _flag_args(runtime, flag, value))
     if runtime.api_key_via == "config_file" and profile.service.secrets.has_api_key:
         args += ["--config", key_config_path(_unit_name(unit or profile.service.unit))]
-    return args + list(profile.sglang.extra_args)   # unmodelled flags, as written (profile/extra_args.py)
+    return args + args_of(profile)   # unmodelled flags, as written (profile/extra_args.py)
+
+
+def _json_args(profile: Profile, runtime, flag: Flag, args: list[str]) -> list[str]:
+    """`--flag {"field": value, ...}` from every json row of `flag.flag`, once (at its first row),
+    and only for a speculative method; keys in table order, compact, so the bytes are stable."""
+    if flag.flag in args or not profile.method.is_speculative:
+        return []
+    fields = {}
+    for row in (f for f in runtime.flags if f.style == "json" and f.flag == flag.flag):
+        value = value_at(profile, row.key)
+        if row.key == "speculative.algorithm":
+            value = runtime.method_name(METHODS[value])
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value += row.offset
+        if value is not None:
+            fields[row.field] = value
+    return [flag.flag, json.dumps(fields, separators=(",", ":"))]
 
 
 def key_config_path(unit: str) -> str:
@@ -136,9 +159,11 @@ def _spelling(profile: Profile) -> Flags | None:
     return flags_for(profile.sglang_version)
 
 
-def _flag_args(flag: Flag, value: object) -> list[str]:
+def _flag_args(runtime, flag: Flag, value: object) -> list[str]:
+    if flag.style == "unit":
+        return []
     if flag.style == "method":
-        name = METHODS[value].sglang_name
+        name = runtime.method_name(METHODS[value])
         return [flag.flag, name] if name else []
     if flag.style == "switch":
         return [flag.flag] if value else []
@@ -156,7 +181,7 @@ def _unit_name(name: str) -> str:
 
 def _check_host(profile: Profile, host: Host) -> None:
     runtime, gpu = RUNTIMES[profile.runtime], host.gpu
-    wants_gpu = runtime.needs_gpu or profile.service.device == "cuda"
+    wants_gpu = runtime.wants_gpu(profile.service.device)
     problems = []
     if wants_gpu and gpu is None:
         problems.append(f"host {host.name}: profile {profile.name} needs a GPU; the inventory lists none")
@@ -168,7 +193,7 @@ def _check_host(profile: Profile, host: Host) -> None:
 
 
 def _secret_lines(profile: Profile, secrets: Mapping[str, str] | None) -> list[tuple[str, str | None]]:
-    declared = [API_KEY_VAR] if profile.service.secrets.has_api_key else []
+    declared = [api_key_var(profile)] if profile.service.secrets.has_api_key else []
     if secrets is None:
         return [(name, None) for name in declared]
     extra = sorted(set(secrets) - set(declared))
@@ -202,7 +227,7 @@ def _context(profile: Profile, unit: str, stem: str, env_path: str, args: list[s
         method_label=profile.speculative.algorithm if method.is_speculative else "plain decoding",
         start_limit_interval_s=service.start_limit_burst * (service.start_timeout_s + service.restart_sec),
         environment=[(k, env_value(v)) for k, v in sorted(service.environment.items())],
-        secret_sources={API_KEY_VAR: _secret_source(profile)},
+        secret_sources={api_key_var(profile): _secret_source(profile)},
     )
 
 
@@ -215,8 +240,13 @@ def _secret_source(profile: Profile) -> str:
 # into a 0600 YAML file (JSON is YAML) that SGLang's --config reads, so it is not in argv.
 KEY_WRITER = ("import json, os, sys; "
               "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600); "
-              "os.write(fd, json.dumps({'api-key': os.environ['" + API_KEY_VAR + "']}).encode()); "
+              "os.write(fd, json.dumps({'api-key': os.environ['" + RUNTIMES["sglang"].api_key_env + "']}).encode()); "
               "os.close(fd)")
+
+
+def api_key_var(profile: Profile) -> str:
+    """The env file variable that carries the API key: the one the runtime reads."""
+    return RUNTIMES[profile.runtime].api_key_env
 
 
 def _key_writer(profile: Profile, unit: str, args: list[str]) -> str | None:
@@ -250,12 +280,12 @@ def resolve_secrets(profile: Profile, environ: Mapping[str, str] | None = None) 
         if not value:
             raise RenderError([f"profile {profile.name}: service.secrets.api_key_env: "
                                f"${secrets.api_key_env} is not set (export the API key there)"])
-        return {API_KEY_VAR: value}
+        return {api_key_var(profile): value}
     if secrets.api_key_file:
         try:
             value = Path(secrets.api_key_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise RenderError([f"profile {profile.name}: service.secrets.api_key_file: "
                                f"cannot read {secrets.api_key_file}: {exc.strerror or exc}"]) from None
-        return {API_KEY_VAR: value}
+        return {api_key_var(profile): value}
     return {}

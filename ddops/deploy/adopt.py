@@ -13,7 +13,8 @@ import time
 
 from ddops.deploy import history
 from ddops.deploy.desired import env_file_of, gate_spec, unit_argv
-from ddops.deploy.gate import GateSpec, endpoint, flag_value
+from ddops.deploy.gate import GateSpec, endpoint
+from ddops.profile.launch import read_launch
 from ddops.deploy.lock import Holder, HostLock
 from ddops.profile.methods import method_for, reported_algorithm
 from ddops.render import ENV_DIR, UNIT_DIR
@@ -59,14 +60,17 @@ def adopt(remote, unit: str, holder: Holder, profile=None) -> history.Entry:
 
 def spec_from_argv(argv: list[str], address: str) -> GateSpec:
     """The gate a hand-written unit is held to: what its own flags say it serves."""
-    algorithm = reported_algorithm(flag_value(argv, "--speculative-algorithm"))
-    try:
-        method = method_for(algorithm or "none")
-    except KeyError:
-        method = method_for("none")
-    model = flag_value(argv, "--model-path", "--model") or ""
+    launch = read_launch(argv)
+    method = method_for(launch.method or "none")
+    runtime = launch.table
+    model = launch.get("model.path") or ""
+    capabilities = {} if runtime is None else {
+        "identity": runtime.identity, "acceptance": runtime.acceptance,
+        "generate_path": "/health_generate" if runtime.probe_route else None}
     return GateSpec(base_url=endpoint(argv, address), model_path=model,
-                    served_model=flag_value(argv, "--served-model-name") or model.rstrip("/").rsplit("/", 1)[-1],
-                    algorithm=algorithm, speculative=method.is_speculative,
-                    draft_path=flag_value(argv, "--speculative-draft-model-path", "--speculative-draft-model"),
-                    uses_tree_budget=method.uses_tree_budget)
+                    served_model=launch.get("model.served_name") or model.rstrip("/").rsplit("/", 1)[-1],
+                    algorithm=(method.sglang_name if launch.method
+                               else reported_algorithm(launch.get("speculative.algorithm"))),
+                    speculative=method.is_speculative,
+                    draft_path=launch.get("speculative.draft_model_path"),
+                    uses_tree_budget=method.uses_tree_budget, **capabilities)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ddops.deploy import history
-from ddops.deploy.desired import API_KEY_ENV, env_value, health_spec
+from ddops.deploy.desired import api_key_of, health_spec
 from ddops.deploy.facts import Facts, deploy_dir, read_facts, unit_show
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.knowable import refusals
@@ -226,7 +226,7 @@ def _gate(run: _Run, step: Step) -> Outcome | None:
     watch = UnitWatch(remote, desired.unit_name, run.shown)
     with reachable(remote, run.spec.base_url) as url, watch:
         report = run_gate(replace(run.spec, base_url=url), watch,
-                          api_key=env_value(desired.env_text, API_KEY_ENV), progress=run.progress)
+                          api_key=api_key_of(desired.env_text), progress=run.progress)
     run.meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,
                 "unit_path": desired.unit_path, "env_path": desired.env_path,
                 "started": run.pending["started"], "finished": time.time(), "holder": run.holder.as_dict(),

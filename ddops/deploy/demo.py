@@ -25,7 +25,7 @@ import httpx
 from ddops import server_info
 from ddops.deploy import show
 from ddops.deploy.apply import Outcome, execute
-from ddops.deploy.desired import API_KEY_ENV, env_value
+from ddops.deploy.desired import API_KEY_ENV, api_key_of
 from ddops.deploy.facts import read_facts
 from ddops.deploy.lock import Holder
 from ddops.deploy.plan import make_plan
@@ -140,7 +140,7 @@ def deploy(service: Service, host: str, inventory: Path) -> Outcome:
         outcome = execute(remote, desired, target.spec, holder, progress=show.progress)
     show.outcome(outcome)
     if outcome.code == 0:
-        ask(target.spec.base_url, target.spec.served_model, env_value(desired.env_text, API_KEY_ENV))
+        ask(target.spec.base_url, target.spec.served_model, api_key_of(desired.env_text))
     return outcome
 
 

@@ -4,15 +4,22 @@ Order (each must pass before the next runs):
   health        GET /health answers 200 within the profile's timeout, while the unit is
                 watched (`watch`, a long-poll: deploy.unitwatch) so a crash or a restart loop
                 fails the gate at once;
-  generate      GET /health_generate answers 200 (a real prefill plus one draft + verify round through the method);
+  generate      GET /health_generate answers 200 (a real prefill plus one draft + verify round
+                through the method), for a runtime that has that probe route (not vLLM);
   smoke         a multi-token chat request with the profile's smoke settings returns text;
-  server_info   /server_info reports the intended model, method and tree budget;
+  server_info   what the server says it serves. SGLang and the bundled runtime: /server_info
+                reports the intended model, method and tree budget. vLLM ("models"): /v1/models
+                lists the served name, with the model path as its `root` and the profile's
+                max_model_len;
   acceptance    speculative methods only (from METHODS capabilities): speculation accepted
                 drafts. The bundled runtime's /health_generate forces one speculative round
                 (even while its adaptive controller prefers plain decoding) and reports the
                 tokens it committed as `accept_length`: above 1 passes. Otherwise (SGLang, or
                 an unlucky probe) the average accepted length after the smoke request
-                (/server_info internal_states[0].avg_spec_accept_length) must be above 1.
+                (/server_info internal_states[0].avg_spec_accept_length) must be above 1; for
+                vLLM ("metrics") it is 1 + accepted / drafts from its spec-decode counters.
+Which of these a runtime answers is its table's capabilities (profile/runtimes.py), carried in
+the GateSpec; nothing here asks a runtime's name.
 The decisions (`check_*`) are pure; `run_gate` does the HTTP and the waiting.
 """
 
@@ -24,7 +31,7 @@ from typing import Callable
 
 import httpx
 
-from ddops import server_info
+from ddops import server_info, spec_metrics
 from ddops.deploy.facts import UnitState
 from ddops.profile.methods import reported_algorithm
 from ddops.server_info import accept_length
@@ -41,7 +48,10 @@ class GateSpec:
     budget: int | None = None           # expected speculative_ddtree_budget
     uses_tree_budget: bool = False      # METHODS: uses_tree_budget -> a budget must be reported
     health_path: str = "/health"
-    generate_path: str = "/health_generate"
+    generate_path: str | None = "/health_generate"   # None: the runtime has no probe route
+    identity: str = "server_info"       # runtime table: "server_info" or "models" (/v1/models)
+    acceptance: str = "server_info"     # runtime table: "server_info" or "metrics" (/metrics)
+    max_model_len: int | None = None    # identity "models": the context the profile asks for
     timeout_s: float = 600.0
     generate_timeout_s: float = 60.0
     messages: tuple[dict, ...] = ({"role": "user", "content": "Count from one to ten in words."},)
@@ -130,6 +140,32 @@ def check_server_info(info: dict, spec: GateSpec) -> list[str]:
     return problems
 
 
+def check_models(body: object, spec: GateSpec) -> list[str]:
+    """/v1/models (vLLM's identity): the served name listed, rooted at the model path, with the
+    profile's max_model_len when it sets one."""
+    entries = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(entries, list):
+        return ["/v1/models has no data list"]
+    entry = next((e for e in entries if isinstance(e, dict) and e.get("id") == spec.served_model), None)
+    if entry is None:
+        ids = [e.get("id") for e in entries if isinstance(e, dict)]
+        return [f"/v1/models lists {ids}, not {spec.served_model!r}"]
+    problems = []
+    if spec.model_path and entry.get("root") != spec.model_path:
+        problems.append(f"model root is {entry.get('root')!r}, expected {spec.model_path!r}")
+    if spec.max_model_len is not None and entry.get("max_model_len") != spec.max_model_len:
+        problems.append(f"max_model_len is {entry.get('max_model_len')!r}, expected {spec.max_model_len}")
+    return problems
+
+
+def check_accept_length(length: float | None, source: str) -> str | None:
+    if length is None:
+        return f"{source} reports no accepted length"
+    if length <= 1.0:
+        return f"average accepted length {length:.2f} is not above 1: speculation accepted nothing"
+    return None
+
+
 def check_acceptance(info: dict, spec: GateSpec) -> str | None:
     """The average accepted length /server_info reports (asked only when /health_generate's
     forced speculative round did not already prove speculation: `_acceptance`)."""
@@ -155,10 +191,11 @@ def run_gate(spec: GateSpec, watch: Watch, *, api_key: str | None = None,
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     probe: dict = {}
     with httpx.Client(base_url=spec.base_url, headers=headers, trust_env=False) as client:
-        steps = (("health", lambda: _wait_health(client, spec, watch, progress, poll_s)),
-                 ("generate", lambda: _health_generate(client, spec, probe)),
-                 ("smoke", lambda: _smoke(client, spec)),
-                 ("server_info", lambda: _server_info(client, spec)))
+        steps = (("health", lambda: _wait_health(client, spec, watch, progress, poll_s)),)
+        if spec.generate_path:
+            steps += (("generate", lambda: _health_generate(client, spec, probe)),)
+        steps += (("smoke", lambda: _smoke(client, spec)),
+                  ("server_info", lambda: _identity(client, spec)))
         if spec.speculative:
             steps += (("acceptance", lambda: _acceptance(client, spec, probe.get("accept_length"))),)
         for name, step in steps:
@@ -177,8 +214,10 @@ def run_health(spec: GateSpec, watch: Watch, progress: Progress = lambda name, t
     """Only the first two checks: used to confirm a reverted service answers again."""
     report = GateReport()
     with httpx.Client(base_url=spec.base_url, trust_env=False) as client:
-        for name, step in (("health", lambda: _wait_health(client, spec, watch, progress, poll_s)),
-                           ("generate", lambda: _health_generate(client, spec))):
+        steps = [("health", lambda: _wait_health(client, spec, watch, progress, poll_s))]
+        if spec.generate_path:
+            steps.append(("generate", lambda: _health_generate(client, spec)))
+        for name, step in steps:
             started = time.monotonic()
             ok, detail = step()
             report.checks.append(Check(name, ok, detail, round(time.monotonic() - started, 2)))
@@ -259,6 +298,26 @@ def _smoke(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
     return True, f"{data['usage']['completion_tokens']} tokens: {text[:60]!r}"
 
 
+def _identity(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+    if spec.identity == "models":
+        return _models(client, spec)
+    return _server_info(client, spec)
+
+
+def _models(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
+    try:
+        response = client.get("/v1/models", timeout=30)
+        body = response.json()
+    except (httpx.HTTPError, ValueError) as err:
+        return False, f"/v1/models: {type(err).__name__}"
+    if response.status_code != 200:
+        return False, f"/v1/models: HTTP {response.status_code}"
+    problems = check_models(body, spec)
+    if problems:
+        return False, "; ".join(problems)
+    return True, f"/v1/models lists {spec.served_model} ({spec.model_path})"
+
+
 def _server_info(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
     info = server_info.read(client)
     if isinstance(info, str):
@@ -273,6 +332,13 @@ def _acceptance(client: httpx.Client, spec: GateSpec, probe_accept: float | None
     """probe_accept: /health_generate's `accept_length` (bundled runtime), None if not reported."""
     if probe_accept is not None and probe_accept > 1.0:
         return True, f"{spec.generate_path} speculative round accepted {probe_accept:.0f} tokens"
+    if spec.acceptance == "metrics":
+        counted = spec_metrics.read(client)
+        if isinstance(counted, str):
+            return False, counted
+        problem = check_accept_length(counted.accept_length, "/metrics")
+        return (False, problem) if problem else (True, f"average accepted length {counted.accept_length:.2f} "
+                                                       f"over {counted.drafts:.0f} drafts (/metrics)")
     info = server_info.read(client)
     if isinstance(info, str):
         return False, info

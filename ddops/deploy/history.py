@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 
 from ddops.deploy.facts import history_dir
-from ddops.profile.rules import API_KEY_VAR
+from ddops.profile.rules import API_KEY_VARS
 from ddops.unitsyntax import env_value, parse_env
 
-SECRET_VARS = (API_KEY_VAR,)  # what ddops writes from service.secrets
+SECRET_VARS = API_KEY_VARS  # what ddops writes from service.secrets
 WITHHELD = re.compile(r"^# (\w+)=<withheld, (sha256:[0-9a-f]+)>$", re.MULTILINE)
 
 

@@ -23,15 +23,13 @@ import shlex
 from dataclasses import dataclass
 
 from ddops.deploy.desired import unit_argv
-from ddops.deploy.gate import flag_value
 from ddops.checkpoint import read_config
 from ddops.fit.model import ModelFactsError, facts_from_config
 from ddops.fit.start_rules import POOL_FLAG, applies, refused
 from ddops.preflight import PreflightError, RemoteFiles, check_model_dir, check_pair, read_pair
-from ddops.profile import RUNTIMES, method_for
+from ddops.profile import method_for
+from ddops.profile.launch import read_launch
 from ddops.profile.extra_args import values_of
-
-DRAFT_FLAGS = ("--speculative-draft-model-path", "--speculative-draft-model")
 
 
 @dataclass(frozen=True)
@@ -60,20 +58,19 @@ def refusals(remote, unit_text: str, profile=None) -> list[Refusal]:
 
 
 def _file_refusals(files, argv: list[str]) -> list[Refusal]:
-    target = flag_value(argv, "--model-path", "--model")
-    draft = flag_value(argv, *DRAFT_FLAGS)
+    launch = read_launch(argv)
+    target = launch.get("model.path")
+    draft = launch.get("speculative.draft_model_path")
     found = [Refusal("model-missing", str(p)) for p in check_model_dir(files, target, "target")] if target else []
     if draft:
         found += [Refusal("draft-missing", str(p)) for p in check_model_dir(files, draft, "draft")]
     if target and not found:
         found += _start_refusals(files, argv, target)
     if target and draft and not found:
-        block = flag_value(argv, "--speculative-num-draft-tokens", "--speculative-dflash-block-size")
-        budget = flag_value(argv, "--speculative-ddtree-budget")
+        block, budget = launch.int("speculative.block_size"), launch.int("speculative.ddtree_budget")
         try:
             pair = read_pair(files, target, draft)
-            found += [Refusal("draft-target", str(p)) for p in
-                      check_pair(pair, int(block) if block else None, int(budget) if budget else None)]
+            found += [Refusal("draft-target", str(p)) for p in check_pair(pair, block, budget)]
         except (PreflightError, KeyError, ValueError) as err:
             found.append(Refusal("unreadable", str(err)))
     return found
@@ -81,12 +78,12 @@ def _file_refusals(files, argv: list[str]) -> list[Refusal]:
 
 def _start_refusals(files, argv: list[str], target: str) -> list[Refusal]:
     """A flag the unit's runtime refuses at start for this target, known from its config.json."""
-    runtime = next((r for r in RUNTIMES.values() if runtime_of(argv)[1:] == ["-m", r.module]), None)
-    algorithm, values = flag_value(argv, "--speculative-algorithm"), values_of(argv, POOL_FLAG)
+    launch = read_launch(argv)
+    runtime, values = launch.table, values_of(argv, POOL_FLAG)
+    speculative = launch.method is not None and method_for(launch.method).is_speculative
     try:
-        speculative = algorithm is not None and method_for(algorithm).is_speculative
         max_total = int(values[-1]) if values and values[-1] else None
-    except (KeyError, ValueError):
+    except ValueError:
         return []       # the runtime's own argument parser names these
     if runtime is None or not applies(runtime, speculative, max_total):
         return []

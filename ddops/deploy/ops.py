@@ -9,7 +9,7 @@ import httpx
 
 from ddops.deploy import history
 from ddops import systemd
-from ddops.deploy.desired import API_KEY_ENV, env_file_of, env_value, unit_argv
+from ddops.deploy.desired import api_key_of, env_file_of, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
 from ddops import server_info
 from ddops.deploy.gate import GateSpec, endpoint
@@ -88,7 +88,7 @@ def read_unit(remote, unit: str) -> Reading:
     health, info = ("-", {})
     if url:
         with reachable(remote, url) as where:
-            health, info = _probe(where, env_value(env_text, API_KEY_ENV))
+            health, info = _probe(where, api_key_of(env_text))
     status = UnitStatus(remote.host.name, unit, state.active, state.sub, state.restarts,
                         head.get("profile"), head.get("hash"), head.get("version"), info.get("version"),
                         url, health, accept_length(info), info.get("model_path"),

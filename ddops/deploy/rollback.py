@@ -15,7 +15,8 @@ from pathlib import Path
 from ddops.deploy import history, ops
 from ddops.deploy.apply import Outcome, execute, noop_progress
 from ddops.deploy.desired import unit_argv
-from ddops.deploy.gate import GateSpec, flag_value
+from ddops.deploy.gate import GateSpec
+from ddops.profile.launch import read_launch
 from ddops.deploy.lock import Holder
 from ddops.deploy.plan import Desired
 from ddops.profile import Profile, load_profile
@@ -56,7 +57,7 @@ def profile_of(entry: history.Entry, unit_text: str, host, profiles_dir: Path | 
     name = entry.meta.get("profile")
     if not name or name == "?":
         return None, f"entry {entry.id} names no profile"
-    port = flag_value(unit_argv(unit_text), "--port")
+    port = read_launch(unit_argv(unit_text)).get("service.port")
     try:
         profile = load_profile(name, profiles_dir)
         rendered = render(profile, host, unit_name=entry.unit_name, port=int(port) if port else None)

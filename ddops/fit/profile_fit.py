@@ -34,7 +34,7 @@ class Models:
 
 
 def needs_gpu(profile: Profile) -> bool:
-    return RUNTIMES[profile.runtime].needs_gpu or profile.service.device == "cuda"
+    return RUNTIMES[profile.runtime].wants_gpu(profile.service.device)
 
 
 def read_models(profile: Profile, read: Reader) -> Models:

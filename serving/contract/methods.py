@@ -35,6 +35,9 @@ class Method:
     sglang_name: str | None  # spelling for --speculative-algorithm; None = flag not passed
     drafter: Drafter | None
     verifier: Verifier | None
+    # vLLM's `method` in --speculative-config; None: plain decoding, or a method vLLM cannot
+    # serve (it has no tree verifier: DDTree is not in vLLM 0.32's SpeculativeMethod).
+    vllm_name: str | None = None
 
     @property
     def is_speculative(self) -> bool:
@@ -79,7 +82,7 @@ TREE = Verifier(tree=True)
 
 METHODS: dict[str, Method] = {
     "none": Method(sglang_name=None, drafter=None, verifier=None),
-    "dflash": Method(sglang_name="DFLASH", drafter=DFLASH_DRAFTER, verifier=CHAIN),
+    "dflash": Method(sglang_name="DFLASH", drafter=DFLASH_DRAFTER, verifier=CHAIN, vllm_name="dflash"),
     # DDTree reuses the DFlash drafter; only the verifier differs.
     "ddtree": Method(sglang_name="DDTREE", drafter=DFLASH_DRAFTER, verifier=TREE),
 }
