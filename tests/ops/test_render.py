@@ -52,7 +52,7 @@ def _contract_flags() -> set[str]:
     return {flag for row in rows for flag in re.findall(r"--[a-z][a-z-]*", row)}
 
 
-@pytest.mark.parametrize("name", [n for n in list_profiles(SHIPPED) if n.startswith("cpu-")])
+@pytest.mark.parametrize("name", [n for n in list_profiles(SHIPPED) if load_profile(n, SHIPPED).runtime == "bundled"])
 def test_bundled_units_pass_only_contract_flags(name):
     rendered = render(load_profile(name, SHIPPED))
     assert rendered.argv[1:3] == ["-m", "serving"]
