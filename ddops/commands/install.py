@@ -60,9 +60,16 @@ def _summary(outcomes, line, as_json: bool = False) -> None:
 def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP), hosts: Optional[str] = HOSTS,
                     selector: Optional[str] = SELECTOR,
                     inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
+                    runtime: str = typer.Option("bundled", "--runtime",
+                                                help="bundled (/opt/ddops/venv) or vllm (/opt/vllm/venv)"),
                     as_json: bool = JSON,
                     debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
-    """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index)."""
+    """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index);
+    --runtime vllm installs vLLM 0.32 into /opt/vllm/venv (CPU build on hosts without a GPU)."""
+    if runtime == "vllm":
+        return _install_vllm(host, hosts, selector, inventory, as_json)
+    if runtime != "bundled":
+        raise LabUsageError(f"--runtime {runtime!r}: ddops installs bundled or vllm (SGLang is the operator's)")
     from ddops.install.many import run_on_hosts
     from ddops.install.runtime import install_runtime as install
     from ddops.install.wheelhouse import build_bundle
@@ -83,6 +90,28 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
         project = "ddops installed" if r.project_installed else "ddops already current"
         return (f"{r.host}: {deps}; {project}; pushed {r.bytes_pushed / 1e6:.1f} MB in {took:.1f} s; "
                 f"`python -m serving --help` ok: {r.check}")
+    _summary(outcomes, line, as_json)
+
+
+def _install_vllm(host, hosts, selector, inventory, as_json: bool) -> None:
+    from ddops.install.many import run_on_hosts
+    from ddops.install.vllm import build_for, build_wheelhouse, install_vllm
+    from ddops.lab.layout import LabLayout
+
+    targets = pick_hosts(host, hosts, selector, inventory)
+    cache = LabLayout.from_env().cache_dir.parent
+    houses = {build: build_wheelhouse(cache, build) for build in sorted({build_for(t.gpu) for t in targets})}
+    by_name = {t.name: houses[build_for(t.gpu)] for t in targets}
+    start = time.monotonic()
+    outcomes = run_on_hosts(targets, lambda remote, tick: install_vllm(remote, by_name[remote.host.name],
+                                                                      log=lambda _: None, progress=tick))
+    took = time.monotonic() - start
+
+    def line(o) -> str:
+        r = o.report
+        wheels = f"{len(r.wheels_installed)} wheel(s) installed" if r.wheels_installed else "already installed"
+        return (f"{r.host}: vLLM ({r.build} build) {wheels}; pushed {r.bytes_pushed / 1e6:.1f} MB in {took:.1f} s; "
+                f"its parser reports vLLM {r.version} with {r.flags} flags")
     _summary(outcomes, line, as_json)
 
 

@@ -35,9 +35,9 @@ class InstallReport:
     check: str                                # first line of `python -m serving --help`
 
 
-def installed_distributions(remote: Remote) -> set[tuple[str, str]]:
+def installed_distributions(remote: Remote, venv: str = VENV) -> set[tuple[str, str]]:
     """(normalized name, version) of every distribution in the host's venv, from its dist-info dirs."""
-    out = remote.run(f"ls -d {VENV}/lib/python3*/site-packages/*.dist-info 2>/dev/null || true").stdout
+    out = remote.run(f"ls -d {venv}/lib/python3*/site-packages/*.dist-info 2>/dev/null || true").stdout
     found = set()
     for line in out.split():
         match = re.match(r"(.+?)-([^-]+)\.dist-info$", posixpath.basename(line))

