@@ -19,6 +19,7 @@ from ddops import exits
 from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, out
 from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, host_gpu, local_reader,
                        needs_gpu, read_models, remote_reader)
+from ddops.fit.profile_fit import predict
 from ddops.fit.bundled import bundled_memory
 from ddops.fit.gpus import known_names
 from ddops.fit.memory import CUDA_CONTEXT
@@ -71,6 +72,8 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     bad_tp = tp_problems(loaded.target, loaded.draft, tp or resolved.model.tp_size)
     if bad_tp:
         raise ConfigError([f"fit {resolved.name}: {line}" for line in bad_tp])
+    if RUNTIMES[resolved.runtime].memory_model == "blocks":
+        _report_blocks(resolved, predict(resolved, card, loaded, tp), as_json)
     assessment = fit_profile(resolved, card, loaded, tp)
     notes = kv_head_notes(loaded.target, loaded.draft) + memory_warnings(resolved)
     ok = assessment.verdict.fits and not (flags and flags.problems)
@@ -221,3 +224,65 @@ def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) 
                   markup=False)
         out.print("[green]fits[/]" if fits else "[red]does not fit[/]")
     raise typer.Exit(code)
+
+
+def _report_blocks(profile, a, as_json: bool) -> None:
+    """vLLM: its KV budget in blocks (estimates labelled), then the verdict."""
+    s, p, v = a.setup, a.plan, a.verdict
+    code = EXIT_FITS if v.fits else EXIT_DOES_NOT_FIT
+    if as_json:
+        print_json(code, meaning=MEANING[code], profile=profile.name, runtime=profile.runtime,
+                   fits=v.fits, headline=v.headline, reasons=list(v.reasons), warnings=list(v.warnings),
+                   suggestions=list(v.suggestions), **_blocks_dict(s, p))
+        raise typer.Exit(code)
+    where = f"{s.tp} x {s.gpu.name} ({s.gpu.memory_mib:,} MiB each)" if s.gpu else "CPU"
+    out.print(f"fit {profile.name}: vLLM on {where}", style="bold", markup=False)
+    table = Table(title="per GPU" if s.gpu else "KV cache", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for label, value in _block_rows(s, p):
+        table.add_row(label, value)
+    out.print(table)
+    out.print(f"[{'green' if v.fits else 'red'}]{escape(v.headline)}[/]")
+    for line in v.reasons:
+        out.print(f"  because {line}", markup=False)
+    for line in v.warnings:
+        out.print(f"  note: {line}", markup=False, style="yellow")
+    for line in v.suggestions:
+        out.print(f"  try: {line}", markup=False)
+    raise typer.Exit(code)
+
+
+def _block_rows(s, p) -> list[tuple[str, str]]:
+    rows = []
+    if s.gpu:
+        rows += [("gpu-memory-utilization", f"{s.utilization}" + (" (vLLM default)" if s.utilization_is_default else "")),
+                 ("requested", gib(p.requested)), ("weights (target)", gib(p.target_weights)),
+                 ("weights (draft)", gib(p.draft_weights)),
+                 (f"activation peak at {s.batched_tokens:,} tokens (estimate)", gib(p.activation)),
+                 ("non-torch memory (estimate)", gib(p.non_torch)),
+                 ("CUDA graphs (estimate)" if s.cuda_graphs else "CUDA graphs (--enforce-eager)", gib(p.cuda_graphs))]
+    else:
+        rows += [("VLLM_CPU_KVCACHE_SPACE", gib(p.capacity) if s.cpu_kv_bytes is not None else "not set")]
+    rows += [("KV cache", gib(p.available)), ("block size", f"{p.block_size} tokens"),
+             ("page (one layer, one block)", f"{p.buckets[0].page:,} B" if p.buckets else "-")]
+    rows += [(f"  {b.kind}", f"{b.layers} layers x {b.per_request} pages a request") for b in p.buckets]
+    return rows + [("blocks", f"{p.num_blocks:,} of {p.bytes_per_block:,} B"),
+                   ("one max_model_len request", f"{gib(p.needed)} ({s.max_model_len:,} tokens)"),
+                   ("KV cache tokens", f"{p.kv_tokens:,} ({p.concurrency:.2f}x max_model_len)")]
+
+
+def _blocks_dict(s, p) -> dict:
+    return {"device": s.device, "gpu": {"kind": s.gpu.name, "memory_mib": s.gpu.memory_mib, "count": s.tp} if s.gpu else None,
+            "gpu_memory_utilization": s.utilization, "max_model_len": s.max_model_len,
+            "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.batched_tokens,
+            "block_size": p.block_size, "num_blocks": p.num_blocks, "kv_cache_tokens": p.kv_tokens,
+            "max_concurrency": round(p.concurrency, 2), "one_request_fits": p.one_request_fits,
+            "estimated": ["activation_peak", "non_torch", "cuda_graphs"] if s.gpu else [],
+            "per_gpu_bytes" if s.gpu else "bytes": {
+                "capacity": p.capacity, "requested": p.requested, "target_weights": p.target_weights,
+                "draft_weights": p.draft_weights, "activation_peak": p.activation, "non_torch": p.non_torch,
+                "cuda_graphs": p.cuda_graphs, "kv_cache": p.available, "bytes_per_block": p.bytes_per_block,
+                "one_request": p.needed},
+            "layers": [{"kind": b.kind, "layers": b.layers, "page_bytes": b.page, "pages_per_request": b.per_request}
+                       for b in p.buckets]}

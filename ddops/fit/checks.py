@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddops.fit.model import ModelFactsError
-from ddops.fit.profile_fit import Reader, fit_profile, host_gpu, needs_gpu, read_models
+from ddops.fit.profile_fit import Reader, host_gpu, needs_gpu, predict, read_models
 from ddops.fit.shape import tp_problems
 from ddops.inventory import Host
 from ddops.checkpoint import PreflightError
@@ -32,8 +32,9 @@ class FitCheck:
 
 
 def applies(profile: Profile, host: Host) -> bool:
-    """SGLang-style pools on a host that declares enough GPUs for the profile."""
-    return (needs_gpu(profile) and RUNTIMES[profile.runtime].memory_model == "pools"
+    """A GPU memory model fit predicts (SGLang's pools, vLLM's blocks) on a host that declares
+    enough GPUs for the profile."""
+    return (needs_gpu(profile) and RUNTIMES[profile.runtime].memory_model in ("pools", "blocks")
             and host.gpu is not None and host.gpu.count >= profile.model.tp_size)
 
 
@@ -47,7 +48,7 @@ def check_host(profile: Profile, host: Host, read: Reader) -> FitCheck | None:
     bad_tp = tp_problems(models.target, models.draft, profile.model.tp_size)
     if bad_tp:
         return FitCheck(host.name, where, False, tuple(bad_tp))
-    verdict = fit_profile(profile, gpu, models).verdict
+    verdict = predict(profile, gpu, models).verdict
     return FitCheck(host.name, where, verdict.fits, verdict.reasons)
 
 

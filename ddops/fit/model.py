@@ -70,6 +70,7 @@ class ModelFacts:
     attention_heads: int = 0  # num_attention_heads (query heads)
     kv_heads_declared: bool = True  # False: no num_key_value_heads, read as num_attention_heads
     feature_width: int = 0  # DFlash drafts: target features per position (taps x hidden size)
+    intermediate_size: int = 0  # the MLP's width (vLLM's activation estimate)
 
     def weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes once loaded in `dtype` (default: the checkpoint's own)."""
@@ -118,6 +119,7 @@ def facts_from_config(config: dict, path: str, params: tuple[int, int] | None = 
         block_size=int(c["block_size"]) if c.get("block_size") else None,
         attention_heads=int(heads), kv_heads_declared=c.get("num_key_value_heads") is not None,
         feature_width=_feature_width(c, path) if is_draft(c) else 0,
+        intermediate_size=int(c.get("intermediate_size") or 0),
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddops.fit import vllm_fit
 from ddops.fit.gpus import GpuKind, find_gpu, gpu_from_gib
 from ddops.fit.memory import Setup
 from ddops.fit.model import ModelFacts
@@ -72,6 +73,14 @@ def verify_tokens(profile: Profile, draft: ModelFacts | None) -> int:
 
 def fit_profile(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None) -> Assessment:
     return assess(setup_for(profile, gpu, models, tp), models.target, models.draft)
+
+
+def predict(profile: Profile, gpu: GpuKind | None, models: Models, tp: int | None = None):
+    """The assessment by the runtime's memory model: vLLM's KV blocks, or SGLang's pools."""
+    if RUNTIMES[profile.runtime].memory_model == "blocks":
+        setup = vllm_fit.setup_for(profile, gpu, models.target, models.draft, tp)
+        return vllm_fit.assess(setup, models.target, models.draft)
+    return fit_profile(profile, gpu, models, tp)
 
 
 def host_gpu(host: Host) -> GpuKind | None:

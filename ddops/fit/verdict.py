@@ -33,6 +33,14 @@ class Assessment:
     pools: Pools
     verdict: Verdict
 
+    @property
+    def one_request_fits(self) -> bool:
+        return self.pools.one_request_fits
+
+    @property
+    def full_length_requests(self) -> int:
+        return self.pools.full_length_requests
+
 
 def gib(n: float) -> str:
     """Bytes for people: GiB, or MiB below one GiB."""

@@ -1,5 +1,5 @@
 """The shipped A6000 profiles agree with the planner: each fits the 2 x RTX A6000 hosts the
-example inventory declares, and none fits one card (the 27B bf16 weights alone exceed it)."""
+example inventory declares (by the runtime's memory model), and none fits one card (the 27B bf16 weights alone exceed it)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ddops.fit import fit_profile, host_gpu, local_reader, needs_gpu, read_models
+from ddops.fit import host_gpu, local_reader, needs_gpu, read_models
+from ddops.fit.profile_fit import predict
 from ddops.inventory import load_inventory
 from ddops.profile import list_profiles, load_profile
 from tests.fit.conftest import CONFIGS
@@ -28,14 +29,14 @@ def test_shipped_profile_fits_its_hosts(name):
     models = read_models(profile, local_reader(CONFIGS))
     for host in HOSTS:
         assert profile.model.tp_size <= host.gpu.count
-        result = fit_profile(profile, host_gpu(host), models)
+        result = predict(profile, host_gpu(host), models)
         assert result.verdict.fits, (host.name, result.verdict.reasons)
-        assert result.pools.one_request_fits
-        assert result.pools.full_length_requests >= profile.memory.max_running_requests
+        assert result.one_request_fits
+        assert result.full_length_requests >= profile.memory.max_running_requests
 
 
 @pytest.mark.parametrize("name", GPU_PROFILES)
 def test_shipped_profile_does_not_fit_one_card(name):
     profile = load_profile(name, REPO / "profiles")
-    result = fit_profile(profile, host_gpu(HOSTS[0]), read_models(profile, local_reader(CONFIGS)), tp=1)
+    result = predict(profile, host_gpu(HOSTS[0]), read_models(profile, local_reader(CONFIGS)), tp=1)
     assert not result.verdict.fits and "weights alone" in result.verdict.reasons[0]
