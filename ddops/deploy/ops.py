@@ -11,7 +11,9 @@ from ddops.deploy import history
 from ddops import systemd
 from ddops.deploy.desired import api_key_of, env_file_of, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
-from ddops import server_info
+from ddops import server_info, spec_metrics
+from ddops.profile.launch import Launch, read_launch
+from ddops.profile.methods import METHODS
 from ddops.deploy.gate import GateSpec, endpoint
 from ddops.server_info import accept_length
 from ddops.deploy.lock import current_holder
@@ -86,9 +88,10 @@ def read_unit(remote, unit: str) -> Reading:
     env_path = env_file_of(unit_text)
     env_text = remote.read_text(env_path) if env_path else None
     health, info = ("-", {})
+    launch = read_launch(argv)
     if url:
         with reachable(remote, url) as where:
-            health, info = _probe(where, api_key_of(env_text))
+            health, info = _probe(where, api_key_of(env_text), launch)
     status = UnitStatus(remote.host.name, unit, state.active, state.sub, state.restarts,
                         head.get("profile"), head.get("hash"), head.get("version"), info.get("version"),
                         url, health, accept_length(info), info.get("model_path"),
@@ -96,14 +99,34 @@ def read_unit(remote, unit: str) -> Reading:
     return Reading(status, unit_text, env_text, info)
 
 
-def _probe(url: str, key: str | None) -> tuple[str, dict]:
+def _probe(url: str, key: str | None, launch: Launch) -> tuple[str, dict]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         with httpx.Client(base_url=url, headers=headers, trust_env=False, timeout=5) as client:
             health = client.get("/health").status_code
-            return str(health), (server_info.read_or_empty(client) if health == 200 else {})
+            if health != 200:
+                return str(health), {}
+            table = launch.table
+            if table is not None and table.identity == "models":
+                return str(health), _models_info(client, launch)
+            return str(health), server_info.read_or_empty(client)
     except (httpx.HTTPError, ValueError):
         return "unreachable", {}
+
+
+def _models_info(client: httpx.Client, launch: Launch) -> dict:
+    """A runtime without /server_info (vLLM), in the fields status reads: its /version, the
+    model root /v1/models names, the method its command line runs and the accepted length its
+    /metrics counters give."""
+    version = client.get("/version").json() if client.get("/version").status_code == 200 else {}
+    models = client.get("/v1/models")
+    entries = models.json().get("data", []) if models.status_code == 200 else []
+    root = next((e.get("root") for e in entries if isinstance(e, dict)), None)
+    counted = spec_metrics.read(client)
+    length = counted.accept_length if isinstance(counted, spec_metrics.SpecCounters) else None
+    method = METHODS[launch.method].sglang_name if launch.method else None
+    return {"version": version.get("version") if isinstance(version, dict) else None, "model_path": root,
+            "speculative_algorithm": method, "internal_states": [{"avg_spec_accept_length": length}]}
 
 
 def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
