@@ -6,7 +6,8 @@ Counts the target's own choices: its greedy pick after every position of a stand
 source corpus, and its greedy answers to chat-templated questions. Writes the `size` most
 frequent ids to DRAFT/draft_vocab.json; the drafter then proposes only those (its LM head
 shrinks from the full vocabulary to `size` rows) while the target still verifies every
-token, so output is unchanged. Deterministic.
+token, so output is unchanged. Deterministic. Also rewrites the draft's vLLM form of the same
+vocabulary (serving.tools.vllm_draft: d2t, the head rows, config draft_vocab_size).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def write_vocab(draft: Path, ids: list[int], counts: Counter, source: str) -> No
 def main(argv=None) -> int:
     from serving.models.tokenizer import Tokenizer
     from serving.tools.train_draft import CACHE, CHAT_QUESTIONS, load_target, stdlib_sources
+    from serving.tools.vllm_draft import VLLM_FILE, VLLM_KEY, export
 
     ap = argparse.ArgumentParser(prog="python -m serving.tools.draft_vocab", description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
@@ -70,6 +72,8 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus-chars", type=int, default=200_000)
     ap.add_argument("--answer-tokens", type=int, default=48)
     args = ap.parse_args(argv)
+    if not (args.draft / "config.json").is_file():
+        ap.error(f"{args.draft / 'config.json'}: no draft there (its vocabulary goes beside a written draft)")
     torch.set_num_threads(1)
     began = time.monotonic()
     target = load_target(args.target, positions=512)
@@ -80,8 +84,9 @@ def main(argv=None) -> int:
               f"to {len(CHAT_QUESTIONS)} chat questions")
     ids = most_frequent(counts, args.size)
     write_vocab(args.draft, ids, counts, source)
+    export(args.draft, ids, target.lm_head_weight)  # vLLM reads the same vocabulary as d2t
     print(f"wrote {len(ids)} ids ({len(counts)} distinct seen) to {args.draft / DRAFT_VOCAB} "
-          f"in {time.monotonic() - began:.0f} s")
+          f"and its vLLM form ({VLLM_FILE}, config {VLLM_KEY}) in {time.monotonic() - began:.0f} s")
     return 0
 
 

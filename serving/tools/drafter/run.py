@@ -12,6 +12,7 @@ import torch
 from serving.tools.draft_files import random_model, save_draft
 from serving.tools.draft_vocab import most_frequent, write_vocab
 from serving.tools.train_draft import load_target
+from serving.tools.vllm_draft import vllm_config, write_tensors
 
 from .loop import Settings, Trainer
 from .progress import TrainingReport, bar
@@ -63,7 +64,7 @@ def train_and_save(args, config: dict, folder, console) -> None:
         trainer.run(report)
         if trainer.step % args.eval_every:
             report.record(trainer, trainer.evaluate())
-    write_draft(args.out, model, config, ids, answers)
+    write_draft(args.out, model, config, ids, answers, target.lm_head_weight)
     console.log(f"wrote {args.out} (held-out tau {report.tau:.3f}, {trainer.step} steps, "
                 f"{trainer.seconds / 60:.1f} training min)")
 
@@ -81,14 +82,16 @@ def initial_draft(config: dict, target, seed: int):
     return model
 
 
-def write_draft(out: Path, model, config: dict, ids: list[int], answers) -> None:
-    """draft_vocab.json (exactly the vocabulary trained over) first, weights and config.json
-    last: config.json marks a finished draft."""
+def write_draft(out: Path, model, config: dict, ids: list[int], answers, head: torch.Tensor) -> None:
+    """draft_vocab.json (exactly the vocabulary trained over) and its vLLM form (rows of the
+    target's head `head` [V, H] and d2t) first, weights and config.json last: config.json marks
+    a finished draft."""
     out.mkdir(parents=True, exist_ok=True)
     source = f"target greedy picks in its {len(answers)} answers to chat prompts (serving.tools.drafter)"
-    write_vocab(out, ids, pick_counts(answers), source)
     (out / "config.json").unlink(missing_ok=True)
-    save_draft(model, config, out)
+    write_vocab(out, ids, pick_counts(answers), source)
+    write_tensors(out, ids, head)
+    save_draft(model, vllm_config(config, ids), out)
 
 
 def requests_for(tokenizer, prompts: list[str], sample_every: int, max_new: int, seed: int):
