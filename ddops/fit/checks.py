@@ -33,8 +33,12 @@ class FitCheck:
 
 def applies(profile: Profile, host: Host) -> bool:
     """A GPU memory model fit predicts (SGLang's pools, vLLM's blocks) on a host that declares
-    enough GPUs for the profile."""
-    return (needs_gpu(profile) and RUNTIMES[profile.runtime].memory_model in ("pools", "blocks")
+    enough GPUs for the profile; or vLLM's CPU build, whose K/V is the space its profile sets
+    (VLLM_CPU_KVCACHE_SPACE), on any host."""
+    model = RUNTIMES[profile.runtime].memory_model
+    if not needs_gpu(profile):
+        return model == "blocks"
+    return (model in ("pools", "blocks")
             and host.gpu is not None and host.gpu.count >= profile.model.tp_size)
 
 
@@ -42,9 +46,9 @@ def check_host(profile: Profile, host: Host, read: Reader) -> FitCheck | None:
     """None when the check does not apply; raises PreflightError/ModelFactsError when unreadable."""
     if not applies(profile, host):
         return None
-    gpu = host_gpu(host)
+    gpu = host_gpu(host) if needs_gpu(profile) else None
     models = read_models(profile, read)
-    where = f"{profile.model.tp_size} x {gpu.name}"
+    where = f"{profile.model.tp_size} x {gpu.name}" if gpu else "CPU"
     bad_tp = tp_problems(models.target, models.draft, profile.model.tp_size)
     if bad_tp:
         return FitCheck(host.name, where, False, tuple(bad_tp))

@@ -93,6 +93,7 @@ def test_vllm_deploy_passes_the_gate_and_answers_from_outside(vsite):
 @pytest.mark.parametrize("profile, check, words", [
     ("vllm-missing-model.yaml", "model-missing", "not-pushed/config.json"),
     ("vllm-draft-missing.yaml", "draft-missing", "not-pushed-draft"),
+    ("vllm-no-kv-space.yaml", "fit", "No available memory for the cache blocks"),
 ])
 def test_a_knowably_bad_vllm_change_exits_2_with_zero_restarts(vsite, profile, check, words):
     before_bytes, before = vsite.unit_bytes(), vsite.started()
