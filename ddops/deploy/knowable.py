@@ -8,6 +8,8 @@ Read from the unit's own command line (so a rollback to a history entry is check
 way as a fresh profile) and the host's files:
   model-missing / draft-missing  the directory (its config.json) is not on the host
   draft-target                   ddops.preflight's pair check (fc width, tapped layers, mask id)
+  load                           a head size the host's installed build has no kernel for, or a
+                                 draft without the mask token the runtime reads (draft_load.py)
   unreadable                     a config or safetensors header that cannot be parsed
   runtime                        the unit's interpreter/module cannot run `--help` on the host
   flag                           a flag the installed runtime's own --help does not list, or one
@@ -23,6 +25,7 @@ import shlex
 from dataclasses import dataclass
 
 from ddops.deploy.desired import unit_argv
+from ddops.deploy.draft_load import load_refusals, pairing_kept
 from ddops.checkpoint import read_config
 from ddops.fit.model import ModelFactsError, facts_from_config
 from ddops.fit.start_rules import POOL_FLAG, applies, refused
@@ -34,7 +37,7 @@ from ddops.profile.extra_args import values_of
 
 @dataclass(frozen=True)
 class Refusal:
-    check: str      # model-missing | draft-missing | draft-target | unreadable | runtime | flag | fit
+    check: str      # model-missing | draft-missing | draft-target | load | unreadable | runtime | flag | fit
     reason: str
 
     def __str__(self) -> str:
@@ -50,6 +53,7 @@ def refusals(remote, unit_text: str, profile=None) -> list[Refusal]:
     if not argv:
         return []
     found = _file_refusals(RemoteFiles.of(remote), argv)
+    found += [Refusal("load", reason) for reason in load_refusals(remote, argv)]
     runtime_ok = not isinstance(known_flags(remote, runtime_of(argv)), str)
     found += [Refusal("flag" if runtime_ok else "runtime", reason) for reason in unknown_flags(remote, argv)]
     if profile is not None:
@@ -70,7 +74,8 @@ def _file_refusals(files, argv: list[str]) -> list[Refusal]:
         block, budget = launch.int("speculative.block_size"), launch.int("speculative.ddtree_budget")
         try:
             pair = read_pair(files, target, draft)
-            found += [Refusal("draft-target", str(p)) for p in check_pair(pair, block, budget)]
+            kept = pairing_kept(launch.table, check_pair(pair, block, budget))
+            found += [Refusal("draft-target", str(p)) for p in kept]
         except (PreflightError, KeyError, ValueError) as err:
             found.append(Refusal("unreadable", str(err)))
     return found

