@@ -58,9 +58,16 @@ def _prompts(rows: list[dict]) -> str:
         production, shadow = r["production"]["text"] or "", r["shadow"]["text"] or ""
         at = first_difference(production, shadow)
         body.append([cell(r["prompt_id"]), f"<td>{verdict(r['equal'], ('equal', 'differs'))}</td>",
-                     cell(f"{r['matched']} / {r['compared']} {r['unit']}s"),
+                     cell(_prefix(r)),
                      _in_context(production, at), _in_context(shadow, at)])
     return table(["prompt", "", "common prefix", "production", "shadow"], body)
+
+
+def _prefix(row: dict) -> str:
+    """The common prefix, and where the outputs first differ (older results lack the field)."""
+    common = f"{row['matched']} / {row['compared']} {row['unit']}s"
+    at = row.get("first_divergence")
+    return common if at is None else f"{common}; first differs at {row['unit']} {at}"
 
 
 def first_difference(a: str, b: str) -> int | None:

@@ -103,7 +103,7 @@ class Watcher:
             if isinstance(now, str) or isinstance(start[host], str):
                 continue
             window = now.since(start[host])
-            total = window if total is None else _add(total, window)
+            total = window if total is None else total.plus(window)
         return total.summary() if total is not None else None
 
     def _read(self, host: str) -> scrape.Scrape:
@@ -121,21 +121,6 @@ def next_mark(elapsed: float, interval_s: float, bake_s: float) -> float:
     """The first sampling mark (a multiple of interval_s, or bake_s itself) after `elapsed`; a
     mark reached up to float rounding counts as passed, so no mark is sampled twice."""
     return min(bake_s, interval_s * (math.floor(elapsed / interval_s + 1e-9) + 1))
-
-
-def _add(a: scrape.Scrape, b: scrape.Scrape) -> scrape.Scrape:
-    hist = {}
-    for key in set(a.hist) | set(b.hist):
-        x, y = a.hist.get(key, scrape.Histogram()), b.hist.get(key, scrape.Histogram())
-        if x.bounds and y.bounds and x.bounds != y.bounds:
-            hist[key] = x
-            continue
-        bounds = x.bounds or y.bounds
-        hist[key] = scrape.Histogram(bounds, tuple(p + q for p, q in zip(x.cumulative or (0,) * len(bounds),
-                                                                       y.cumulative or (0,) * len(bounds))),
-                                     x.total + y.total)
-    return scrape.Scrape(a.runtime, min(a.at, b.at), a.requests + b.requests, a.errors + b.errors,
-                         a.generated + b.generated, hist, a.accept_gauge)
 
 
 class Probes:

@@ -4,6 +4,12 @@ Each endpoint is measured in its own phase (production first, then shadow) so th
 compete for the same CPU or GPU while timed. Requests are greedy (temperature 0), streamed
 (time to first token), bounded in count, concurrency and time. Only HTTP here; arithmetic is
 in stats.py, judgement in verdict.py.
+
+Every request asks for its token ids with `return_token_ids: true`: vLLM then puts each chunk's
+new ids in `choices[].token_ids` (vLLM 0.32, entrypoints/openai/chat_completion/protocol.py);
+the bundled runtime ignores the field and streams text only. The accepted length comes from
+whichever source the endpoint answers: `/server_info` (bundled, SGLang), else the spec-decode
+counters on `/metrics` (vLLM), read before and after the endpoint's phase.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Sequence
 
 import httpx
 
-from ddops import server_info
+from ddops import server_info, spec_metrics
 from ddops.rollout.prompts import Prompt
 from ddops.rollout.stats import (Agreement, EndpointSummary, Sample, agree, summarize,
                                  token_equality)
@@ -80,6 +86,7 @@ def _prompt_row(agreement: Agreement, production: Sample, shadow: Sample) -> dic
     row = asdict(agreement)
     for name, s in (("production", production), ("shadow", shadow)):
         row[name] = {"text": s.text, "completion_tokens": s.completion_tokens,
+                     "prompt_tokens": s.prompt_tokens,
                      "latency_s": s.latency_s, "ttft_s": s.ttft_s, "error": s.error}
     return row
 
@@ -90,17 +97,25 @@ def compare(production: Endpoint, shadow: Endpoint, prompts: Sequence[Prompt],
     chosen = [prompts[i % len(prompts)] for i in range(settings.count)]
     chosen = [Prompt(f"{p.id}#{i // len(prompts)}" if i >= len(prompts) else p.id, p.text)
               for i, p in enumerate(chosen)]
-    prod_samples, prod_wall = asyncio.run(replay(production, chosen, settings))
-    shadow_samples, shadow_wall = asyncio.run(replay(shadow, chosen, settings))
+    prod_samples, prod_wall, prod_accept = phase(production, chosen, settings)
+    shadow_samples, shadow_wall, shadow_accept = phase(shadow, chosen, settings)
     agreements = tuple(agree(a, b) for a, b in zip(prod_samples, shadow_samples))
     return Comparison(
         settings=settings,
-        production=summarize("production", prod_samples, prod_wall, accept_length(production)),
-        shadow=summarize("shadow", shadow_samples, shadow_wall, accept_length(shadow)),
+        production=summarize("production", prod_samples, prod_wall, prod_accept),
+        shadow=summarize("shadow", shadow_samples, shadow_wall, shadow_accept),
         agreements=agreements,
         samples={"production": tuple(prod_samples), "shadow": tuple(shadow_samples)},
         token_equality=token_equality(agreements),
         prompts_equal=sum(a.equal for a in agreements))
+
+
+def phase(endpoint: Endpoint, prompts: Sequence[Prompt],
+          settings: Settings) -> tuple[list[Sample], float, float | None]:
+    """One endpoint's replay: samples, wall time, and its accepted length over the replay."""
+    before = spec_counters(endpoint)
+    samples, wall_s = asyncio.run(replay(endpoint, prompts, settings))
+    return samples, wall_s, accept_length(endpoint, before)
 
 
 async def replay(endpoint: Endpoint, prompts: Sequence[Prompt],
@@ -138,7 +153,7 @@ async def _served_model(client: httpx.AsyncClient) -> str:
 async def _ask(client: httpx.AsyncClient, model: str, prompt: Prompt, settings: Settings) -> Sample:
     body = {"model": model, "messages": [{"role": "user", "content": prompt.text}],
             "temperature": 0, "max_tokens": settings.max_tokens, "stream": True,
-            "stream_options": {"include_usage": True}}
+            "stream_options": {"include_usage": True}, "return_token_ids": True}
     start = time.perf_counter()
     stream = _Stream()
     try:
@@ -163,8 +178,10 @@ class _Stream:
 
     def __init__(self) -> None:
         self.parts: list[str] = []
+        self.chars = 0
         self.token_ids: list[int] | None = None
-        self.usage_tokens: int | None = None
+        self.spans: list[tuple[int, int]] = []  # per token id: its chunk's text [start, end)
+        self.usage: dict = {}
         self.chunks = 0
         self.ttft_s: float | None = None
 
@@ -177,30 +194,63 @@ class _Stream:
             return True
         chunk = json.loads(data)
         if chunk.get("usage"):
-            self.usage_tokens = chunk["usage"].get("completion_tokens")
+            self.usage = chunk["usage"]
         for choice in chunk.get("choices", []):
             self._take(choice, elapsed_s)
         return False
 
     def _take(self, choice: dict, elapsed_s: float) -> None:
+        start = self.chars
         content = (choice.get("delta") or {}).get("content")
         if content:
             self.parts.append(content)
+            self.chars += len(content)
             self.chunks += 1
             if self.ttft_s is None:
                 self.ttft_s = elapsed_s
         ids = choice.get("token_ids")
         if ids:
             self.token_ids = (self.token_ids or []) + list(ids)
+            self.spans += [(start, self.chars)] * len(ids)
 
     def sample(self, prompt_id: str, latency_s: float) -> Sample:
         ids = tuple(self.token_ids) if self.token_ids is not None else None
-        tokens = self.usage_tokens if self.usage_tokens is not None else (
-            len(ids) if ids is not None else self.chunks)
-        return Sample(prompt_id, "".join(self.parts), ids, tokens, latency_s, self.ttft_s)
+        tokens = self.usage.get("completion_tokens")
+        if tokens is None:
+            tokens = len(ids) if ids is not None else self.chunks
+        return Sample(prompt_id, "".join(self.parts), ids, tokens, latency_s, self.ttft_s,
+                      token_ends=settled_ends(self.spans, self.chars) if ids is not None else None,
+                      prompt_tokens=self.usage.get("prompt_tokens"))
 
 
-def accept_length(endpoint: Endpoint) -> float | None:
-    """The endpoint's server-reported mean accepted length; None when unavailable."""
-    with httpx.Client(base_url=endpoint.url, headers=_headers(endpoint), trust_env=False) as client:
-        return server_info.accept_length(server_info.read_or_empty(client, timeout=10))
+def settled_ends(spans: Sequence[tuple[int, int]], length: int) -> tuple[int, ...]:
+    """Per token, the end of the first chunk at or after it that added text: a token whose own
+    chunk added none (an incomplete UTF-8 byte, EOS) is settled by what follows it; trailing
+    ones get length + 1, past any common prefix, so they match only when the texts are equal."""
+    ends, settled = [], length + 1
+    for start, end in reversed(spans):
+        if end > start:
+            settled = end
+        ends.append(settled)
+    return tuple(reversed(ends))
+
+
+def spec_counters(endpoint: Endpoint) -> spec_metrics.SpecCounters | str:
+    with _client(endpoint) as client:
+        return spec_metrics.read(client, timeout=10)
+
+
+def accept_length(endpoint: Endpoint, before: spec_metrics.SpecCounters | str) -> float | None:
+    """The endpoint's mean accepted length: /server_info's where it reports one (the server's
+    running mean), else its /metrics spec-decode counters over the replay (`before` the counts
+    read before it); None when neither says (a plain vLLM has no spec-decode counters)."""
+    with _client(endpoint) as client:
+        length = server_info.accept_length(server_info.read_or_empty(client, timeout=10))
+        if length is not None or isinstance(before, str):
+            return length
+        after = spec_metrics.read(client, timeout=10)
+    return after.minus(before).accept_length if isinstance(after, spec_metrics.SpecCounters) else None
+
+
+def _client(endpoint: Endpoint) -> httpx.Client:
+    return httpx.Client(base_url=endpoint.url, headers=_headers(endpoint), trust_env=False)

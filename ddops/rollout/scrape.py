@@ -1,5 +1,6 @@
 """Read a server's /metrics: Prometheus text parsed by prometheus_client, mapped through one
-table (`SERIES`) from the bundled runtime's and SGLang's names to what analysis judges.
+table (`SERIES`, a `Series` per runtime: the bundled runtime's, SGLang's and vLLM's names) to
+what analysis judges. The runtime is the one whose request counter the page holds.
 
 A `Scrape` holds cumulative counters and histograms as the server reported them; `since`
 subtracts an earlier scrape, so every figure describes one window (a restart, which resets
@@ -11,23 +12,75 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from ddops import spec_metrics
+
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
-# quantity -> family name per runtime (the parser gives counters without `_total`).
+# vLLM's finish reasons (vllm/v1/engine/__init__.py FinishReason): "abort" (the client went
+# away, or the engine aborted it) and "error" (always answered 500) are failed requests;
+# stop, length and repetition are answers.
+VLLM_FAILED = ("abort", "error")
+
+
+@dataclass(frozen=True)
+class Count:
+    """The `_total` samples of a counter family (parser names drop `_total`) whose labels
+    `where` accepts (every label set when None)."""
+
+    family: str
+    where: Callable[[dict], bool] | None = None
+
+
+def _generation(labels: dict) -> bool:
+    return labels.get("path") in GENERATION_PATHS
+
+
+def _generation_5xx(labels: dict) -> bool:
+    return _generation(labels) and labels.get("status", "").startswith("5")
+
+
+def _vllm_failed(labels: dict) -> bool:
+    return labels.get("finished_reason") in VLLM_FAILED
+
+
+@dataclass(frozen=True)
+class Series:
+    """One runtime's names for what analysis judges. Accepted length comes from whichever
+    source the runtime has: a histogram of tokens per round, a gauge, or draft counters."""
+
+    requests: Count
+    errors: Count
+    generated: str  # counter of completion tokens
+    ttft: str  # histograms, seconds
+    itl: str
+    e2e: str
+    accept_histogram: str | None = None
+    accept_gauge: str | None = None
+    spec_drafts: str | None = None  # counters: accepted length = 1 + accepted / drafts
+    spec_accepted: str | None = None
+
+
 SERIES = {
-    "requests": {"bundled": "serving_requests", "sglang": "sglang:num_requests"},
-    "errors": {"bundled": "serving_requests", "sglang": "sglang:num_aborted_requests"},
-    "generated": {"bundled": "serving_generation_tokens", "sglang": "sglang:generation_tokens"},
-    "ttft": {"bundled": "serving_time_to_first_token_seconds",
-             "sglang": "sglang:time_to_first_token_seconds"},
-    "itl": {"bundled": "serving_time_per_output_token_seconds",
-            "sglang": "sglang:inter_token_latency_seconds"},
-    "e2e": {"bundled": "serving_e2e_request_latency_seconds",
-            "sglang": "sglang:e2e_request_latency_seconds"},
-    "accept": {"bundled": "serving_spec_accept_length", "sglang": "sglang:spec_accept_length"},
+    "bundled": Series(requests=Count("serving_requests", _generation),
+                      errors=Count("serving_requests", _generation_5xx),
+                      generated="serving_generation_tokens",
+                      ttft="serving_time_to_first_token_seconds",
+                      itl="serving_time_per_output_token_seconds",
+                      e2e="serving_e2e_request_latency_seconds",
+                      accept_histogram="serving_spec_accept_length"),
+    "sglang": Series(requests=Count("sglang:num_requests"), errors=Count("sglang:num_aborted_requests"),
+                     generated="sglang:generation_tokens", ttft="sglang:time_to_first_token_seconds",
+                     itl="sglang:inter_token_latency_seconds", e2e="sglang:e2e_request_latency_seconds",
+                     accept_gauge="sglang:spec_accept_length"),
+    # vLLM 0.32 (vllm/v1/metrics/loggers.py): every finished request once, by finish reason.
+    "vllm": Series(requests=Count("vllm:request_success"), errors=Count("vllm:request_success", _vllm_failed),
+                   generated="vllm:generation_tokens", ttft="vllm:time_to_first_token_seconds",
+                   itl="vllm:inter_token_latency_seconds", e2e="vllm:e2e_request_latency_seconds",
+                   spec_drafts=spec_metrics.DRAFTS, spec_accepted=spec_metrics.ACCEPTED),
 }
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
 FIGURES = ("requests", "errors", "error_ratio", "tokens_per_s", "accept_length",
@@ -54,6 +107,17 @@ class Histogram:
         return Histogram(self.bounds, tuple(a - b for a, b in zip(self.cumulative, earlier.cumulative)),
                          self.total - earlier.total)
 
+    def plus(self, other: "Histogram") -> "Histogram":
+        """Observations of both; buckets must agree (else `self` alone: no common histogram)."""
+        if not other.bounds:
+            return self
+        if not self.bounds:
+            return other
+        if other.bounds != self.bounds:
+            return self
+        return Histogram(self.bounds, tuple(a + b for a, b in zip(self.cumulative, other.cumulative)),
+                         self.total + other.total)
+
     def quantile(self, q: float) -> float | None:
         """Linear interpolation inside the bucket holding rank q*count (as PromQL's
         histogram_quantile); a rank in the +Inf bucket gives the largest finite bound."""
@@ -72,13 +136,15 @@ class Histogram:
 
 @dataclass(frozen=True)
 class Scrape:
-    runtime: str  # bundled | sglang
+    runtime: str  # a key of SERIES
     at: float  # epoch seconds when read
     requests: float = 0.0
     errors: float = 0.0
     generated: float = 0.0
-    hist: dict = field(default_factory=dict)  # ttft, itl, e2e, accept (bundled) -> Histogram
+    hist: dict = field(default_factory=dict)  # ttft, itl, e2e, accept (histogram) -> Histogram
     accept_gauge: float | None = None  # SGLang reports accepted length only as a gauge
+    drafts: float = 0.0  # vLLM's spec-decode counters
+    accepted: float = 0.0
 
     def since(self, earlier: "Scrape") -> "Scrape":
         restarted = self.requests < earlier.requests
@@ -86,7 +152,23 @@ class Scrape:
         return Scrape(self.runtime, base.at, self.requests - base.requests, self.errors - base.errors,
                       self.generated - base.generated,
                       {k: h.minus(base.hist.get(k, Histogram())) for k, h in self.hist.items()},
-                      self.accept_gauge)
+                      self.accept_gauge, self.drafts - base.drafts, self.accepted - base.accepted)
+
+    def plus(self, other: "Scrape") -> "Scrape":
+        """Two windows as one server's (a pooled baseline)."""
+        hist = {k: self.hist.get(k, Histogram()).plus(other.hist.get(k, Histogram()))
+                for k in set(self.hist) | set(other.hist)}
+        return Scrape(self.runtime, min(self.at, other.at), self.requests + other.requests,
+                      self.errors + other.errors, self.generated + other.generated, hist,
+                      self.accept_gauge, self.drafts + other.drafts, self.accepted + other.accepted)
+
+    def accept_length(self) -> float | None:
+        accept = self.hist.get("accept")
+        if accept and accept.count:
+            return accept.total / accept.count
+        if self.drafts > 0:
+            return 1.0 + self.accepted / self.drafts
+        return self.accept_gauge
 
     def summary(self) -> dict:
         """Figures of this window; None where the window has no observation to say it."""
@@ -94,9 +176,7 @@ class Scrape:
                "error_ratio": self.errors / self.requests if self.requests else None}
         e2e = self.hist.get("e2e", Histogram())
         out["tokens_per_s"] = self.generated / e2e.total if e2e.total > 0 else None
-        accept = self.hist.get("accept")
-        out["accept_length"] = (accept.total / accept.count if accept and accept.count else
-                                self.accept_gauge)
+        out["accept_length"] = self.accept_length()
         for name in ("ttft", "itl", "e2e"):
             for label, q in QUANTILES.items():
                 value = self.hist.get(name, Histogram()).quantile(q)
@@ -106,31 +186,27 @@ class Scrape:
 
 def parse(text: str, at: float | None = None) -> Scrape:
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    runtime = "sglang" if any(name.startswith("sglang:") for name in families) else "bundled"
-    if SERIES["requests"][runtime] not in families:
-        raise ScrapeError(f"no {SERIES['requests'][runtime]} series: not a bundled or SGLang server's /metrics")
-    name = lambda q: SERIES[q][runtime]  # noqa: E731
-    requests, errors = _requests(families, runtime)
-    hist = {q: _histogram(families.get(name(q))) for q in ("ttft", "itl", "e2e")}
-    gauge = None
-    if runtime == "bundled":
-        hist["accept"] = _histogram(families.get(name("accept")))
-    else:
-        gauge = _total(families.get(name("accept")), "") or None
-    return Scrape(runtime, time.time() if at is None else at, requests, errors,
-                  _total(families.get(name("generated")), "_total"), hist, gauge)
+    runtime = next((name for name, series in SERIES.items() if series.requests.family in families), None)
+    if runtime is None:
+        known = ", ".join(f"{s.requests.family}_total ({name})" for name, s in SERIES.items())
+        raise ScrapeError(f"no request counter this table knows: none of {known}")
+    series = SERIES[runtime]
+    hist = {q: _histogram(families.get(getattr(series, q))) for q in ("ttft", "itl", "e2e")}
+    if series.accept_histogram:
+        hist["accept"] = _histogram(families.get(series.accept_histogram))
+    gauge = (_total(families.get(series.accept_gauge), "") or None) if series.accept_gauge else None
+    return Scrape(runtime, time.time() if at is None else at, _count(families, series.requests),
+                  _count(families, series.errors), _total(families.get(series.generated), "_total"),
+                  hist, gauge, _total(families.get(series.spec_drafts), "_total"),
+                  _total(families.get(series.spec_accepted), "_total"))
 
 
-def _requests(families: dict, runtime: str) -> tuple[float, float]:
-    if runtime == "sglang":
-        return (_total(families.get(SERIES["requests"]["sglang"]), "_total"),
-                _total(families.get(SERIES["errors"]["sglang"]), "_total"))
-    requests = errors = 0.0
-    for sample in families[SERIES["requests"]["bundled"]].samples:
-        if sample.name.endswith("_total") and sample.labels.get("path") in GENERATION_PATHS:
-            requests += sample.value
-            errors += sample.value if sample.labels.get("status", "").startswith("5") else 0.0
-    return requests, errors
+def _count(families: dict, count: Count) -> float:
+    family = families.get(count.family)
+    if family is None:
+        return 0.0
+    return sum(s.value for s in family.samples if s.name == family.name + "_total"
+               and (count.where is None or count.where(s.labels)))
 
 
 def _total(family, suffix: str) -> float:
@@ -140,7 +216,7 @@ def _total(family, suffix: str) -> float:
 
 
 def _histogram(family) -> Histogram:
-    """One histogram summed over its label sets (SGLang labels by model, tp rank, ...)."""
+    """One histogram summed over its label sets (SGLang and vLLM label by model, engine, ...)."""
     if family is None:
         return Histogram()
     buckets: dict[float, float] = {}

@@ -3,10 +3,16 @@
 Speculative decoding is lossless, so at temperature 0 a correct shadow reproduces production's
 tokens exactly. Agreement is counted as the common prefix: after the first differing token the
 two continuations condition on different text and are no longer comparable position by position.
+
+Positions are token ids where both servers return them. Where only one does (vLLM returns ids
+with `return_token_ids`, the bundled runtime only text), that side's ids are laid on the common
+text: a token counts as matched once all the text it completed lies in the prefix both answers
+share. Where neither does, positions are characters.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
@@ -23,6 +29,11 @@ class Sample:
     latency_s: float
     ttft_s: float | None  # first streamed content; None when nothing was streamed
     error: str | None = None
+    # token_ends[i]: characters of `text` settled once token i was streamed (the end of the
+    # first chunk at or after it that added text); len(text) + 1 for trailing tokens that
+    # added none (EOS). None when the server returns no ids.
+    token_ends: tuple[int, ...] | None = None
+    prompt_tokens: int | None = None  # the server's own count (usage), to tell template drift
 
     @property
     def ok(self) -> bool:
@@ -38,6 +49,8 @@ class Agreement:
     matched: int  # length of the common prefix
     compared: int  # the longer of the two outputs
     unit: str  # "token" (ids compared) or "char" (text compared)
+    ids: str = "both"  # whose token ids count positions: both, production, shadow, none
+    first_divergence: int | None = None  # position (in `unit`) of the first difference; None: equal
 
 
 @dataclass(frozen=True)
@@ -68,20 +81,48 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def agree(production: Sample, shadow: Sample) -> Agreement:
-    """Common-prefix agreement, in token ids when both sides returned them, else in characters."""
+    """Common-prefix agreement: in token ids when both sides returned them, in one side's ids
+    laid on the common text when only one did, else in characters."""
     if production.token_ids is not None and shadow.token_ids is not None:
-        a, b, unit = production.token_ids, shadow.token_ids, "token"
-    else:
-        a, b, unit = production.text, shadow.text, "char"
+        return _agreement(production, shadow, production.token_ids, shadow.token_ids, "token", "both")
+    if production.token_ends is not None and production.token_ids is not None:
+        return _aligned(production, shadow, production, "production")
+    if shadow.token_ends is not None and shadow.token_ids is not None:
+        return _aligned(production, shadow, shadow, "shadow")
+    return _agreement(production, shadow, production.text, shadow.text, "char", "none")
+
+
+def _agreement(production: Sample, shadow: Sample, a: Sequence, b: Sequence, unit: str,
+               ids: str) -> Agreement:
     if not (production.ok and shadow.ok):
-        return Agreement(production.prompt_id, False, 0, max(len(a), len(b), 1), unit)
+        return Agreement(production.prompt_id, False, 0, max(len(a), len(b), 1), unit, ids, 0)
+    matched = common_prefix(a, b)
+    equal = tuple(a) == tuple(b)
+    return Agreement(production.prompt_id, equal, matched, max(len(a), len(b)), unit, ids,
+                     None if equal else matched)
+
+
+def _aligned(production: Sample, shadow: Sample, counted: Sample, ids: str) -> Agreement:
+    """`counted`'s ids on the text both share; the other side's length is its usage count."""
+    other = shadow if counted is production else production
+    compared = max(len(counted.token_ids), other.completion_tokens)
+    if not (production.ok and shadow.ok):
+        return Agreement(production.prompt_id, False, 0, max(compared, 1), "token", ids, 0)
+    if production.text == shadow.text:
+        return Agreement(production.prompt_id, True, len(counted.token_ids), len(counted.token_ids),
+                         "token", ids, None)
+    common = common_prefix(production.text, shadow.text)
+    matched = sum(1 for _ in itertools.takewhile(lambda end: end <= common, counted.token_ends))
+    return Agreement(production.prompt_id, False, matched, compared, "token", ids, matched)
+
+
+def common_prefix(a: Sequence, b: Sequence) -> int:
     matched = 0
     for x, y in zip(a, b):
         if x != y:
             break
         matched += 1
-    compared = max(len(a), len(b))
-    return Agreement(production.prompt_id, a == b, matched, compared, unit)
+    return matched
 
 
 def token_equality(agreements: Sequence[Agreement]) -> float:

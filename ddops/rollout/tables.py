@@ -21,14 +21,16 @@ def _num(value: float | None, fmt: str = "{:.1f}") -> str:
 
 def prompts_table(comparison) -> Table:
     table = Table(title="Per prompt (temperature 0)")
-    for column in ("prompt", "equal", "agreement", "prod latency", "shadow latency",
+    for column in ("prompt", "equal", "agreement", "differs at", "prod latency", "shadow latency",
                    "prod TTFT", "shadow TTFT", "tokens"):
         table.add_column(column, justify="left" if column == "prompt" else "right")
     prod, shadow = comparison.samples["production"], comparison.samples["shadow"]
     for a, p, s in zip(comparison.agreements, prod, shadow):
         share = a.matched / a.compared if a.compared else 1.0
         table.add_row(a.prompt_id, "[green]yes[/]" if a.equal else "[red]no[/]",
-                      f"{share:.0%} ({a.matched}/{a.compared} {a.unit})", _ms(p.latency_s),
+                      f"{share:.0%} ({a.matched}/{a.compared} {a.unit})",
+                      "-" if a.first_divergence is None else f"{a.unit} {a.first_divergence}",
+                      _ms(p.latency_s),
                       _ms(s.latency_s), _ms(p.ttft_s), _ms(s.ttft_s),
                       f"{p.completion_tokens}/{s.completion_tokens}")
     return table
