@@ -4,7 +4,8 @@ Model directories exist; for methods that need a draft (METHODS capability), the
 the target (ddops.preflight); no flag the runtime would refuse once it reads the target
 (ddops.fit.start_rules: --max-total-tokens where the bundled runtime has no pool); with
 --host, every flag of the rendered command line is one the host's installed runtime knows
-(its own --help, so renamed SGLang flags are caught)."""
+(its own --help, so renamed SGLang flags are caught), and the host's installed build can load
+the target and draft (ddops.deploy.draft_load: head sizes, the draft's mask token)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from rich.markup import escape
 
 from ddops import exits
 from ddops.deploy import show
+from ddops.deploy.draft_load import load_refusals, pairing_kept
 from ddops.deploy.knowable import unknown_flags
 from ddops.fit.model import ModelFactsError
 from ddops.fit.read import read_model
@@ -24,6 +26,7 @@ from ddops.inventory import load_inventory
 from ddops.preflight import (LocalFiles, PreflightError, Problem, RemoteFiles, check_model_dir,
                              check_pair, read_pair)
 from ddops.profile import load_profile
+from ddops.profile.runtimes import RUNTIMES
 from ddops.profile.yamlfile import ConfigError
 from ddops.remote import RemoteError, connect
 from ddops.render import command_line
@@ -53,7 +56,8 @@ def preflight(profile: str = typer.Argument(..., help="profile name or YAML path
             problems = check_profile(prof, LocalFiles(), models)
         else:
             with connect(target) as remote:
-                problems = check_profile(prof, RemoteFiles.of(remote)) + check_flags(remote, argv)
+                problems = (check_profile(prof, RemoteFiles.of(remote)) + check_flags(remote, argv)
+                            + check_load(remote, argv))
     except (PreflightError, RemoteError) as err:
         problems = [Problem("files", str(err))]
     _finish(as_json, prof.name, host, problems)
@@ -67,8 +71,9 @@ def check_profile(prof, files, models: Path | None = None) -> list[Problem]:
     if prof.method.needs_draft and draft:
         problems += check_model_dir(files, where(draft), "draft")
         if not problems:
-            problems += check_pair(read_pair(files, target, where(draft)), prof.speculative.block_size,
-                                   prof.speculative.ddtree_budget)
+            found = check_pair(read_pair(files, target, where(draft)), prof.speculative.block_size,
+                               prof.speculative.ddtree_budget)
+            problems += pairing_kept(RUNTIMES[prof.runtime], found)
     if problems:
         return problems
     try:
@@ -81,6 +86,11 @@ def check_profile(prof, files, models: Path | None = None) -> list[Problem]:
 def check_flags(remote, argv: list[str]) -> list[Problem]:
     """Every --flag in argv appears in the installed runtime's --help."""
     return [Problem("flag", line) for line in unknown_flags(remote, argv)]
+
+
+def check_load(remote, argv: list[str]) -> list[Problem]:
+    """The host's installed build can load the target and draft (head sizes, mask token)."""
+    return [Problem("load", line) for line in load_refusals(remote, argv)]
 
 
 def _finish(as_json: bool, profile: str, host: str | None, problems: list[Problem]) -> None:

