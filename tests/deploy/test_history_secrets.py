@@ -42,3 +42,13 @@ def test_an_env_file_without_secrets_passes_through():
     text = render(load_profile("cpu-ar", SHIPPED), secrets={"DDOPS_API_KEY": "k"}).env_text
     plain = "\n".join(line for line in text.splitlines() if "DDOPS_API_KEY" not in line) + "\n"
     assert withhold_secrets(plain) == (plain, {}) and restore_secrets(plain, None) == plain
+
+
+def test_a_rollback_across_runtimes_takes_the_key_under_the_variable_the_unit_has_now():
+    bundled = env_with(KEY)
+    vllm = render(load_profile("cpu-smollm2-vllm", SHIPPED), secrets={"VLLM_API_KEY": KEY}).env_text
+    kept, _ = withhold_secrets(bundled)
+    assert restore_secrets(kept, vllm) == bundled           # bundled entry, vLLM running now
+    kept_vllm, prints = withhold_secrets(vllm)
+    assert prints == {"VLLM_API_KEY": fingerprint(KEY)} and KEY not in kept_vllm
+    assert restore_secrets(kept_vllm, bundled) == vllm      # and back

