@@ -167,13 +167,17 @@ def _model_dict(m) -> dict:
 def _print(name: str, a: Assessment, models: Models) -> None:
     s, p, v = a.setup, a.pools, a.verdict
     out.print(f"fit {name} on {s.tp} x {s.gpu.name} ({s.gpu.memory_mib:,} MiB each)", style="bold")
-    table = Table(title="per GPU", show_header=False)
+    _print_table_and_verdict("per GPU", _rows(s, p, models), v)
+
+
+def _print_table_and_verdict(title: str, rows: list[tuple[str, str]], v) -> None:
+    table = Table(title=title, show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
-    for label, value in _rows(s, p, models):
+    for label, value in rows:
         table.add_row(label, value)
     out.print(table)
-    out.print(f"[{'green' if v.fits else 'red'}]{v.headline}[/]")
+    out.print(f"[{'green' if v.fits else 'red'}]{escape(v.headline)}[/]")
     for line in v.reasons:
         out.print(f"  because {line}", markup=False)
     for line in v.warnings:
@@ -237,19 +241,7 @@ def _report_blocks(profile, a, as_json: bool) -> None:
         raise typer.Exit(code)
     where = f"{s.tp} x {s.gpu.name} ({s.gpu.memory_mib:,} MiB each)" if s.gpu else "CPU"
     out.print(f"fit {profile.name}: vLLM on {where}", style="bold", markup=False)
-    table = Table(title="per GPU" if s.gpu else "KV cache", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    for label, value in _block_rows(s, p):
-        table.add_row(label, value)
-    out.print(table)
-    out.print(f"[{'green' if v.fits else 'red'}]{escape(v.headline)}[/]")
-    for line in v.reasons:
-        out.print(f"  because {line}", markup=False)
-    for line in v.warnings:
-        out.print(f"  note: {line}", markup=False, style="yellow")
-    for line in v.suggestions:
-        out.print(f"  try: {line}", markup=False)
+    _print_table_and_verdict("per GPU" if s.gpu else "KV cache", _block_rows(s, p), v)
     raise typer.Exit(code)
 
 

@@ -51,12 +51,18 @@ def missing_wheels(bundle: Bundle, installed: set[tuple[str, str]]) -> list:
     return [w for w in bundle.wheelhouse.wheels if wheel_identity(w) not in installed]
 
 
-def install_runtime(remote: Remote, bundle: Bundle, log=print, progress=None) -> InstallReport:
+def prepare_venv(remote: Remote, venv: str, log=print) -> bool:
+    """The service user and `venv` on the host; True when the venv was created now."""
     remote.run(ADD_USER)
-    venv_created = not remote.exists(PYTHON)
-    if venv_created:
-        log(f"  {remote.host.name}: creating {VENV}")
-        remote.run(f"python3 -m venv {VENV}", timeout=300)
+    created = not remote.exists(f"{venv}/bin/python")
+    if created:
+        log(f"  {remote.host.name}: creating {venv}")
+        remote.run(f"python3 -m venv {venv}", timeout=300)
+    return created
+
+
+def install_runtime(remote: Remote, bundle: Bundle, log=print, progress=None) -> InstallReport:
+    venv_created = prepare_venv(remote, VENV, log)
     missing = missing_wheels(bundle, installed_distributions(remote))
     files = {w.name: w for w in missing}
     files[bundle.project_wheel.name] = bundle.project_wheel

@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.install.runtime import ADD_USER, installed_distributions
+from ddops.install.runtime import installed_distributions, prepare_venv
 from ddops.install.sync import sync_files
 from ddops.install.wheelhouse import fresh, normalize, pip, python_tag, wheel_identity
 from ddops.lab.locks import file_lock
@@ -109,11 +109,7 @@ def probe_installed(remote: Remote, python: str = PYTHON) -> ParserFacts:
 
 
 def install_vllm(remote: Remote, house: VllmWheelhouse, log=print, progress=None) -> VllmInstallReport:
-    remote.run(ADD_USER)
-    venv_created = not remote.exists(PYTHON)
-    if venv_created:
-        log(f"  {remote.host.name}: creating {VENV}")
-        remote.run(f"python3 -m venv {VENV}", timeout=300)
+    venv_created = prepare_venv(remote, VENV, log)
     wanted = missing(house, installed_distributions(remote, VENV))
     files = {w.name: w for w in wanted}
     if wanted:
