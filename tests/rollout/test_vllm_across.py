@@ -5,11 +5,16 @@ bake reads vLLM's own /metrics names."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from ddops.cli import app
 from ddops.profile.analysis import AnalysisSpec
 from ddops.rollout import bake, scrape
 from ddops.rollout.compare import Endpoint, Settings, compare
@@ -83,11 +88,31 @@ def test_vllm_shadow_of_bundled_production(bundled, vllm_server):
     assert result.production.accept_length == 1.0  # the bundled runtime's /server_info, plain
 
 
-def test_bundled_shadow_of_vllm_production(bundled, vllm_server):
-    result = compare(Endpoint("production", vllm_server.url), Endpoint("shadow", bundled.url),
-                     PROMPTS, SETTINGS)
-    report(result, "vLLM production, bundled shadow")
-    check(result, "production")
+def test_cli_bundled_shadow_of_vllm_production(bundled, vllm_server, tmp_path, monkeypatch):
+    """The same replay through `ddops shadow compare`: the saved document and the HTML report."""
+    monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(yaml.safe_dump([{"id": p.id, "prompt": p.text} for p in PROMPTS]))
+    done = CliRunner().invoke(app, [
+        "shadow", "compare", "--json", "--prompts", str(prompts), "--count", "16", "--concurrency", "2",
+        "--max-tokens", "64", "--production-url", vllm_server.url, "--shadow-url", bundled.url,
+        "--results-dir", str(tmp_path / "results")])
+    doc = json.loads(done.stdout)
+    comparison = doc["comparison"]
+    print(f"\nvLLM production, bundled shadow (ddops shadow compare): token equality "
+          f"{comparison['token_equality']:.4f}, {comparison['prompts_equal']}/16 prompts identical")
+    # No profile: the default policy (equality 1.0, speed bounds the slower bundled shadow may
+    # miss), so the exit code is the verdict's, 0 or 1; this test's bound is MIN_EQUALITY.
+    equality = next(c for c in doc["verdict"]["checks"] if c["name"] == "token equality")
+    assert done.exit_code in (0, 1) and equality["observed"] == comparison["token_equality"]
+    assert comparison["token_equality"] >= MIN_EQUALITY and len(comparison["per_prompt"]) == 16
+    for row in comparison["per_prompt"]:
+        assert row["unit"] == "token" and row["ids"] == "production"
+        assert row["production"]["prompt_tokens"] == row["shadow"]["prompt_tokens"], row
+        assert (row["first_divergence"] is None) == row["equal"]
+    assert comparison["production"]["errors"] == comparison["shadow"]["errors"] == 0
+    assert comparison["production"]["accept_length"] is None  # plain vLLM
+    assert "<h1>Shadow comparison</h1>" in Path(doc["report_file"]).read_text()
 
 
 def test_scrape_reads_vllm_metrics_over_a_window(vllm_server):
