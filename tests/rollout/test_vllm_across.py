@@ -30,7 +30,7 @@ PROMPTS = load_prompts() + (
     Prompt("code-sum", "Write a Python function that returns the sum of the digits of an integer."),
     Prompt("fact-planets", "Name the planets of the solar system in order from the sun."),
 )
-SETTINGS = Settings(count=16, concurrency=2, max_tokens=64, timeout_s=300)
+SETTINGS = Settings(count=16, concurrency=2, max_tokens=32, timeout_s=300)
 MIN_EQUALITY = 0.95
 
 
@@ -95,7 +95,7 @@ def test_cli_bundled_shadow_of_vllm_production(bundled, vllm_server, tmp_path, m
     prompts.write_text(yaml.safe_dump([{"id": p.id, "prompt": p.text} for p in PROMPTS]))
     done = CliRunner().invoke(app, [
         "shadow", "compare", "--json", "--prompts", str(prompts), "--count", "16", "--concurrency", "2",
-        "--max-tokens", "64", "--production-url", vllm_server.url, "--shadow-url", bundled.url,
+        "--max-tokens", "32", "--production-url", vllm_server.url, "--shadow-url", bundled.url,
         "--results-dir", str(tmp_path / "results")])
     doc = json.loads(done.stdout)
     comparison = doc["comparison"]
