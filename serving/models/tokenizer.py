@@ -1,7 +1,8 @@
-"""Tokenizer: an HF `tokenizer.json` plus `tokenizer_config.json` (special tokens, chat template).
+"""Tokenizer: an HF `tokenizer.json` plus `tokenizer_config.json` (special tokens) and the chat template.
 
-The chat template is rendered with a sandboxed Jinja environment configured as HF renders it
-(trim_blocks, lstrip_blocks, `raise_exception`, `tojson`).
+The chat template is read where transformers reads it (`chat_template_settings`) and rendered with a
+sandboxed Jinja environment configured as HF renders it (trim_blocks, lstrip_blocks,
+`raise_exception`, `tojson`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Tokenizer:
             raise ModelError(f"{path}: unreadable tokenizer ({e})") from None
         settings_path = directory / "tokenizer_config.json"
         settings = json.loads(settings_path.read_text()) if settings_path.is_file() else {}
-        return cls(backend, settings, str(settings_path))
+        return cls(backend, chat_template_settings(directory, settings), str(settings_path))
 
     @property
     def vocab_size(self) -> int:
@@ -82,6 +83,28 @@ class Tokenizer:
         return self.encode(self.render_chat(messages), prompt=False)
 
 
+def chat_template_settings(directory: Path, settings: dict) -> dict:
+    """`settings` with the chat template transformers would load from `directory`.
+
+    transformers 5 saves templates as files: `chat_template.jinja` (the default) and
+    `additional_chat_templates/NAME.jinja`, and drops the `tokenizer_config.json` key. Its
+    `PreTrainedTokenizerBase._from_pretrained` lets any such file replace the key entirely; we do the
+    same. `chat_template.json` is the processors' legacy file (`ProcessorMixin`), which a tokenizer
+    never reads: here it is only the last resort before the runtime's plain ChatML.
+    """
+    templates = {path.stem: path.read_text(encoding="utf-8")
+                 for path in sorted((directory / "additional_chat_templates").glob("*.jinja"))}
+    default = directory / "chat_template.jinja"
+    if default.is_file():
+        templates["default"] = default.read_text(encoding="utf-8")
+    if templates:
+        return {**settings, "chat_template": templates}
+    legacy = directory / "chat_template.json"
+    if settings.get("chat_template") is None and legacy.is_file():
+        return {**settings, "chat_template": json.loads(legacy.read_text()).get("chat_template")}
+    return settings
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda value, indent=None, **_: json.dumps(value, indent=indent, ensure_ascii=False)
@@ -101,7 +124,8 @@ def _token_text(value) -> str | None:
 
 
 def _template_source(value) -> str | None:
-    if isinstance(value, list):  # [{"name": "default", "template": "..."}, ...]
-        named = {t.get("name"): t.get("template") for t in value}
-        return named.get("default") or next(iter(named.values()), None)
+    if isinstance(value, list):  # tokenizer_config.json: [{"name": "default", "template": "..."}, ...]
+        value = {t.get("name"): t.get("template") for t in value}
+    if isinstance(value, dict):  # {name: template}, as chat_template_settings reads the files
+        return value.get("default") or next(iter(value.values()), None)
     return value
