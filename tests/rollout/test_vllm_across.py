@@ -89,23 +89,24 @@ def test_vllm_shadow_of_bundled_production(bundled, vllm_server):
 
 
 def test_cli_bundled_shadow_of_vllm_production(bundled, vllm_server, tmp_path, monkeypatch):
-    """The same replay through `ddops shadow compare`: the saved document and the HTML report."""
+    """The other direction through `ddops shadow compare` (8 prompts: the 16-prompt equality goal is
+    the test above; CI time): the saved document and the HTML report."""
     monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
     prompts = tmp_path / "prompts.yaml"
     prompts.write_text(yaml.safe_dump([{"id": p.id, "prompt": p.text} for p in PROMPTS]))
     done = CliRunner().invoke(app, [
-        "shadow", "compare", "--json", "--prompts", str(prompts), "--count", "16", "--concurrency", "2",
+        "shadow", "compare", "--json", "--prompts", str(prompts), "--count", "8", "--concurrency", "2",
         "--max-tokens", "32", "--production-url", vllm_server.url, "--shadow-url", bundled.url,
         "--results-dir", str(tmp_path / "results")])
     doc = json.loads(done.stdout)
     comparison = doc["comparison"]
     print(f"\nvLLM production, bundled shadow (ddops shadow compare): token equality "
-          f"{comparison['token_equality']:.4f}, {comparison['prompts_equal']}/16 prompts identical")
+          f"{comparison['token_equality']:.4f}, {comparison['prompts_equal']}/8 prompts identical")
     # No profile: the default policy (equality 1.0, speed bounds the slower bundled shadow may
     # miss), so the exit code is the verdict's, 0 or 1; this test's bound is MIN_EQUALITY.
     equality = next(c for c in doc["verdict"]["checks"] if c["name"] == "token equality")
     assert done.exit_code in (0, 1) and equality["observed"] == comparison["token_equality"]
-    assert comparison["token_equality"] >= MIN_EQUALITY and len(comparison["per_prompt"]) == 16
+    assert comparison["token_equality"] >= MIN_EQUALITY and len(comparison["per_prompt"]) == 8
     for row in comparison["per_prompt"]:
         assert row["unit"] == "token" and row["ids"] == "production"
         assert row["production"]["prompt_tokens"] == row["shadow"]["prompt_tokens"], row
