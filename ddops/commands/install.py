@@ -66,10 +66,13 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
                     debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
     """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index);
     --runtime vllm installs vLLM 0.32 into /opt/vllm/venv (CPU build on hosts without a GPU)."""
-    if runtime == "vllm":
-        return _install_vllm(host, hosts, selector, inventory, as_json)
-    if runtime != "bundled":
-        raise LabUsageError(f"--runtime {runtime!r}: ddops installs bundled or vllm (SGLang is the operator's)")
+    installer = INSTALLERS.get(runtime)
+    if installer is None:
+        raise LabUsageError(f"--runtime {runtime!r}: ddops installs {' or '.join(INSTALLERS)} (SGLang is the operator's)")
+    installer(host, hosts, selector, inventory, as_json)
+
+
+def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
     from ddops.install.many import run_on_hosts
     from ddops.install.runtime import install_runtime as install
     from ddops.install.wheelhouse import build_bundle
@@ -113,6 +116,10 @@ def _install_vllm(host, hosts, selector, inventory, as_json: bool) -> None:
         return (f"{r.host}: vLLM ({r.build} build) {wheels}; pushed {r.bytes_pushed / 1e6:.1f} MB in {took:.1f} s; "
                 f"its parser reports vLLM {r.version} with {r.flags} flags")
     _summary(outcomes, line, as_json)
+
+
+# The runtimes ddops installs itself, by --runtime.
+INSTALLERS = {"bundled": _install_bundled, "vllm": _install_vllm}
 
 
 def push_model(directory: Path = typer.Argument(..., help="local model directory"),
