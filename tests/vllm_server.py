@@ -114,7 +114,9 @@ def smollm2_checkpoint() -> Path:
     return SMOLLM2
 
 
-@pytest.fixture(scope="session")
+# Module scope: a suite's server stops (and frees the lock and ~5 GB) when its module is done,
+# so a later module in the same session that starts its own vLLM does not wait on it.
+@pytest.fixture(scope="module")
 def vllm_server(smollm2_checkpoint, tmp_path_factory):
     python = vllm_python()  # skips (or fails under DDOPS_REQUIRE_VLLM=1) without the venv
     root = tmp_path_factory.mktemp("vllm")
