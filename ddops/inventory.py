@@ -68,7 +68,7 @@ class Host(_Strict):
 class Inventory(_Strict):
     path: Path | None = None
     hosts: dict[str, Host] = Field(default_factory=dict)
-    notify: list[dict] = Field(default_factory=list)  # rollout webhooks (ddops.rollout.notify)
+    notify: list[dict] = Field(default_factory=list)  # rollout webhooks (ddops.rollout.fleet.notify)
 
     def select(self, labels: dict[str, str]) -> list[Host]:
         """Hosts carrying every given label, in inventory order."""

@@ -102,10 +102,10 @@ def _error_table() -> list[tuple[type, int, str]]:
     from ddops.preflight import PreflightError
     from ddops.profile.yamlfile import ConfigError
     from ddops.remote import RemoteError
-    from ddops.rollout.compare import SettingsError
-    from ddops.rollout.notify import NotifyError
-    from ddops.rollout.prompts import PromptFileError
-    from ddops.rollout.waves import PlanError
+    from ddops.rollout.shadow.compare import SettingsError
+    from ddops.rollout.fleet.notify import NotifyError
+    from ddops.rollout.shadow.prompts import PromptFileError
+    from ddops.rollout.fleet.waves import PlanError
     return [
         (ConfigError, exits.BAD_INPUT, "fix the lines above, then `ddops validate`; `ddops show PROFILE` prints what a profile resolves to"),
         ((BadInput, OpsError, PreflightError, ModelFactsError, PlanError, PromptFileError, SettingsError,

@@ -18,7 +18,7 @@ from rich.markup import escape
 from ddops import exits
 from ddops.deploy import show
 from ddops.deploy.draft_load import load_refusals, pairing_kept
-from ddops.deploy.knowable import unknown_flags
+from ddops.deploy.refusals import unknown_flags
 from ddops.fit.model import ModelFactsError
 from ddops.fit.read import read_model
 from ddops.fit.start_rules import profile_refusals

@@ -12,7 +12,7 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from ddops import exits
-from ddops.rollout.ci import BadInput, Output
+from ddops.rollout.output import BadInput, Output
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (required without a TTY).")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at the end.")]
@@ -54,9 +54,9 @@ def shadow_compare(
     """Replay prompts to production and the shadow at temperature 0 and judge the shadow
     (through SSH to a recorded host behind a bastion or bound to its loopback)."""
     from ddops.report.build import write_report
-    from ddops.rollout import tables
-    from ddops.rollout.compare import Settings
-    from ddops.rollout.shadow import run_compare
+    from ddops.rollout.shadow import tables
+    from ddops.rollout.shadow.compare import Settings
+    from ddops.rollout.shadow.lifecycle import run_compare
 
     def body(out: Output) -> int:
         settings = Settings(count=count, concurrency=concurrency, max_tokens=max_tokens)
@@ -114,7 +114,7 @@ def shadow_start(
     force: Force = False,
 ) -> None:
     """Deploy PROFILE as <service>-shadow beside production, gated like a deploy."""
-    from ddops.rollout import shadow
+    from ddops.rollout.shadow import lifecycle as shadow
 
     def body(out: Output) -> int:
         connect = _connector(inventory)
@@ -131,7 +131,7 @@ def shadow_start(
 def shadow_promote(inventory: Inventory = None, yes: Yes = False, json_doc: Json = False,
                    json_events: Events = False) -> None:
     """Switch production to the shadow's profile (gated, reverted on failure), then remove the shadow."""
-    from ddops.rollout import shadow
+    from ddops.rollout.shadow import lifecycle as shadow
 
     def body(out: Output) -> int:
         connect = _connector(inventory)
@@ -146,7 +146,7 @@ def shadow_promote(inventory: Inventory = None, yes: Yes = False, json_doc: Json
 def shadow_abort(inventory: Inventory = None, yes: Yes = False, json_doc: Json = False,
                  json_events: Events = False) -> None:
     """Remove the shadow; production is not touched."""
-    from ddops.rollout import shadow
+    from ddops.rollout.shadow import lifecycle as shadow
 
     def body(out: Output) -> int:
         connect = _connector(inventory)
@@ -170,7 +170,7 @@ def shadow_status(json_doc: Json = False, json_events: Events = False) -> None:
 
 
 def _consent(yes: bool, question: str, out: Output) -> None:
-    from ddops.rollout.ci import consent
+    from ddops.rollout.output import consent
     if not consent(yes, question, out):
         raise BadInput("declined at the prompt; nothing changed")
 
@@ -195,12 +195,12 @@ def switch_command(
     force: Force = False,
 ) -> None:
     """Switch a single-GPU host to PROFILE: snapshot, stop, check the GPU, start, gate, revert on failure."""
-    from ddops.rollout import hostops
+    from ddops.rollout import host_changes
     from ddops.rollout.records import save_result
-    from ddops.rollout.switch import switch
+    from ddops.rollout.switch.single_gpu import switch
 
     def body(out: Output) -> int:
-        target = hostops.load_target(profile, host, inventory=inventory)
+        target = host_changes.load_target(profile, host, inventory=inventory)
         _consent(yes, f"Switch {host} to {profile} (the running server stops first)?", out)
         with _connector(inventory)(host) as remote:
             report = switch(remote, target, unit=unit, command=f"ddops switch {profile} --host {host}",
@@ -223,7 +223,7 @@ def rollout_command(
 ) -> None:
     """Roll PROFILE out in waves: canary first, analysis while baking, pauses for approval,
     halt and revert past max failures; resumable."""
-    from ddops.rollout.fleet_run import run_plan
+    from ddops.rollout.fleet.run_plan import run_plan
 
     def body(out: Output) -> int:
         return run_plan(plan_file, inventory=inventory, restart=restart, yes=yes, out=out,

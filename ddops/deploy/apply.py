@@ -20,7 +20,7 @@ from ddops.deploy import history
 from ddops.deploy.desired import api_key_of, health_spec
 from ddops.deploy.facts import Facts, deploy_dir, read_facts, unit_show
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
-from ddops.deploy.knowable import refusals
+from ddops.deploy.refusals import refusals
 from ddops.deploy.lock import Holder, HostLock, describe
 from ddops.deploy.plan import Desired, Plan, Step, make_plan
 from ddops.deploy.revert import revert, take_backup

@@ -2,7 +2,7 @@
 that differs from what it runs now) through the deploy engine, gated like a deploy and reverted
 if the gate fails. `ddops rollback` and a halted rollout's revert both use it.
 
-Planning checks the entry's unit like a deploy (knowable.py). The fit prediction needs the
+Planning checks the entry's unit like a deploy (refusals.py). The fit prediction needs the
 profile: the one named in the entry is used when it still renders exactly the entry's unit
 (same content hash, the unit's own --port); otherwise a host that declares GPUs gets a note
 that fit was not checked."""

@@ -3,7 +3,7 @@ directly: one that listens on the host's loopback only (SGLang's default bind), 
 of a host reached through a jump host or by an ssh_config alias (`remote.behind_ssh`: its address
 is not one to dial). A local listener on 127.0.0.1 carries each connection as a direct-tcpip
 channel to the port on the host. `reachable` uses a connection the caller holds (the gate,
-`ddops status`); `dialable` opens one only when the URL needs it (through rollout/hostops:
+`ddops status`); `dialable` opens one only when the URL needs it (through rollout/host_changes.py:
 shadow compare and the rollout's bake). `needs_tunnel` decides for both."""
 
 from __future__ import annotations

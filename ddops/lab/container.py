@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ddops.lab import shell
+from ddops.lab import local_commands
 from ddops.lab.errors import LabError
 from ddops.lab.layout import HostSlot, LabLayout
 
@@ -168,4 +168,4 @@ def remove_cgroups(layout: LabLayout, name: str) -> None:
 
 def remove_dir(path: Path) -> None:
     if path.is_dir():
-        shell.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
+        local_commands.run(["rm", "-rf", "--one-file-system", str(path)], check=False)

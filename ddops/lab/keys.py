@@ -7,7 +7,7 @@ keys we made, never from what a host happens to present (no trust on first use).
 import os
 from pathlib import Path
 
-from ddops.lab import shell
+from ddops.lab import local_commands
 from ddops.lab.layout import HostSlot, LabLayout
 
 
@@ -17,7 +17,7 @@ def ensure_keypair(path: Path, comment: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         for stale in (path, path.with_suffix(".pub")):
             stale.unlink(missing_ok=True)
-        shell.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
+        local_commands.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
     path.chmod(0o600)
     return path
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddops import systemd
-from ddops.lab import access, container, inventory_file, keys, network, rootfs, shell
+from ddops.lab import access, container, inventory_file, keys, local_commands, network, rootfs
 from ddops.lab.errors import LabError
 from ddops.lab.locks import file_lock
 from ddops.lab.layout import HOST_RE, HostSlot, LabLayout, host_names
@@ -59,7 +59,7 @@ def up(layout: LabLayout, count: int, bare: bool = False, log: Log = print, ops:
     """Ensure hosts lab-1..lab-N (or bare-1..bare-N) run; others already running are kept.
     ops/bastion: reach them as a sudo user, through a bastion (lab/access.py)."""
     names = host_names(count, bare)
-    shell.require_root("ddops lab up")
+    local_commands.require_root("ddops lab up")
     with locked(layout):
         keys.ensure_keypair(layout.client_key, "ddops-lab")
         reach = access.Access.load(layout, ops, bastion)
@@ -169,12 +169,12 @@ def clean_stale(layout: LabLayout, log: Log) -> None:
         network.remove_host_net(slot)
     for netns in network.lab_namespaces(layout):
         if netns not in live:
-            shell.run(["ip", "netns", "delete", netns])
+            local_commands.run(["ip", "netns", "delete", netns])
 
 
 def down(layout: LabLayout, log: Log = print) -> list[str]:
     """Halt every host and remove every namespace, veth, the bridge, cgroup dirs and unpacked trees."""
-    shell.require_root("ddops lab down")
+    local_commands.require_root("ddops lab down")
     removed = []
     with locked(layout):
         for slot in known_slots(layout):
@@ -183,7 +183,7 @@ def down(layout: LabLayout, log: Log = print) -> list[str]:
             removed.append(slot.name)
             log(f"lab: {slot.name} halted and removed")
         for netns in network.lab_namespaces(layout):
-            shell.run(["ip", "netns", "delete", netns])
+            local_commands.run(["ip", "netns", "delete", netns])
         network.remove_bridge(layout)
         inventory_file.remove(layout)
         refuse_if_mounted(layout.state_dir)
@@ -203,13 +203,13 @@ def refuse_if_mounted(path: Path) -> None:
 
 def remove_tree(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shell.run(["rm", "-rf", "--one-file-system", str(path)])
+        local_commands.run(["rm", "-rf", "--one-file-system", str(path)])
     else:
         path.unlink(missing_ok=True)
 
 
 def status(layout: LabLayout) -> list[HostState]:
-    shell.require_root("ddops lab status")
+    local_commands.require_root("ddops lab status")
     return [HostState(slot=s, pid=container.supervisor_pid(layout, s.name), netns=network.netns_exists(s.netns),
                       ssh=answers_ssh(s.address)) for s in known_slots(layout)]
 

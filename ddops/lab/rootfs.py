@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ddops.lab import shell
+from ddops.lab import local_commands
 from ddops.lab.errors import LabError
 from ddops.lab.layout import LabLayout
 
@@ -65,12 +65,12 @@ def base_tarball(layout: LabLayout, log=print) -> Path:
     tarball = layout.cache_dir / f"base-{suite}-{base_key(suite)}.tar.zst"
     if tarball.exists():
         return tarball
-    shell.require_root("building the lab's root filesystem")
+    local_commands.require_root("building the lab's root filesystem")
     work = fresh_dir(layout.cache_dir / f"build-base-{os.getpid()}")
     try:
         url = mirror()
         log(f"rootfs: debootstrap {suite} from {url} (first time only, ~1-2 min)")
-        shell.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", suite, str(work), url],
+        local_commands.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", suite, str(work), url],
                   timeout=1800)
         prepare(work)
         pack(work, tarball)
@@ -95,7 +95,7 @@ def prepare(root: Path) -> None:
     (ssh_dir / "authorized_keys").write_text("")
     (root / "root/.bashrc").write_text("")                      # every ssh command sources it
     (root / "var/lib/ddops/models").mkdir(parents=True, exist_ok=True)
-    shell.run(["chroot", str(root), "apt-get", "clean"])
+    local_commands.run(["chroot", str(root), "apt-get", "clean"])
     shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
     (root / "var/lib/apt/lists/partial").mkdir(parents=True)
 
@@ -112,7 +112,7 @@ def runtime_tarball(layout: LabLayout, base: Path, wheelhouse_dir: Path, wheelho
         script = (f"python3 -m venv {RUNTIME_VENV} && "
                   f"{RUNTIME_VENV}/bin/pip install -q --disable-pip-version-check --no-index "
                   f"--find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt")
-        shell.run(["systemd-nspawn", "-q", "-D", str(work), "--register=no", "--keep-unit", "--as-pid2",
+        local_commands.run(["systemd-nspawn", "-q", "-D", str(work), "--register=no", "--keep-unit", "--as-pid2",
                    "--private-network", f"--bind-ro={wheelhouse_dir}:/tmp/wheelhouse",
                    "/bin/sh", "-c", script], timeout=1800, stdin=subprocess.DEVNULL)
         pack(work, tarball)
@@ -124,13 +124,13 @@ def runtime_tarball(layout: LabLayout, base: Path, wheelhouse_dir: Path, wheelho
 def pack(root: Path, tarball: Path) -> None:
     tarball.parent.mkdir(parents=True, exist_ok=True)
     tmp = tarball.with_name(f".{tarball.name}.tmp{os.getpid()}")
-    shell.run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-I", "zstd -T0 -3", "-cf", str(tmp), "."],
+    local_commands.run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-I", "zstd -T0 -3", "-cf", str(tmp), "."],
               timeout=1800)
     os.replace(tmp, tarball)
 
 
 def unpack_into(tarball: Path, dest: Path) -> None:
-    shell.run(["tar", "--numeric-owner", "--xattrs", "-C", str(dest), "-I", "zstd", "-xf", str(tarball)],
+    local_commands.run(["tar", "--numeric-owner", "--xattrs", "-C", str(dest), "-I", "zstd", "-xf", str(tarball)],
               timeout=1800)
 
 
@@ -165,7 +165,7 @@ def prune(layout: LabLayout, keep: list[Path], in_use: set[Path], log=print) -> 
     for entry in stale_entries(entries, {k.name.removesuffix(".tar.zst") for k in keep}, in_use):
         log(f"rootfs: pruning {entry.name} (older key, not booted by any lab)")
         if entry.is_dir():
-            shell.run(["rm", "-rf", "--one-file-system", str(entry)])
+            local_commands.run(["rm", "-rf", "--one-file-system", str(entry)])
         else:
             entry.unlink(missing_ok=True)
 

@@ -1,7 +1,7 @@
 """What a rollout watches while it bakes: checks on each changed host's /metrics.
 
 Used in a profile's `rollout.analysis` (the defaults) and in a plan's `analysis` (which
-replaces the profile's as a whole). Each check names one figure of `ddops.rollout.scrape`
+replaces the profile's as a whole). Each check names one figure of `ddops.rollout.fleet.scrape`
 and bounds it absolutely (`max`, `min`) and/or against the baseline (`max_ratio`,
 `min_ratio`: value / baseline value).
 """

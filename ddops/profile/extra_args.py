@@ -10,7 +10,7 @@ replacement, and a vLLM profile's flags must be in its release's parser facts (d
 a flag whose value `ddops fit` reads (--max-total-tokens: either runtime's K/V pool
 rows) carries a positive integer, and a switch it reads (--disable-radix-cache: the bundled
 runtime keeps no prefix store) carries no value. With a host, deploy's planning checks every flag against the
-installed runtime's own --help (ddops.deploy.knowable). `ddops fit` warns about those that
+installed runtime's own --help (ddops.deploy.refusals). `ddops fit` warns about those that
 change memory use in a way it does not model.
 """
 

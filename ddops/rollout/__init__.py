@@ -1,5 +1,10 @@
-"""Safe changes beyond one deploy: shadow comparison, profile switching, fleet rollouts.
+"""Safe changes beyond one deploy, one subpackage per feature:
 
-Builds on ddops.deploy (apply, gate, revert); imports nothing of serving. Pure cores
-(verdict, waves, stats) take data and return data; HTTP and SSH stay in compare/shadow/switch/fleet.
+shadow/  a candidate beside production: replay prompts to both, judge, promote or abort;
+switch/  one single-GPU host from one profile to another, sequentially;
+fleet/   a plan over many hosts: canary, waves, bake with metric checks, halt and revert.
+
+Shared by the three: `host_changes` (what a rollout does to one host, through ddops.deploy's
+public entry points), `output` (the human/json/events channels and consent) and `records`
+(files this machine keeps). Imports nothing of serving.
 """

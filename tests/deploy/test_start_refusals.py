@@ -1,7 +1,7 @@
 """--max-total-tokens on a speculative hybrid under the bundled runtime: the runtime refuses it at
 start (tests/serving/test_cli.py), so ddops refuses such a change first, from the target's
 config.json and the method's capabilities: `ddops fit` and `ddops preflight` exit 2, deploy's
-planning check (ddops.deploy.knowable) names it. The flag stays accepted where a pool takes it."""
+planning check (ddops.deploy.refusals) names it. The flag stays accepted where a pool takes it."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ddops.cli import app
-from ddops.deploy.knowable import refusals
+from ddops.deploy.refusals import refusals
 from serving.tools.tiny import write_tiny
 from serving.tools.tiny_draft import write_tiny_draft
-from tests.deploy.test_knowable import LocalShell, unit
+from tests.deploy.test_refusals import LocalShell, unit
 from tests.fit.conftest import CONFIGS
 from tests.ops.helpers import write
 

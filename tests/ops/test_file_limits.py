@@ -15,8 +15,8 @@ from ddops.cli import app
 from ddops.inventory import load_inventory
 from ddops.profile import ConfigError, load_profile
 from ddops.profile.yamlfile import MAX_BYTES, load_data
-from ddops.rollout.prompts import PromptFileError, load_prompts
-from ddops.rollout.waves import PlanError, load_plan
+from ddops.rollout.shadow.prompts import PromptFileError, load_prompts
+from ddops.rollout.fleet.waves import PlanError, load_plan
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import random
 
-from ddops.rollout.compare import Comparison, Settings
-from ddops.rollout.fleet import Limits, Rollout
-from ddops.rollout.stats import Sample, agree, summarize
-from ddops.rollout.verdict import judge
+from ddops.rollout.shadow.compare import Comparison, Settings
+from ddops.rollout.fleet.loop import Limits, Rollout
+from ddops.rollout.shadow.stats import Sample, agree, summarize
+from ddops.rollout.shadow.judge import judge
 from ddops.profile.schema import RolloutSpec
 from tests.rollout.test_fleet_loop import Hosts, make
 

@@ -3,8 +3,8 @@ and the judging of checks against a baseline."""
 
 import pytest
 from ddops.profile.analysis import AnalysisSpec, CheckSpec
-from ddops.rollout.analysis import final_verdict, judge, judge_check
-from ddops.rollout.scrape import Histogram, ScrapeError, parse
+from ddops.rollout.fleet.bake_checks import final_verdict, judge, judge_check
+from ddops.rollout.fleet.scrape import Histogram, ScrapeError, parse
 from serving.server.metrics import Metrics
 
 SGLANG = """\

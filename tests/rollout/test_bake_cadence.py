@@ -4,8 +4,8 @@ real watcher against real servers: tests/rollout/test_bake_serving.py)."""
 import pytest
 
 from ddops.profile.analysis import AnalysisSpec
-from ddops.rollout.bake import Endpoint, Watcher, next_mark
-from ddops.rollout.scrape import Scrape
+from ddops.rollout.fleet.bake import Endpoint, Watcher, next_mark
+from ddops.rollout.fleet.scrape import Scrape
 
 SPEC = AnalysisSpec.model_validate({"interval_s": 5.0, "min_requests": 4, "baseline": "unchanged",
                                     "checks": [{"metric": "error_ratio", "max": 0.1}]})

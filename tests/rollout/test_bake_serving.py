@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from ddops.profile.analysis import AnalysisSpec
-from ddops.rollout.bake import Endpoint, Watcher
-from ddops.rollout.scrape import ScrapeError, read
+from ddops.rollout.fleet.bake import Endpoint, Watcher
+from ddops.rollout.fleet.scrape import ScrapeError, read
 from tests.conftest import TEST_API_KEY
 from tests.rollout.serving_pair import Server, make_checkpoints
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ddops import exits
-from ddops.rollout.ci import BadInput, Output, consent
+from ddops.rollout.output import BadInput, Output, consent
 
 
 def test_json_channel_writes_exactly_one_document():

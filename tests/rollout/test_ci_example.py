@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from ddops.profile import load_profile
-from ddops.rollout.waves import load_plan
+from ddops.rollout.fleet.waves import load_plan
 from tests.ops.test_cli_shell import _alternatives, is_group, resolve
 
 REPO = Path(__file__).resolve().parents[2]

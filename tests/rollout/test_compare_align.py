@@ -2,8 +2,8 @@
 side's ids laid on the common text, the first divergence as a token position; the stream
 reader records which text each streamed id settled."""
 
-from ddops.rollout.compare import _Stream, settled_ends
-from ddops.rollout.stats import Sample, agree, token_equality
+from ddops.rollout.shadow.compare import _Stream, settled_ends
+from ddops.rollout.shadow.stats import Sample, agree, token_equality
 
 
 def with_ids(text: str, pieces: list[tuple[str, list[int]]], tokens: int | None = None) -> Sample:

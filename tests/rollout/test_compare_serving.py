@@ -8,9 +8,9 @@ from typer.testing import CliRunner
 
 from ddops.cli import app
 from ddops.profile.schema import RolloutSpec
-from ddops.rollout.compare import Endpoint, Settings, compare
-from ddops.rollout.prompts import load_prompts
-from ddops.rollout.verdict import judge
+from ddops.rollout.shadow.compare import Endpoint, Settings, compare
+from ddops.rollout.shadow.prompts import load_prompts
+from ddops.rollout.shadow.judge import judge
 from tests.rollout.serving_pair import Server, make_checkpoints
 
 SETTINGS = Settings(count=4, concurrency=2, max_tokens=16)

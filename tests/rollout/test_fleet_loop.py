@@ -2,8 +2,8 @@
 
 import threading
 
-from ddops.rollout.fleet import Limits, Outcome, Rollout, StateFile, resume_or_start
-from ddops.rollout.waves import (DONE, FAILED, REVERTED, RUNNING, RolloutState, exit_code,
+from ddops.rollout.fleet.loop import Limits, Outcome, Rollout, StateFile, resume_or_start
+from ddops.rollout.fleet.waves import (DONE, FAILED, REVERTED, RUNNING, RolloutState, exit_code,
                                  parse_plan, plan_waves)
 
 

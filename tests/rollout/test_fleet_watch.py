@@ -2,8 +2,8 @@
 
 import pytest
 
-from ddops.rollout.fleet import Limits, Rollout
-from ddops.rollout.waves import (FAILED, PAUSED, REVERTED, PlanError, exit_code, parse_plan,
+from ddops.rollout.fleet.loop import Limits, Rollout
+from ddops.rollout.fleet.waves import (FAILED, PAUSED, REVERTED, PlanError, exit_code, parse_plan,
                                  pause_waves, plan_waves)
 from tests.rollout.test_fleet_loop import Hosts, make
 

@@ -1,6 +1,6 @@
 """Reading nvidia-smi: real output shapes, pure."""
 
-from ddops.rollout.gpu import judge_output, parse_compute_apps
+from ddops.rollout.switch.gpu import judge_output, parse_compute_apps
 
 BUSY = "12345, python3, 40112\n23456, /usr/bin/sglang::scheduler, 512\n"
 
@@ -29,7 +29,7 @@ def test_nvidia_smi_failure_is_not_taken_as_free():
 
 
 def test_free_memory_is_the_smallest_over_cards():
-    from ddops.rollout.gpu import parse_free_mib
+    from ddops.rollout.switch.gpu import parse_free_mib
     assert parse_free_mib("48012\n1203\n") == 1203
     assert parse_free_mib("NO-NVIDIA-SMI\n") is None
     assert parse_free_mib("") is None

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ddops.rollout.fleet import Limits, Rollout
-from ddops.rollout.notify import Notifier, NotifyError, webhooks
+from ddops.rollout.fleet.loop import Limits, Rollout
+from ddops.rollout.fleet.notify import Notifier, NotifyError, webhooks
 from tests.rollout.test_fleet_loop import Hosts, make
 from tests.rollout.webhook_receiver import Receiver
 from tests.server_process import free_port

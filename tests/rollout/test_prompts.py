@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddops.rollout.prompts import PromptFileError, load_prompts
+from ddops.rollout.shadow.prompts import PromptFileError, load_prompts
 
 
 def test_shipped_set_has_code_and_prose_with_unique_ids():

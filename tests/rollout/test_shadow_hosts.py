@@ -5,7 +5,7 @@ through a bastion); explicit URLs, and hosts no inventory here names, are dialed
 import yaml
 
 from ddops.rollout.records import ShadowRecord
-from ddops.rollout.shadow import _recorded_hosts
+from ddops.rollout.shadow.lifecycle import _recorded_hosts
 
 RECORD = ShadowRecord(profile="cpu-ar", host="gpu-2", unit="llm-shadow.service", port=30001,
                       url="http://gpu-2:30001", production_host="gpu-1", production_unit="llm.service",

@@ -2,8 +2,8 @@
 
 from dataclasses import dataclass
 
-from ddops.rollout.stats import EndpointSummary, Sample, agree, percentile, token_equality
-from ddops.rollout.verdict import judge
+from ddops.rollout.shadow.stats import EndpointSummary, Sample, agree, percentile, token_equality
+from ddops.rollout.shadow.judge import judge
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from ddops.cli import app
 from ddops.profile.analysis import AnalysisSpec
-from ddops.rollout import bake, scrape
-from ddops.rollout.compare import Endpoint, Settings, compare
-from ddops.rollout.prompts import Prompt, load_prompts
+from ddops.rollout.fleet import bake, scrape
+from ddops.rollout.shadow.compare import Endpoint, Settings, compare
+from ddops.rollout.shadow.prompts import Prompt, load_prompts
 from tests.server_process import ServerProcess
 from tests.vllm_server import SERVED
 

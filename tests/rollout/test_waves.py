@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddops.rollout.waves import (DONE, FAILED, LOCKED, PENDING, REVERT_FAILED, RUNNING, PlanError,
+from ddops.rollout.fleet.waves import (DONE, FAILED, LOCKED, PENDING, REVERT_FAILED, RUNNING, PlanError,
                                  RolloutState, exit_code, parse_plan, plan_waves)
 
 HOSTS = ("h1", "h2", "h3", "h4", "h5")

@@ -1,5 +1,5 @@
 """Watch changed hosts while a wave bakes: sample /metrics every `interval_s` through
-`bake_s`, judge each sample (ddops.rollout.analysis), stop at the first failure.
+`bake_s`, judge each sample (ddops.rollout.fleet.bake_checks), stop at the first failure.
 
 Samples fall on fixed marks (interval_s, 2*interval_s, ..., bake_s from the bake's start), so
 time spent reading /metrics never shifts later samples: while a sample's reads take less than
@@ -25,8 +25,8 @@ from typing import Callable, Mapping
 import httpx
 
 from ddops.profile.analysis import AnalysisSpec, ProbeSpec
-from ddops.rollout import scrape
-from ddops.rollout.analysis import FAIL, final_verdict, judge
+from ddops.rollout.fleet import scrape
+from ddops.rollout.fleet.bake_checks import FAIL, final_verdict, judge
 
 SCRAPE_ERRORS_TO_FAIL = 2
 

@@ -23,8 +23,8 @@ from typing import Sequence
 import httpx
 
 from ddops import server_info, spec_metrics
-from ddops.rollout.prompts import Prompt
-from ddops.rollout.stats import (Agreement, EndpointSummary, Sample, agree, summarize,
+from ddops.rollout.shadow.prompts import Prompt
+from ddops.rollout.shadow.stats import (Agreement, EndpointSummary, Sample, agree, summarize,
                                  token_equality)
 
 MAX_COUNT = 1000

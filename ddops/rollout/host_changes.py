@@ -65,7 +65,7 @@ def deploy(remote, target, command: str, progress=lambda stage, text: None, forc
 def refusals(remote, target) -> list:
     """The planning checks for target on this host, for callers that must change the host
     before they deploy (switch stops the running unit first)."""
-    from ddops.deploy.knowable import refusals as knowable
+    from ddops.deploy.refusals import refusals as knowable
     return knowable(remote, target.desired.unit_text, target.profile)
 
 

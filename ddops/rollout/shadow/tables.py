@@ -1,15 +1,11 @@
-"""Rich tables for comparisons, verdicts and fleet progress; no logic beyond formatting."""
+"""Rich tables of a shadow comparison and its verdict; no logic beyond formatting."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from ddops.rollout.stats import EndpointSummary
-from ddops.rollout.verdict import Verdict
-
-STATUS_STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red",
-                "reverted": "magenta", "revert_failed": "bold red", "locked": "red"}
-
+from ddops.rollout.shadow.stats import EndpointSummary
+from ddops.rollout.shadow.judge import Verdict
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
@@ -65,18 +61,4 @@ def verdict_table(verdict: Verdict) -> Table:
     for check in verdict.checks:
         table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]fail[/]",
                       check.required, check.reason)
-    return table
-
-
-def hosts_table(state, title: str = "Rollout") -> Table:
-    """One row per host in wave order: the live progress view and the final summary."""
-    table = Table(title=f"{title}: {state.profile} ({state.status})")
-    for column in ("wave", "host", "status", "detail"):
-        table.add_column(column)
-    for number, wave in enumerate(state.waves):
-        label = "canary" if number == 0 and state.canary else str(number + (not state.canary))
-        for host in wave:
-            h = state.hosts[host]
-            style = STATUS_STYLE.get(h.status, "")
-            table.add_row(label, host, f"[{style}]{h.status}[/]" if style else h.status, h.detail)
     return table

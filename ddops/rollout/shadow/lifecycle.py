@@ -19,15 +19,15 @@ from ddops.deploy import ops
 from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
 from ddops.profile import load_profile
 from ddops.profile.schema import RolloutSpec
-from ddops.rollout import hostops
-from ddops.rollout.ci import BadInput
-from ddops.rollout.compare import Comparison, Endpoint, Settings, compare
-from ddops.rollout.gpu import free_mib
-from ddops.rollout.prompts import load_prompts
+from ddops.rollout import host_changes
+from ddops.rollout.output import BadInput
+from ddops.rollout.shadow.compare import Comparison, Endpoint, Settings, compare
+from ddops.rollout.switch.gpu import free_mib
+from ddops.rollout.shadow.prompts import load_prompts
 from ddops.rollout.records import (ShadowRecord, clear_shadow, load_shadow, save_result,
                                   save_shadow)
-from ddops.rollout.switch import switch
-from ddops.rollout.verdict import Verdict, judge
+from ddops.rollout.switch.single_gpu import switch
+from ddops.rollout.shadow.judge import Verdict, judge
 
 
 def shadow_unit(unit: str) -> str:
@@ -85,7 +85,7 @@ def run_compare(*, prompts_path: Path | None, settings: Settings, production_url
     prompts = load_prompts(prompts_path)
     with ExitStack() as tunnels:
         hosts = _recorded_hosts(record, production_url, shadow_url, inventory)
-        live = [replace(e, url=tunnels.enter_context(hostops.dialable(hosts[e.name], e.url))) if e.name in hosts
+        live = [replace(e, url=tunnels.enter_context(host_changes.dialable(hosts[e.name], e.url))) if e.name in hosts
                 else e for e in (prod, cand)]
         comparison = compare(*live, prompts, settings)
     verdict = judge(comparison, policy)
@@ -122,7 +122,7 @@ class Lifecycle:
     status: str
     detail: str
     shadow: ShadowRecord | None
-    hosts: tuple = ()  # hostops.Result of each host touched
+    hosts: tuple = ()  # host_changes.Result of each host touched
 
     def to_dict(self) -> dict:
         return {"status": self.status, "detail": self.detail,
@@ -166,7 +166,7 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
     prod_unit = production_unit or profile.service.unit
     prod_host = production_host or host
     port = port or profile.service.port + 1
-    target = hostops.load_target(profile_name, host, inventory=inventory,
+    target = host_changes.load_target(profile_name, host, inventory=inventory,
                                  unit_name=shadow_unit(prod_unit), port=port)
     with connect(prod_host) as prod_remote:
         prod = production_of(prod_remote, prod_unit)
@@ -174,7 +174,7 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
             refuse_unless_fits(prod_remote, profile)
     progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")
     with connect(host) as remote:
-        result = hostops.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",
+        result = host_changes.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",
                                 progress, force=force)
     if result.code != 0:
         return Lifecycle(result.code, "not started", result.message, None, (result,))
@@ -191,7 +191,7 @@ def abort(*, connect) -> Lifecycle:
     """Remove the shadow; production is not touched (its state is reported, not changed)."""
     record = _recorded()
     with connect(record.host) as remote:
-        result = hostops.remove_unit(remote, record.unit, "ddops shadow abort")
+        result = host_changes.remove_unit(remote, record.unit, "ddops shadow abort")
     if result.code != 0:
         return Lifecycle(result.code, "abort failed", result.message, record, (result,))
     clear_shadow()
@@ -209,7 +209,7 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
     is deployed first and the shadow removed only after production passed its gate."""
     record = _recorded()
     port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
-    target = hostops.load_target(record.profile, record.production_host, inventory=inventory,
+    target = host_changes.load_target(record.profile, record.production_host, inventory=inventory,
                                  unit_name=record.production_unit, port=port)
     command = f"ddops shadow promote ({record.profile})"
     if record.host == record.production_host:
@@ -219,7 +219,7 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
 
 def _promote_in_place(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:
     with connect(record.host) as remote:
-        removed = hostops.remove_unit(remote, record.unit, command)
+        removed = host_changes.remove_unit(remote, record.unit, command)
         if removed.code != 0:
             return Lifecycle(removed.code, "promote failed", removed.message, record, (removed,))
         clear_shadow()
@@ -231,12 +231,12 @@ def _promote_in_place(record: ShadowRecord, target, command: str, connect, progr
 
 def _promote_elsewhere(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:
     with connect(record.production_host) as remote:
-        deployed = hostops.deploy(remote, target, command, progress)
+        deployed = host_changes.deploy(remote, target, command, progress)
     if deployed.code != 0:
         return Lifecycle(deployed.code, "promote failed", f"{deployed.message}; the shadow "
                          f"keeps running on {record.host}", record, (deployed,))
     with connect(record.host) as remote:
-        removed = hostops.remove_unit(remote, record.unit, command)
+        removed = host_changes.remove_unit(remote, record.unit, command)
     clear_shadow()
     status = "promoted" if removed.code == 0 else "promoted, shadow not removed"
     return Lifecycle(removed.code, status, f"{deployed.message}; {removed.message}", record,

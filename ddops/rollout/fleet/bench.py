@@ -1,6 +1,6 @@
 """Fleet figure: wall time of a rollout to 1 host vs to N hosts at once (one wave).
 
-    python -m ddops.rollout.bench --base cpu-ar --profile cpu-ddtree --hosts lab-1,lab-2,lab-3,lab-4
+    python -m ddops.rollout.fleet.bench --base cpu-ar --profile cpu-ddtree --hosts lab-1,lab-2,lab-3,lab-4
 
 Needs lab hosts (or any inventory hosts) that can run both profiles. Each timed rollout starts
 from every host on --base, so both measure the same change. Prints the figures and the ratio;
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from ddops.rollout.ci import Output
-from ddops.rollout.fleet_run import run_plan
+from ddops.rollout.output import Output
+from ddops.rollout.fleet.run_plan import run_plan
 
 
 def rollout(profile: str, hosts: list[str], workdir: Path, inventory: Path | None) -> tuple[int, float]:
@@ -37,7 +37,7 @@ def rollout(profile: str, hosts: list[str], workdir: Path, inventory: Path | Non
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m ddops.rollout.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m ddops.rollout.fleet.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="cpu-ar", help="profile every host runs before each timed rollout")
     ap.add_argument("--profile", default="cpu-ddtree", help="profile rolled out (timed)")
     ap.add_argument("--hosts", default="lab-1,lab-2,lab-3,lab-4")

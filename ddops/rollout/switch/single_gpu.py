@@ -14,8 +14,9 @@ from ddops.deploy import LockHeld
 from ddops.deploy import ops
 from ddops.deploy.facts import unit_state
 from ddops import exits, systemd
-from ddops.rollout import gpu, hostops
-from ddops.rollout.ci import BadInput
+from ddops.rollout import host_changes
+from ddops.rollout.switch import gpu
+from ddops.rollout.output import BadInput
 
 SHADOW_SUFFIX = "-shadow.service"
 
@@ -28,9 +29,9 @@ class SwitchReport:
     code: int = exits.OK
     status: str = "switched"  # switched, unchanged, reverted, refused, revert_failed, locked
     detail: str = ""
-    before: hostops.Snapshot | None = None
+    before: host_changes.Snapshot | None = None
     gpu: gpu.GpuCheck | None = None
-    deploy: hostops.Result | None = None
+    deploy: host_changes.Result | None = None
     steps: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -45,10 +46,10 @@ def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
     active ddops unit on the host (shadows excluded); None when nothing runs."""
     if explicit:
         return ops.pick_unit(remote, explicit)
-    if remote.exists(hostops.unit_paths(wanted)[0]):
+    if remote.exists(host_changes.unit_paths(wanted)[0]):
         return wanted
     running = [u for u in ops.units_on(remote) if not u.endswith(SHADOW_SUFFIX)
-               and remote.exists(hostops.unit_paths(u)[0])
+               and remote.exists(host_changes.unit_paths(u)[0])
                and unit_state(remote, u).active in ("active", "activating")]
     if len(running) > 1:
         raise BadInput(f"{remote.host.name}: several units run ({', '.join(running)}); pass --unit")
@@ -63,17 +64,17 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
     old_unit = current_unit(remote, new_unit, unit)
     progress("plan", f"checking {target.desired.profile} can start on {remote.host.name}")
     same = old_unit == new_unit and remote.read_text(target.desired.unit_path) == target.desired.unit_text
-    refusals = [] if same else hostops.refusals(remote, target)
+    refusals = [] if same else host_changes.refusals(remote, target)
     if refusals and not force:
         why = "; ".join(str(r) for r in refusals)
         return _end(report, exits.BAD_INPUT, "refused", f"refused before touching the host: {why} "
                     f"(--force switches anyway){'; ' + old_unit + ' left running' if old_unit else ''}")
     if old_unit:
         progress("snapshot", f"{old_unit}: unit, history entry and /server_info")
-        report.before = hostops.snapshot(remote, old_unit)
+        report.before = host_changes.snapshot(remote, old_unit)
         progress("stop", systemd.stop(old_unit))
         try:
-            hostops.stop_unit(remote, old_unit, command)
+            host_changes.stop_unit(remote, old_unit, command)
         except LockHeld as err:
             return _end(report, exits.LOCKED, "locked", str(err))
         report.steps.append(f"stopped {old_unit}")
@@ -84,7 +85,7 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
         return _restore(remote, report, old_unit, command, f"not starting {new_unit}: {report.gpu.detail}",
                         status="refused")
     progress("deploy", f"{target.desired.profile} as {new_unit}")
-    report.deploy = hostops.deploy(remote, target, command, progress, force=force)
+    report.deploy = host_changes.deploy(remote, target, command, progress, force=force)
     return _after_deploy(remote, report, old_unit, command)
 
 
@@ -109,7 +110,7 @@ def _restore(remote, report: SwitchReport, old_unit: str | None, command: str, w
     """Start the unit we stopped; `status` says why it had to come back."""
     if not old_unit:
         return _end(report, code, "refused", why)
-    started = hostops.start_unit(remote, old_unit, command)
+    started = host_changes.start_unit(remote, old_unit, command)
     report.steps.append(started.message)
     if started.code != exits.OK:
         return _end(report, exits.NEEDS_OPERATOR, "revert_failed", f"{why}; {started.message}")

@@ -42,7 +42,7 @@ class RolloutPlan:
     bake_s: float | None = None
     analysis: AnalysisSpec | None = None  # None: from the profile's rollout policy
     pause_after: tuple[str, ...] | None = None  # "canary" or wave numbers as the table shows them
-    notify: tuple[dict, ...] = ()  # webhooks (ddops.rollout.notify), beside the inventory's
+    notify: tuple[dict, ...] = ()  # webhooks (ddops.rollout.fleet.notify), beside the inventory's
 
     @property
     def digest(self) -> str:

@@ -15,11 +15,11 @@ from ddops.inventory import load_inventory
 from ddops.profile import load_profile
 from ddops.profile.analysis import AnalysisSpec
 from ddops.remote import RemoteError, connect
-from ddops.rollout import hostops
-from ddops.rollout.bake import Endpoint
-from ddops.rollout.fleet import Limits, MAX_WORKERS, Outcome
-from ddops.rollout.notify import NotifyError, webhooks
-from ddops.rollout.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, HostState,
+from ddops.rollout import host_changes
+from ddops.rollout.fleet.bake import Endpoint
+from ddops.rollout.fleet.loop import Limits, MAX_WORKERS, Outcome
+from ddops.rollout.fleet.notify import NotifyError, webhooks
+from ddops.rollout.fleet.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, HostState,
                                  PlanError, RolloutPlan)
 
 RESULT_STATUS = {"deployed": DONE, "unchanged": DONE, "locked": LOCKED, "refused": FAILED,
@@ -36,7 +36,7 @@ class Fleet:
     wave_size: int
     analysis: AnalysisSpec | None = None
     pause_points: tuple[str, ...] = ()  # plan's or profile's pause_after, resolved by pause_waves
-    webhooks: tuple = ()  # ddops.rollout.notify.Webhook, the plan's then the inventory's
+    webhooks: tuple = ()  # ddops.rollout.fleet.notify.Webhook, the plan's then the inventory's
 
 
 def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
@@ -53,7 +53,7 @@ def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
         names = tuple(h.name for h in inventory.select(dict(plan.selector)))
         if not names:
             raise PlanError(f"{plan.source}: selector: no inventory host has labels {dict(plan.selector)}")
-    targets = {h: hostops.load_target(plan.profile, h, inventory=inventory_path) for h in names}
+    targets = {h: host_changes.load_target(plan.profile, h, inventory=inventory_path) for h in names}
     policy = profile.rollout
     pick = lambda own, default: default if own is None else own  # noqa: E731
     wave_size = pick(plan.wave_size, policy.wave_size)
@@ -98,7 +98,7 @@ class Endpoints(Mapping):
 
 def _dial(tunnels: ExitStack, host, url: str) -> str:
     try:
-        return tunnels.enter_context(hostops.dialable(host, url))
+        return tunnels.enter_context(host_changes.dialable(host, url))
     except RemoteError:     # unreachable now: its samples fail like any unreachable endpoint's
         return url
 
@@ -108,8 +108,8 @@ def deployer(fleet: Fleet, command: str, force: bool = False):
         target = fleet.targets[host]
         try:
             with connect(target.host) as remote:
-                before = hostops.version_before(remote, target.desired.unit_name)
-                result = hostops.deploy(remote, target, command, force=force)
+                before = host_changes.version_before(remote, target.desired.unit_name)
+                result = host_changes.deploy(remote, target, command, force=force)
         except RemoteError as err:
             return Outcome(FAILED, changed=False, detail=f"unreachable: {err}")
         status = RESULT_STATUS.get(result.result, FAILED if result.code == exits.FAILED else
@@ -125,10 +125,10 @@ def reverter(fleet: Fleet, command: str):
         unit = target.desired.unit_name
         try:
             with connect(target.host) as remote:
-                if state.before == hostops.NO_UNIT:
-                    result = hostops.remove_unit(remote, unit, command)
+                if state.before == host_changes.NO_UNIT:
+                    result = host_changes.remove_unit(remote, unit, command)
                 elif state.before:
-                    result = hostops.rollback(remote, unit, state.before, command)
+                    result = host_changes.rollback(remote, unit, state.before, command)
                 else:
                     return Outcome(REVERT_FAILED, detail=f"{unit} ran a version ddops has no history "
                                    "entry for; left on the new profile, needs an operator")

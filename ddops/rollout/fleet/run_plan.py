@@ -13,14 +13,14 @@ from pathlib import Path
 
 from rich.live import Live
 
-from ddops.rollout import tables
-from ddops.rollout.bake import Watcher
-from ddops.rollout.ci import BadInput, Output, consent
-from ddops.rollout.fleet import Rollout, StateFile, resume_or_start
-from ddops.rollout.fleet_hosts import Endpoints, deployer, resolve, reverter
-from ddops.rollout.notify import Notifier, text_of
+from ddops.rollout.fleet import tables
+from ddops.rollout.fleet.bake import Watcher
+from ddops.rollout.output import BadInput, Output, consent
+from ddops.rollout.fleet.loop import Rollout, StateFile, resume_or_start
+from ddops.rollout.fleet.hosts import Endpoints, deployer, resolve, reverter
+from ddops.rollout.fleet.notify import Notifier, text_of
 from ddops.rollout.records import state_dir
-from ddops.rollout.waves import (PAUSED, RolloutState, exit_code, load_plan, pause_waves,
+from ddops.rollout.fleet.waves import (PAUSED, RolloutState, exit_code, load_plan, pause_waves,
                                  plan_waves)
 
 INTERRUPTED = 130  # like a shell's SIGINT status; the state file resumes the rollout

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ddops.rollout.waves import (DONE, FAILED, PENDING, REVERT_FAILED, REVERTED, RUNNING,
+from ddops.rollout.fleet.waves import (DONE, FAILED, PENDING, REVERT_FAILED, REVERTED, RUNNING,
                                  RolloutPlan, RolloutState)
 
 MAX_WORKERS = 8
@@ -64,7 +64,7 @@ class StateFile:
 class Rollout:
     """Owns the state while the rollout runs; worker threads report through `_set`.
 
-    `watcher` (ddops.rollout.bake.Watcher) judges each wave's changed hosts while it bakes;
+    `watcher` (ddops.rollout.fleet.bake.Watcher) judges each wave's changed hosts while it bakes;
     without one, baking is a sleep between waves. `pause_after` holds wave indexes after
     which the rollout stops as `paused` until approved. `on_event(kind, fields)` hears
     wave, analysis, pause, halt, revert and finish, in order (notifications)."""

@@ -1,4 +1,4 @@
-"""Planning checks (ddops.deploy.knowable) on real model files and the real bundled runtime's
+"""Planning checks (ddops.deploy.refusals) on real model files and the real bundled runtime's
 --help, run through a local shell instead of SSH (the lab tests in test_lab_refuse.py run the
 same path over SSH against a production unit)."""
 
@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ddops.deploy.facts import Facts, UnitState
-from ddops.deploy.knowable import refusals, runtime_of
+from ddops.deploy.refusals import refusals, runtime_of
 from ddops.deploy.plan import Desired, make_plan
 from ddops.remote import Result
 from tests.deploy.test_preflight import TARGET, draft_config, write_model
