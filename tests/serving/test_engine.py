@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from serving.engine import ARDecoder, Engine, EngineBusy, Failed, Finished, GenerationRequest, StopRule
-from serving.sampling import SamplingParams
+from serving.sampling import PositionalDraws, SamplingParams
 
 GREEDY = SamplingParams(temperature=0)
 PROMPT = [5, 17, 42, 99, 3]
@@ -30,6 +30,15 @@ def reference_greedy(model, prompt, n):
     return ids[len(prompt):]
 
 
+def reference_sampled(model, prompt, n, params):
+    """The same no-cache loop drawing each token with the seeded per-position draws."""
+    draws, ids = PositionalDraws(params.seed), list(prompt)
+    for _ in range(n):
+        logits, _ = model.forward(torch.tensor(ids), torch.arange(len(ids)), model.new_cache(len(ids)))
+        ids.append(int(draws.choose(logits[-1:], params, [len(ids)])[0]))
+    return ids[len(prompt):]
+
+
 def test_greedy_matches_a_no_cache_argmax_loop(engine, llama_model):
     result = engine.generate(PROMPT, GREEDY, StopRule(12))
     assert isinstance(result, Finished) and result.finish_reason == "length"
@@ -39,14 +48,13 @@ def test_greedy_matches_a_no_cache_argmax_loop(engine, llama_model):
     assert result.usage.rounds == 11 and result.usage.accept_length == 1.0
 
 
-def test_sampling_with_a_seed_is_reproducible(engine):
+def test_sampling_with_a_seed_is_reproducible(engine, llama_model):
     params = SamplingParams(temperature=1.0, seed=1234)
+    other = SamplingParams(temperature=1.0, seed=99)
     first = engine.generate(PROMPT, params, StopRule(24)).token_ids
     again = engine.generate(PROMPT, params, StopRule(24)).token_ids
-    other = engine.generate(PROMPT, SamplingParams(temperature=1.0, seed=99), StopRule(24)).token_ids
-    greedy = engine.generate(PROMPT, GREEDY, StopRule(24)).token_ids
-    assert first == again
-    assert first != other and first != greedy
+    assert list(first) == list(again) == reference_sampled(llama_model, PROMPT, 24, params)
+    assert list(engine.generate(PROMPT, other, StopRule(24)).token_ids) == reference_sampled(llama_model, PROMPT, 24, other)
 
 
 def test_stop_token_id_ends_the_sequence(engine):
