@@ -1,28 +1,93 @@
-"""uvicorn's HTTP/1.1 protocol with read deadlines: a slow or silent client loses its connection.
+"""uvicorn's HTTP/1.1 protocol with read deadlines and one reading of every request's framing.
 
-uvicorn closes idle keep-alive connections (--timeout-keep-alive) but waits forever for a
-request that arrives a byte at a time (slowloris): each such connection holds a file
+Deadlines: uvicorn closes idle keep-alive connections (--timeout-keep-alive) but waits forever
+for a request that arrives a byte at a time (slowloris): each such connection holds a file
 descriptor. Here a request's headers must be complete within `headers_s` of the connection
 opening (or of the previous response ending), and its body within `body_s` of the headers.
 While the application is answering, no deadline runs.
+
+Framing: a request that two HTTP parsers could read two ways (a proxy in front of us and h11
+here) is refused with a JSON 400 and the connection closed, so no bytes after it are ever
+served as a second request (request smuggling). h11 alone reads Content-Length together with
+Transfer-Encoding as chunked, merges repeated equal lengths, folds obsolete continuation lines,
+takes any `HTTP/d.d` as HTTP/1.1, and bounds a header block only while it is incomplete;
+`framing` (serving.server.framing) checks each head before h11 parses it.
 """
 
 from __future__ import annotations
 
+import json
 import resource
 import time
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from serving.server.framing import FRAMING_ERROR, MAX_HEAD_BYTES, refusal
 
-def guarded_protocol(headers_s: float, body_s: float) -> type:
-    """An H11Protocol class (uvicorn.Config(http=...)) with these read deadlines in seconds."""
-    return type("GuardedH11Protocol", (_Guarded,), {"headers_s": headers_s, "body_s": body_s})
+
+def guarded_protocol(headers_s: float, body_s: float, count=None) -> type:
+    """An H11Protocol class (uvicorn.Config(http=...)) with these read deadlines in seconds;
+    count(path, 400) is called for each request refused for its framing before it reached the app."""
+    return type("GuardedH11Protocol", (_Guarded,), {"headers_s": headers_s, "body_s": body_s,
+                                                    "count": staticmethod(count or (lambda path, status: None))})
+
+
+class StrictConnection(h11.Connection):
+    """h11's server side, refusing a request head that `framing.refusal` finds ambiguous.
+
+    Checked on the raw bytes, where h11 has not yet merged or dropped anything, and only when
+    h11 waits for a request head (their state IDLE), so bodies and pipelining are h11's alone.
+    """
+
+    refused_path = "other"     # the refused head's path, when its request line could be read
+    last_error = ""
+
+    def next_event(self):
+        try:
+            return super().next_event()
+        except h11.RemoteProtocolError as e:     # uvicorn drops the reason; the 400 names it
+            self.last_error = str(e)
+            raise
+
+    def _extract_next_receive_event(self):
+        if self.their_state is h11.IDLE and self._receive_buffer:
+            # a bounded copy: a head never needs more, whatever body came in the same read
+            problem = refusal(bytes(self._receive_buffer._data[:MAX_HEAD_BYTES + 4]), len(self._receive_buffer))
+            if problem is not None:
+                self.refused_path = problem.path
+                raise h11.RemoteProtocolError(problem.reason, error_status_hint=400)
+        return super()._extract_next_receive_event()
 
 
 class _Guarded(H11Protocol):
     headers_s = 10.0
     body_s = 30.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn = StrictConnection(h11.SERVER, MAX_HEAD_BYTES)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn calls this for any h11 RemoteProtocolError: answer JSON, count it, close."""
+        reason = self.conn.last_error or msg
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.scope[FRAMING_ERROR] = reason      # the app is reading its body: it counts the 400
+            cycle.disconnected = True                # its receive() now says so, its send() is dropped
+            cycle.message_event.set()
+        else:
+            self.count(self.conn.refused_path, 400)
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            body = json.dumps({"error": {"message": f"malformed HTTP request: {reason}",
+                                         "type": "invalid_request_error", "param": None,
+                                         "code": "invalid_http"}}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                       (b"connection", b"close")]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        self.transport.close()
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)

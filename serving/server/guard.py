@@ -16,6 +16,7 @@ import time
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
+from serving.server.framing import FRAMING_ERROR
 from serving.server.protocol import APIError
 
 log = logging.getLogger("serving.server")
@@ -47,10 +48,13 @@ class Guard:
             return await self.app(scope, receive, send)
         scope[ARRIVAL] = time.perf_counter()    # the request's headers are in: TTFT counts from here
         started: list[int] = []
+        complete: list[bool] = []
 
         async def tracked_send(message):
             if message["type"] == "http.response.start":
                 started.append(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete.append(True)
             await send(message)
 
         try:
@@ -58,26 +62,56 @@ class Guard:
             if refusal is not None:
                 await error_response(refusal)(scope, receive, tracked_send)
             else:
-                await self.app(scope, receive, tracked_send)
+                await self.app(_as_get(scope), receive, tracked_send)
         except ClientDisconnect:
-            started.append(499)
+            pass
         except Exception as e:   # a bug, not bad input: JSON 500, the traceback to the log
             log.exception("unexpected error on %s", scope["path"])
             await _finish(e, started, scope, receive, tracked_send)
-        self.count(scope["path"], started[0] if started else 499)
+        self.count(scope["path"], outcome(scope, started, bool(complete)))
 
     def _refusal(self, scope) -> APIError | None:
         headers = dict(scope["headers"])
         if self.api_key and scope["path"] not in self.open_paths:
-            sent = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(sent, f"Bearer {self.api_key}".encode()):   # constant time
-                return APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
-                                code="invalid_api_key", kind="authentication_error")
+            problem = _key_problem([v for k, v in scope["headers"] if k == b"authorization"], self.api_key)
+            if problem is not None:
+                return problem
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.body_limit:
             return APIError(413, f"request body of {declared.decode()} bytes exceeds the limit of "
                                  f"{self.body_limit}", code="request_too_large")
         return None
+
+
+def outcome(scope, started: list[int], complete: bool) -> int:
+    """The status a request counts as: 400 when h11 refused its framing mid-body, 499 when the
+    client left before the response was complete (a stream abandoned after its 200 included),
+    else the status sent."""
+    if scope.get(FRAMING_ERROR):
+        return 400
+    if not complete:
+        return 499
+    return started[0] if started else 499
+
+
+def _key_problem(sent: list[bytes], api_key: str) -> APIError | None:
+    """`Authorization: Bearer KEY`, the scheme in any case (RFC 9110 section 11.1); more than one
+    Authorization header is refused, not resolved (a proxy may read the first, we the last)."""
+    if len(sent) > 1:
+        return APIError(400, "more than one Authorization header", code="invalid_request",
+                        kind="invalid_request_error")
+    scheme, _, token = (sent[0] if sent else b"").partition(b" ")
+    right = hmac.compare_digest(token.strip(b" "), api_key.encode())       # constant time
+    if scheme.lower() != b"bearer" or not right:
+        return APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
+                        code="invalid_api_key", kind="authentication_error")
+    return None
+
+
+def _as_get(scope):
+    """HEAD answers as GET does (RFC 9110 section 9.3.2); uvicorn drops the body, as its own
+    scope still says HEAD."""
+    return {**scope, "method": "GET"} if scope["method"] == "HEAD" else scope
 
 
 async def _finish(e: Exception, started: list[int], scope, receive, send) -> None:

@@ -22,7 +22,7 @@ from serving.engine import Engine
 from serving.engine.build import build_decoder_factory
 from serving.models import ModelError, inspect_checkpoint, load_model
 from serving.models.tokenizer import Tokenizer
-from serving.server.app import AppState, create_app
+from serving.server.app import AppState, create_app, request_counter
 from serving.server.connections import guarded_protocol, raise_open_files_limit
 from serving.server.faults import from_environment
 
@@ -42,7 +42,7 @@ def serve(args: ServerArgs) -> int:
     state = AppState(args, tokenizer, eos_ids=eos_ids(args.model_path, checkpoint.config, tokenizer),
                      vocab_size=checkpoint.config.vocab_size, faults=faults)
     raise_open_files_limit()
-    server = uvicorn.Server(uvicorn_config(create_app(state), args))
+    server = uvicorn.Server(uvicorn_config(create_app(state), args, request_counter(state)))
     failure: list[str] = []
     loader = threading.Thread(target=_load, args=(state, checkpoint, server, failure), daemon=True)
     loader.start()
@@ -55,10 +55,11 @@ def serve(args: ServerArgs) -> int:
     return 0
 
 
-def uvicorn_config(app, args: ServerArgs) -> uvicorn.Config:
+def uvicorn_config(app, args: ServerArgs, count=None) -> uvicorn.Config:
+    """count(path, status) is called for requests refused for their framing (serving.server.framing)."""
     return uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                           timeout_graceful_shutdown=5, timeout_keep_alive=args.timeout_keep_alive,
-                          http=guarded_protocol(args.timeout_request_headers, args.timeout_request_body))
+                          http=guarded_protocol(args.timeout_request_headers, args.timeout_request_body, count))
 
 
 def _load(state: AppState, checkpoint, server: uvicorn.Server, failure: list[str]) -> None:
