@@ -57,7 +57,7 @@ def create_app(state: AppState) -> FastAPI:
     app.state.serving = state
     args = state.args
     app.add_middleware(Guard, api_key=args.api_key, open_paths=open_paths(args),
-                       body_limit=args.max_request_bytes, count=_counter(state))
+                       body_limit=args.max_request_bytes, count=request_counter(state))
 
     @app.exception_handler(APIError)
     async def api_error(_, e: APIError):
@@ -73,7 +73,8 @@ def create_app(state: AppState) -> FastAPI:
     return app
 
 
-def _counter(state: AppState):
+def request_counter(state: AppState):
+    """count(path, status): serving_requests_total, unknown paths as "other" (bounded labels)."""
     def count(path: str, status: int) -> None:
         state.metrics.requests.labels(path if path in KNOWN_PATHS else "other", str(status)).inc()
     return count
