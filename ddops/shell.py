@@ -11,6 +11,7 @@ import functools
 import inspect
 import json
 import sys
+import traceback
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -147,7 +148,7 @@ def guard(command: Callable) -> Callable:
             raise
         except Exception as exc:
             if OPTIONS.debug or kwargs.get("debug"):
-                raise
+                traceback.print_exc()  # then the same exit code as without --debug
             channel = "events" if kwargs.get("json_events") or OPTIONS.events else \
                 "json" if kwargs.get("as_json") or kwargs.get("json_doc") else "human"
             raise typer.Exit(report(exc, channel)) from None

@@ -122,13 +122,29 @@ def test_every_json_document_is_an_envelope_on_stdout(args, code):
     assert "Traceback" not in proc.stderr
 
 
-def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
-    bad = tmp_path / "inv.yaml"
-    bad.mkdir()  # a directory where a file is expected: not a ConfigError the loaders name
-    plain = ddops("validate", "cpu-ar", "--inventory", str(bad))
-    debug = ddops("--debug", "validate", "cpu-ar", "--inventory", str(bad))
-    assert plain.returncode in (2, 70) and "Traceback" not in plain.stderr and plain.stderr.strip()
-    assert "Traceback" in debug.stderr or debug.returncode == plain.returncode
+PLANTED_BUG = """
+import sys, ddops.commands.profiles as profiles
+def planted(*args, **kwargs):
+    raise KeyError("planted-bug")
+profiles.list_profiles = planted
+from ddops.cli import main
+sys.argv = ["ddops", *sys.argv[1:]]
+main()
+"""
+
+
+def planted(*args: str) -> subprocess.CompletedProcess:
+    """`ddops ARGS` with a KeyError planted where `ddops profiles` lists the profiles: a bug."""
+    return subprocess.run([sys.executable, "-c", PLANTED_BUG, *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback():
+    plain, debug = planted("profiles"), planted("--debug", "profiles")
+    assert (plain.returncode, debug.returncode) == (exits.INTERNAL, exits.INTERNAL), plain.stderr
+    assert "Traceback" not in plain.stderr and "KeyError: 'planted-bug'" in plain.stderr
+    assert plain.stderr.strip().splitlines()[0].startswith("error: ")
+    assert "Traceback" in debug.stderr and ", in planted\n" in debug.stderr  # the frame that raised
 
 
 def test_a_bug_is_exit_70_never_the_gate_failed_code():
