@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from .drafts import DRAFTS, architecture, draft_arch, draft_value
+
 TARGET_KEYS = ("hidden_size", "num_hidden_layers", "vocab_size")
 
 
@@ -61,13 +63,16 @@ def problems(draft: Mapping, target: Mapping, block_size: int | None = None, bud
     absent += [f"target {k}" for k in TARGET_KEYS if k not in target]
     if absent:
         return [Problem(key, f"{key} is missing from config.json") for key in absent]
+    if draft_arch(draft) is None:
+        return [Problem("draft architectures", f"draft architecture {architecture(draft)} is not one the runtime "
+                                               f"can build (known: {', '.join(DRAFTS)})")]
     try:
         taps = target_layer_ids(draft)
     except KeyError as err:
         return [Problem("draft dflash_config.target_layer_ids",
                         f"draft config has no dflash_config.target_layer_ids and no {err.args[0]} to derive them")]
     return (_width(draft, target, taps, fc_in) + _layers(draft, target, taps)
-            + _vocab(draft, target) + _block(draft, block_size, budget))
+            + _vocab(draft, target) + _block(draft, block_size, budget) + _parts(draft, target))
 
 
 def _width(draft: Mapping, target: Mapping, taps: list[int], fc_in: int | None) -> list[Problem]:
@@ -112,13 +117,14 @@ def _vocab(draft: Mapping, target: Mapping) -> list[Problem]:
                              f"draft mask_token_id {mask} does not fit the target vocabulary of {vocab}"))
     draft_vocab = draft.get("vocab_size")
     if draft_vocab is not None and int(draft_vocab) != vocab:
-        found.append(Problem("draft vocab_size", f"draft vocab_size {int(draft_vocab)} but the target "
+        rows = " (the rows of its selector's codebooks)" if draft_arch(draft).selector else ""
+        found.append(Problem("draft vocab_size", f"draft vocab_size {int(draft_vocab)}{rows} but the target "
                                                  f"vocab_size is {vocab}"))
     return found
 
 
 def _block(draft: Mapping, block_size: int | None, budget: int | None) -> list[Problem]:
-    trained = draft.get("block_size")
+    trained = draft_value(draft, "block_size")
     block = block_size if block_size is not None else trained
     if block is None:
         return [Problem("draft block_size", "draft block_size is missing and no "
@@ -131,4 +137,34 @@ def _block(draft: Mapping, block_size: int | None, budget: int | None) -> list[P
                                            f"block_size {int(trained)}"))
     if budget is not None and budget < 1:
         found.append(Problem("ddtree budget", f"ddtree budget {budget} must be >= 1"))
+    return found
+
+
+def _parts(draft: Mapping, target: Mapping) -> list[Problem]:
+    """The architecture's own fields (serving/contract/drafts.py): convs and selector."""
+    arch = draft_arch(draft)
+    values = {key: draft_value(draft, key) for key in arch.keys}
+    absent = [key for key, value in values.items() if value is None]
+    if absent:
+        return [Problem(f"draft dflash_config.{key}", f"{architecture(draft)} needs dflash_config.{key}, "
+                                                      f"which config.json does not set") for key in absent]
+    found = []
+    hidden, vocab = int(draft["hidden_size"]), int(target["vocab_size"])
+    if arch.convs:
+        group, kernel = int(values["conv_group_size"]), int(values["conv_kernel_size"])
+        if group < 1 or hidden % group:
+            found.append(Problem("draft dflash_config.conv_group_size",
+                                 f"conv_group_size {group} does not divide the draft hidden_size {hidden}"))
+        if kernel < 1:
+            found.append(Problem("draft dflash_config.conv_kernel_size", f"conv_kernel_size {kernel} must be >= 1"))
+    if arch.selector:
+        top_k, rank = int(values["selector_top_k"]), int(values["selector_rank"])
+        if not 1 <= top_k <= vocab:
+            found.append(Problem("draft dflash_config.selector_top_k",
+                                 f"selector_top_k {top_k} must be in 1..{vocab} (the target vocabulary)"))
+        if rank < 1:
+            found.append(Problem("draft dflash_config.selector_rank", f"selector_rank {rank} must be >= 1"))
+        if draft.get("vocab_size") is None:
+            found.append(Problem("draft vocab_size", f"the selector's codebooks have vocab_size rows, and the "
+                                                     f"draft config sets none (the target has {vocab})"))
     return found

@@ -2,8 +2,13 @@
 
 Config fields: block_size, dflash_config.{mask_token_id, target_layer_ids}, num_target_layers,
 layer_types / sliding_window / is_causal, RoPE as any config.json spells it (the target's
-reader, `serving.models.config.read_rope`). Weights: fc, hidden_norm, layers.N.*, norm. No
+reader, `serving.models.config.read_rope`), and the optional output_multiplier,
+final_logit_softcapping and input_embedding_scale. Weights: fc, hidden_norm, layers.N.*, norm. No
 embedding or lm_head: both come from the target. RMSNorm and RoPE are the target's own.
+What the architecture adds is read from serving/contract/drafts.py (DRAFTS): with convs, each
+layer's attention_conv / mlp_conv (serving/speculative/dflash2_model.py, DFlash 2); with a
+selector, candidate_selector (serving/speculative/selector.py), and `proposals` returns its
+`Candidates` instead of logits.
 
 Per layer, queries come from the block only; keys/values come from [context ; block]
 through the same k_proj/v_proj ("KV injection"), where context = hidden_norm(fc(target
@@ -27,12 +32,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from serving.contract.drafts import DRAFTS, DraftArch, architecture, draft_arch, draft_value, output_scale
 from serving.models.config import ModelError, RopeConfig, read_rope
 from serving.models.llama import RMSNorm
 from serving.models.rope import apply_rope, cos_sin, inverse_frequencies
 
 from .base import PreflightError
+from .dflash2_model import GroupedDynamicCausalConv, mixed_after, mixed_before
 from .preflight import mask_token_id, target_layer_ids
+from .selector import Candidates, CandidateSelector
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,14 @@ class DraftConfig:
     vocab_size: int
     causal: tuple[bool, ...]  # per layer: block rows see only keys at positions <= theirs
     window: tuple[int | None, ...]  # per layer: sliding window in positions, None = unbounded
+    arch: DraftArch = DRAFTS["DFlashDraftModel"]
+    output_multiplier: float = 1.0
+    softcap: float | None = None  # final_logit_softcapping: logits = c * tanh(logits / c)
+    embedding_scale: float = 1.0  # input_embedding_scale: noise rows = target embedding * scale
+    conv_kernel: int = 0  # convs: conv_kernel_size, rows each conv looks back + 1
+    conv_group: int = 0  # convs: conv_group_size, channels per dynamic-kernel group
+    selector_rank: int = 0
+    selector_top_k: int = 0
 
     @property
     def feature_width(self) -> int:
@@ -66,6 +82,15 @@ class DraftConfig:
             # as transformers' Qwen3Config reads it: the window counts only with use_sliding_window
             window = raw.get("sliding_window") if raw.get("use_sliding_window") else None
             heads = int(raw["num_attention_heads"])
+            arch = draft_arch(raw)
+            if arch is None:
+                raise PreflightError(f"{source}: draft architecture {architecture(raw)} is not one the "
+                                     f"runtime can build (known: {', '.join(DRAFTS)})")
+            absent = [key for key in arch.keys if draft_value(raw, key) is None]
+            if absent:
+                raise PreflightError(f"{source}: {architecture(raw)} needs dflash_config.{absent[0]}")
+            need = {key: int(draft_value(raw, key)) for key in arch.keys}
+            multiplier, softcap, scale = output_scale(raw)
             return cls(
                 hidden_size=int(raw["hidden_size"]),
                 intermediate_size=int(raw["intermediate_size"]),
@@ -75,12 +100,15 @@ class DraftConfig:
                 head_dim=int(raw.get("head_dim") or int(raw["hidden_size"]) // heads),
                 rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
                 rope=read_rope(raw, source),
-                block_size=int(raw["block_size"]),
+                block_size=int(draft_value(raw, "block_size")),
                 mask_token_id=int(mask_token_id(raw)),
                 target_layer_ids=tuple(target_layer_ids(raw)),
                 vocab_size=int(raw["vocab_size"]),
                 causal=tuple(bool(causal) if causal is not None else s for s in sliding),
                 window=tuple(int(window) if s and window else None for s in sliding),
+                arch=arch, output_multiplier=multiplier, softcap=softcap, embedding_scale=scale,
+                conv_kernel=need.get("conv_kernel_size", 0), conv_group=need.get("conv_group_size", 0),
+                selector_rank=need.get("selector_rank", 0), selector_top_k=need.get("selector_top_k", 0),
             )
         except ModelError as err:
             raise PreflightError(str(err)) from None
@@ -145,6 +173,9 @@ class DraftLayer(nn.Module):
         self.mlp.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.mlp.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        convs = cfg.arch.convs
+        self.attention_conv = GroupedDynamicCausalConv(h, cfg.conv_kernel, cfg.conv_group) if convs else None
+        self.mlp_conv = GroupedDynamicCausalConv(h, cfg.conv_kernel, cfg.conv_group) if convs else None
 
     def _heads(self, x, proj: nn.Linear, norm: RMSNorm | None, cos=None, sin=None) -> torch.Tensor:
         """x [b, t, H] -> [b, heads, t, hd], q/k-normed and rotated when given norm and cos/sin."""
@@ -159,16 +190,19 @@ class DraftLayer(nn.Module):
         attn = self.self_attn
         return self._heads(ctx, attn.k_proj, attn.k_norm, cos, sin), self._heads(ctx, attn.v_proj, None)
 
-    def forward(self, x: torch.Tensor, cos, sin, attend: Attend) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos, sin, attend: Attend, offsets: torch.Tensor | None = None) -> torch.Tensor:
         """x [b, B, H] block rows with cos/sin [(b,) B, hd]; `attend` adds the context keys
-        and applies the mask (`attend_after`, or the batched drafter's per-sequence form)."""
+        and applies the mask (`attend_after`, or the batched drafter's per-sequence form).
+        offsets [B]: each row's index in its own block when several are packed along B (the
+        convs never mix blocks); None: each batch row is one block."""
         attn = self.self_attn
-        h = self.input_layernorm(x)
+        h, kernel = mixed_before(self.attention_conv, self.input_layernorm(x), offsets)
         q = self._heads(h, attn.q_proj, attn.q_norm, cos, sin)
         out = attend(q, self._heads(h, attn.k_proj, attn.k_norm, cos, sin), self._heads(h, attn.v_proj, None))
-        x = x + attn.o_proj(out.transpose(1, 2).flatten(2))
-        h = self.post_attention_layernorm(x)
-        return x + self.mlp.down_proj(F.silu(self.mlp.gate_proj(h)) * self.mlp.up_proj(h))
+        x = x + mixed_after(self.attention_conv, attn.o_proj(out.transpose(1, 2).flatten(2)), kernel, offsets)
+        h, kernel = mixed_before(self.mlp_conv, self.post_attention_layernorm(x), offsets)
+        mlp = self.mlp.down_proj(F.silu(self.mlp.gate_proj(h)) * self.mlp.up_proj(h))
+        return x + mixed_after(self.mlp_conv, mlp, kernel, offsets)
 
 
 class DFlashDraftModel(nn.Module):
@@ -180,6 +214,8 @@ class DFlashDraftModel(nn.Module):
         self.layers = nn.ModuleList(DraftLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, torch.float32)
         self.inv_freq = inverse_frequencies(cfg.rope, cfg.head_dim)  # not a buffer: stays fp32
+        self.candidate_selector = (CandidateSelector(cfg.vocab_size, cfg.hidden_size, cfg.selector_rank,
+                                                     cfg.selector_top_k) if cfg.arch.selector else None)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -202,3 +238,29 @@ class DFlashDraftModel(nn.Module):
             self.inv_freq = self.inv_freq.to(positions.device)
         cos, sin = cos_sin(self.cfg.rope, self.inv_freq, positions)
         return cos.to(self.dtype), sin.to(self.dtype)
+
+    def noise(self, target, tokens: torch.Tensor) -> torch.Tensor:
+        """Block input rows: the target's embedding of tokens [..] -> [.., H], times
+        input_embedding_scale, in the draft's dtype."""
+        x = target.embed(tokens).to(self.dtype)
+        return x if self.cfg.embedding_scale == 1.0 else x * self.cfg.embedding_scale
+
+    def logits(self, hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+        """Normed hidden [.., H] through the head rows [V', H] -> [.., V'] fp32, with the draft's
+        output_multiplier and final_logit_softcapping."""
+        out = F.linear(hidden, head).float()
+        if self.cfg.output_multiplier != 1.0:
+            out = out * self.cfg.output_multiplier
+        cap = self.cfg.softcap
+        return out if cap is None else torch.tanh(out / cap) * cap
+
+    def proposals(self, hidden: torch.Tensor, depths: list[int], bonuses: torch.Tensor, head: torch.Tensor,
+                  vocab: torch.Tensor | None = None) -> list[torch.Tensor] | list[Candidates]:
+        """Packed blocks' rows after their bonus, normed hidden [sum(depths), H], bonuses [B] long ->
+        per block what its verifier plans from: logits [depth_b, V'], or with a selector its
+        Candidates (token ids and pairwise scores)."""
+        logits = self.logits(hidden, head).split(depths)
+        if self.candidate_selector is None:
+            return list(logits)
+        return [self.candidate_selector.candidates(h, z, b, vocab)
+                for h, z, b in zip(hidden.split(depths), logits, bonuses)]
