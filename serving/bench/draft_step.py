@@ -1,4 +1,4 @@
-"""The batched draft pass alone: CPU time per round of `BatchDrafter.propose` against batch size.
+"""The batched draft pass alone: CPU time per round of `DFlashDrafter.propose` against batch size.
 
     python -m serving.bench.draft_step --model $DDOPS_CACHE/models/smollm2-135m-instruct \\
         --draft $DDOPS_CACHE/models/smollm2-135m-instruct-dflash [--batch 1,4,16] \\
@@ -7,8 +7,8 @@
 B sequences with contexts of `--context` + 5*i positions (random target features, absorbed
 before timing) and ragged depths (full block, half, one, in turn, as a batch near max_tokens
 and with probes drafts), timed by this process's CPU time: one batched round for all B
-(`BatchDrafter.propose`), and the same B blocks drafted one after another by one-sequence
-drafters (`DFlashDrafter.propose`) as the peer. Block rows are never committed, so every
+(one `propose` over B contexts), and the same B blocks drafted one after another (B passes of
+one context each) as the peer. Block rows are never committed, so every
 round sees the same contexts. The last column is serial over batched.
 """
 
@@ -39,26 +39,19 @@ def round_ms(drafter: DFlashDrafter, batch: int, context: int, rounds: int) -> t
     depths = [(block - 1, max(1, (block - 1) // 2), 1)[i % 3] for i in range(batch)]
     bonuses = [3 + i for i in range(batch)]
     features = [torch.randn(n, drafter.feature_width, generator=gen) for n in lengths]
-    many = drafter.batch()
+    many = drafter
     rows = [n + block for n in lengths]
     pool, starts = many.pool(sum(rows)), [sum(rows[:i]) for i in range(batch)]
     contexts = [many.context(pool, start, n) for start, n in zip(starts, rows)]
     for c, f in zip(contexts, features):
         many.extend(c, f)
     many.absorb(contexts)
-    singles = [DFlashDrafter(drafter.model, drafter.target, block, _ids(drafter)) for _ in range(batch)]
-    for one, f in zip(singles, features):
-        one.extend(f)
 
     def serial():
-        for one, n, bonus, depth in zip(singles, lengths, bonuses, depths):
-            one.propose(bonus, n, depth)
+        for context, bonus, depth in zip(contexts, bonuses, depths):
+            many.propose([context], [bonus], [depth])
     batched_ms = cpu_ms(lambda: many.propose(contexts, bonuses, depths), rounds)
     return batched_ms, cpu_ms(serial, rounds), sum(depths) + batch
-
-
-def _ids(drafter: DFlashDrafter) -> list[int] | None:
-    return None if drafter.vocab is None else drafter.vocab.tolist()
 
 
 def main(argv=None) -> int:

@@ -41,26 +41,27 @@ class Needs:
 
 
 class Drafter(Protocol):
-    """Proposes per-depth token distributions for the positions after the bonus token."""
+    """Proposes per-depth token distributions for the positions after each sequence's bonus
+    token, for every drafting sequence in one pass (serving.speculative.dflash.DFlashDrafter)."""
 
     needs: Needs
     feature_width: int
     vocab: Any  # [V'] long token ids the draft logits' columns stand for; None = the whole vocabulary
 
-    def reserve(self, capacity: int) -> None:
-        """Preallocate room for `capacity` positions (done once, before serving)."""
+    def pool(self, rows: int) -> Any:
+        """The draft's K/V pool of `rows` rows, allocated once at start."""
 
-    def reset(self) -> None: ...
+    def context(self, pool: Any, start: int, rows: int) -> Any:
+        """A new sequence's draft context over pool rows [start, start + rows)."""
 
-    def extend(self, features: Any) -> None:
-        """Queue target features [n, feature_width] of the next n committed tokens."""
+    def extend(self, context: Any, features: Any) -> None:
+        """Queue target features [n, feature_width] of the sequence's next n committed tokens."""
 
-    def propose(self, bonus: int, start: int, depth: int) -> Any:
-        """Draft logits [depth, V'] for positions start+1 .. start+depth (columns: `vocab`)."""
+    def absorb(self, contexts: list) -> None:
+        """Project every queued feature of these contexts (plain rounds call it now and then)."""
 
-    def batch(self) -> Any:
-        """Its batched form for the batch runner: one draft pass for many sequences
-        (serving.speculative.dflash_batch.BatchDrafter)."""
+    def propose(self, contexts: list, bonuses: list[int], depths: list[int]) -> list:
+        """Draft logits [depth_b, V'] per sequence for the positions after its bonus (columns: `vocab`)."""
 
 
 class Verifier(Protocol):

@@ -76,7 +76,7 @@ class SpecDecoder:
         self.capacity, self.prefill_chunk = capacity, prefill_chunk
         rows = capacity + self.needs.draft_tokens
         self.cache = target.new_cache(rows)
-        method.drafter.reserve(rows)
+        self.context = method.drafter.context(method.drafter.pool(rows), 0, rows)
         self.draws = PositionalDraws(seed, target.device)
         self.default_seed, self.sequences = seed, 0
         self.sampling = SamplingParams()
@@ -111,14 +111,15 @@ class SpecDecoder:
         self.draws.seed = (sampling.seed if sampling.seed is not None
                            else self.default_seed * 1_000_003 + self.sequences)
         self.cache.truncate(0)
-        drafter.reset()
+        self.context.cache.truncate(0)
+        self.context.pending = []
         tokens = torch.tensor(prompt_ids, dtype=torch.long, device=target.device)
         for begin in range(0, n, self.prefill_chunk):
             end = min(begin + self.prefill_chunk, n)
             logits, hidden = target.forward(tokens[begin:end], torch.arange(begin, end, device=target.device),
                                             self.cache, capture=self.needs.target_layers, last_only=True)
             self.cache.commit(end - begin)
-            drafter.extend(hidden[:, : drafter.feature_width])
+            drafter.extend(self.context, hidden[:, : drafter.feature_width])
         choice = self._choose(logits, [n])
         self.bonus, self.bonus_on_device, self.start_pos = int(choice[0]), choice, n
         self.remaining = max_new_tokens - 1
@@ -150,11 +151,11 @@ class SpecDecoder:
         width = self.method.drafter.feature_width
         if path[-1] == len(path) - 1:  # rows 0..k: already in place, nothing to move
             self.cache.commit(len(path))
-            self.method.drafter.extend(hidden[: len(path), :width])
+            self.method.drafter.extend(self.context, hidden[: len(path), :width])
             return
         rows = table[path[-1], : len(path)].flip(0)  # root .. last accepted row, on the device
         self.cache.keep(rows)
-        self.method.drafter.extend(hidden[rows, :width])
+        self.method.drafter.extend(self.context, hidden[rows, :width])
 
     def step(self) -> list[int]:
         target, drafter, verifier, times = self.target, self.method.drafter, self.method.verifier, self.times
@@ -162,7 +163,7 @@ class SpecDecoder:
         setting = self.controller.settings[-1] if self.forced else self.controller.choose()
         full = self.forced or not drafts_cut(self.method.drafter.needs.draft_tokens, setting.rows, self.remaining)
         depth, self.forced = self._depth(setting.rows, self.forced), False
-        draft_logits = drafter.propose(self.bonus_on_device, self.start_pos, depth) if depth else None
+        draft_logits = drafter.propose([self.context], [self.bonus], [depth])[0] if depth else None
         t1 = time.perf_counter()
         rows = min(setting.rows, self.cache.capacity - self.cache.length)
         tree = verifier.plan(self.bonus, draft_logits, rows, drafter.vocab) if depth else chain_tree(self.bonus, [])

@@ -1,8 +1,15 @@
-"""The DFlash drafter: runs the draft model round by round, and loads released drafts.
+"""The DFlash drafter: one draft pass for every drafting sequence, and the draft loader.
 
-Context K/V (projected target features of committed tokens) live in a preallocated
-KVCache per draft layer, slot = absolute position; a round writes the block's K/V after
-them and never commits it, so the next round overwrites it.
+Each sequence owns a `DraftContext`: its draft K/V (projected target features of its committed
+tokens, slot = position) in a range of one preallocated draft pool (`DFlashDrafter.pool`), and
+the features not yet projected. `absorb` projects the pending features of all sequences in one
+pass; `propose` runs every sequence's block [bonus, MASK x depth_b] packed back to back
+([N] = sum of depth_b + 1 rows) through the draft layers: projections and MLP once over
+[1, N, H], and an `Attend` that runs each sequence's rows over its own context and block under
+its own masks (`DFlashDraftModel.masks`), so blocks of different depths need no padding and
+never see each other. A round writes its block's K/V after the context and never commits it,
+so the next round overwrites it. A batch of one is a batch: the runner drafts one sequence
+through the same pass.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ import torch.nn.functional as F
 from serving.models.config import ModelError
 from serving.models.kv_cache import KVCache
 from serving.models.loader import TensorReader, tensor_files
+from serving.models.packing import row_slices
 
 from .base import Needs
-from .draft_model import DFlashDraftModel, DraftConfig, attend_after, cached_store
+from .draft_model import Attend, DFlashDraftModel, DraftConfig, attend_after, cached_store
 from .preflight import PreflightError, check_captured
 
 # Tensors a checkpoint may carry that are not weights (rotary tables saved by some exporters).
@@ -27,9 +35,26 @@ NON_WEIGHTS = ("inv_freq", "original_inv_freq")
 DRAFT_VOCAB = "draft_vocab.json"
 
 
-class DFlashDrafter:
-    """Runs the draft model round by round against one target (batch size 1)."""
+class DraftContext:
+    """One sequence's draft context: K/V of `length` committed positions plus pending features.
 
+    cache: its rows of the draft pool; a round writes its block after the context, so the
+    context needs as many rows as the target's reservation (committed tokens + one verify pass)."""
+
+    def __init__(self, cache: KVCache):
+        self.cache = cache
+        self.pending: list[torch.Tensor] = []          # [n, feature_width] each, in order
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    @property
+    def pending_rows(self) -> int:
+        return sum(f.shape[0] for f in self.pending)
+
+
+class DFlashDrafter:
     def __init__(self, model: DFlashDraftModel, target, block_size: int | None = None,
                  vocab: list[int] | None = None):
         """vocab: token ids the draft may propose (a reduced vocabulary: its LM head is that
@@ -42,80 +67,81 @@ class DFlashDrafter:
         block = min(block_size or cfg.block_size, cfg.block_size)
         self.needs = Needs(target_layers=cfg.target_layer_ids, draft_tokens=block)
         self.device = model.fc.weight.device
-        self.mask_ids = torch.full((cfg.block_size,), cfg.mask_token_id, dtype=torch.long, device=self.device)
-        self.cache: KVCache | None = None
+        self.mask_id = cfg.mask_token_id
         self.vocab = None if vocab is None else torch.tensor(vocab, dtype=torch.long, device=self.device)
         # [V', H] rows of the target's LM head (a copy: a gather per round would cost as much)
         self.head = target.lm_head_weight if vocab is None else target.lm_head_weight[self.vocab].contiguous()
-        self.reset()
 
-    def batch(self):
-        """The batched form (serving.speculative.dflash_batch): one draft pass for many sequences."""
-        from .dflash_batch import BatchDrafter
+    def pool(self, rows: int) -> KVCache:
+        """The draft's K/V pool: `rows` rows over the draft's layers, allocated once."""
+        cfg = self.cfg
+        return KVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, rows, self.model.dtype, self.device)
 
-        return BatchDrafter(self)
+    @staticmethod
+    def context(pool: KVCache, start: int, rows: int) -> DraftContext:
+        """A new sequence's context over pool rows [start, start + rows)."""
+        return DraftContext(pool.rows(start, rows))
 
-    def reserve(self, capacity: int) -> None:
-        """Allocate room for `capacity` positions (context plus one block), keeping the rows."""
-        if self.cache is not None and self.cache.capacity >= capacity:
-            return
-        cfg, old = self.cfg, self.cache
-        self.cache = KVCache(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, capacity, self.model.dtype, self.device)
-        if old is not None and old.length:
-            self.cache.k[:, :, : old.length] = old.k[:, :, : old.length]
-            self.cache.v[:, :, : old.length] = old.v[:, :, : old.length]
-            self.cache.length = old.length
-
-    def reset(self) -> None:
-        if self.cache is not None:
-            self.cache.truncate(0)
-        self.pending: list[torch.Tensor] = []
-
-    def extend(self, features: torch.Tensor) -> None:
-        """Target features [n, feature_width] of the next n committed tokens, in order."""
+    def extend(self, context: DraftContext, features: torch.Tensor) -> None:
+        """Target features [n, feature_width] of the sequence's next n committed tokens."""
         check_captured(features.shape[-1], self.feature_width, len(self.cfg.target_layer_ids))
-        self.pending.append(features)
-
-    @property
-    def length(self) -> int:
-        """Positions whose context K/V are cached (features still pending not counted)."""
-        return self.cache.length if self.cache is not None else 0
-
-    def _absorb(self, extra: int) -> None:
-        """Project the pending features and cache their K/V at the next positions."""
-        features = self.pending[0] if len(self.pending) == 1 else torch.cat(self.pending)  # [C, F]
-        self.pending = []
-        start, count = self.length, features.shape[0]
-        if self.cache is None or self.cache.capacity < start + count + extra:
-            self.reserve(max(2 * start, start + count + extra))   # grows only past what is reserved
-        ctx = self.model.project(features[None])  # [1, C, H]
-        cos, sin = self.model.rotary(torch.arange(start, start + count, device=self.device))
-        for i, layer in enumerate(self.model.layers):
-            k, v = layer.context_kv(ctx, cos, sin)
-            self.cache.write(i, k[0], v[0])
-        self.cache.commit(count)
+        context.pending.append(features)
 
     @torch.inference_mode()
-    def propose(self, bonus: int | torch.Tensor, start: int, depth: int) -> torch.Tensor:
-        """Draft logits [depth, vocab] for positions start+1 .. start+depth.
-
-        bonus: the token at `start` (an int, or a [1] long tensor already on the device)."""
-        if self.pending:
-            self._absorb(depth + 1)
-        self.reserve(start + depth + 1)
-        if self.length != start:
-            raise ValueError(f"draft context holds {self.length} positions, the block starts at {start}")
-        bonus = torch.tensor([bonus], device=self.device) if isinstance(bonus, int) else bonus.view(1)
-        block = torch.cat([bonus, self.mask_ids[:depth]])  # [B] = bonus, MASK x depth
-        positions = torch.arange(start, start + depth + 1, device=self.device)
-        keys = torch.arange(start + depth + 1, device=self.device)  # slot = position
-        masks = self.model.masks(positions, keys)
+    def absorb(self, contexts: list[DraftContext]) -> None:
+        """Project every pending feature row and cache its K/V at the sequence's next positions."""
+        contexts = [c for c in contexts if c.pending]
+        if not contexts:
+            return
+        counts = [c.pending_rows for c in contexts]
+        features = torch.cat([f for c in contexts for f in c.pending])        # [C, F]
+        positions = torch.cat([torch.arange(c.length, c.length + n, device=self.device)
+                               for c, n in zip(contexts, counts)])
+        ctx = self.model.project(features[None])                               # [1, C, H]
         cos, sin = self.model.rotary(positions)
-        x = self.target.embed(block).to(self.model.dtype)[None]  # [1, B, H]
-        for i, (layer, mask) in enumerate(zip(self.model.layers, masks)):
-            x = layer(x, cos, sin, attend_after(cached_store(self.cache, i), mask))
-        # LM head over the block rows after the bonus: [depth, V'] fp32
-        return F.linear(self.model.norm(x)[0, 1:], self.head).float()
+        for i, layer in enumerate(self.model.layers):
+            k, v = layer.context_kv(ctx, cos, sin)                             # [1, KV, C, hd]
+            for c, rows in zip(contexts, row_slices(counts)):
+                c.cache.write(i, k[0, :, rows], v[0, :, rows])
+        for c, n in zip(contexts, counts):
+            c.cache.commit(n)
+            c.pending = []
+
+    @torch.inference_mode()
+    def propose(self, contexts: list[DraftContext], bonuses: list[int], depths: list[int]) -> list[torch.Tensor]:
+        """Draft logits [depth_b, V'] per sequence for the positions after its bonus token
+        (columns: `vocab`). Each block starts at its context's length (the bonus's position);
+        depths are >= 1."""
+        self.absorb(contexts)
+        counts, starts = [d + 1 for d in depths], [c.length for c in contexts]
+        slices, total = row_slices(counts), sum(counts)
+        # tokens [N], positions [N] and the rows after each bonus [N - B], in one upload
+        packed = torch.tensor([t for bonus, d in zip(bonuses, depths) for t in [bonus] + [self.mask_id] * d]
+                              + [p for s, n in zip(starts, counts) for p in range(s, s + n)]
+                              + [r for s in slices for r in range(s.start + 1, s.stop)],
+                              dtype=torch.long, device=self.device)
+        tokens, positions, rows = packed.split([total, total, total - len(counts)])
+        keys = torch.arange(max(s + n for s, n in zip(starts, counts)), device=self.device)  # slot = position
+        # [sequence][layer]: its block's visibility over its context and block, or None
+        masks = [self.model.masks(positions[own], keys[:s + n]) for own, s, n in zip(slices, starts, counts)]
+        cos, sin = self.model.rotary(positions)
+        x = self.target.embed(tokens).to(self.model.dtype)[None]               # [1, N, H]
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, self._attend(i, contexts, slices, [m[i] for m in masks]))
+        logits = F.linear(self.model.norm(x[0])[rows], self.head).float()      # [N - B, V']
+        return list(logits.split(depths))
+
+    @staticmethod
+    def _attend(i: int, contexts, slices: list[slice], masks) -> Attend:
+        """Layer i's attention over packed block rows (q [1, heads, N, hd]): each sequence's
+        rows see its own context and block only."""
+        def attend(q, k, v):
+            out = torch.empty_like(q)
+            for rows, c, mask in zip(slices, contexts, masks):
+                one = attend_after(cached_store(c.cache, i), mask)
+                out[:, :, rows] = one(q[:, :, rows], k[:, :, rows], v[:, :, rows])
+            return out
+        return attend
 
 
 def load_vocab(path: str | Path, vocab_size: int) -> list[int] | None:

@@ -2,7 +2,7 @@
 
 One round for B sequences: the controller for B's batch-size bucket picks the setting (plain
 decoding or a verify width); one batched draft pass proposes a block for every sequence that
-drafts (serving.speculative.dflash_batch); each sequence's verifier plans its own tree; one
+drafts (serving.speculative.dflash); each sequence's verifier plans its own tree; one
 target forward runs all trees packed back to back, each under its own ancestor mask over its
 own slice of the KV pool (serving.models.batched.forward); then, per sequence, the walk, KV
 compaction and the accepted rows' features queued for its draft context.
@@ -51,7 +51,7 @@ class SpecLane:
         """rows: the target pool's; the draft pool beside it has as many, and each sequence's
         draft context is the same row range as its target reservation."""
         self.target, self.method, self.adaptive = target, method, adaptive
-        self.drafter = method.drafter.batch()
+        self.drafter = method.drafter
         self.pool = self.drafter.pool(rows)
         self.layers = method.needs.target_layers
         self.width = self.drafter.feature_width

@@ -126,7 +126,7 @@ def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, a
     assert isinstance(runner, SerialRunner) == serial
     assert first["state_cache_bytes"] == (1 if serial else 3) * one_slot
     if serial:      # the target's cache and the draft's, context + verify rows each
-        assert decoder.cache.kv.capacity == decoder.method.drafter.cache.capacity == 128 + decoder.needs.draft_tokens
+        assert decoder.cache.kv.capacity == decoder.context.cache.capacity == 128 + decoder.needs.draft_tokens
     else:
         assert runner.pool.capacity == extra.get("max_total_tokens", 128 + runner.verify_rows)
         if algorithm:       # the draft pool beside the target's: as many rows over the draft's layers

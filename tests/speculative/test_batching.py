@@ -163,8 +163,8 @@ def test_packed_trees_equal_each_tree_alone(targets):
 
 
 def test_batched_draft_pass_equals_one_sequence_drafts(tiny_dirs, targets, tmp_path):
-    """BatchDrafter.propose over three sequences (contexts of 3, 11 and 20 positions, depths 1,
-    4 and 7) equals DFlashDrafter.propose for each alone, on a draft with a causal sliding-window
+    """DFlashDrafter.propose over three sequences (contexts of 3, 11 and 20 positions, depths 1,
+    4 and 7) equals its pass over each alone, on a draft with a causal sliding-window
     layer beside a full-attention one."""
     import json
 
@@ -172,10 +172,9 @@ def test_batched_draft_pass_equals_one_sequence_drafts(tiny_dirs, targets, tmp_p
     config = {**draft_config(json.loads((tiny_dirs["llama"] / "config.json").read_text())),
               "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4, "use_sliding_window": True}
     path = save_draft(random_model(config, seed=2), config, tmp_path / "draft")
-    single = DFlashDrafter(load_model(path, torch.float32, "cpu"), target)
-    many, gen = single.batch(), torch.Generator().manual_seed(1)
+    many, gen = DFlashDrafter(load_model(path, torch.float32, "cpu"), target), torch.Generator().manual_seed(1)
     shapes = [(3, 1, 17), (11, 4, 23), (20, 7, 31)]          # context length, depth, bonus token
-    features = [torch.randn(n, single.feature_width, generator=gen) for n, _, _ in shapes]
+    features = [torch.randn(n, many.feature_width, generator=gen) for n, _, _ in shapes]
     pool = many.pool(40 * len(shapes))
     contexts = [many.context(pool, 40 * i, 40) for i in range(len(shapes))]
     for context, f in zip(contexts, features):
@@ -183,7 +182,6 @@ def test_batched_draft_pass_equals_one_sequence_drafts(tiny_dirs, targets, tmp_p
         many.extend(context, f[2:])
     proposals = many.propose(contexts, [b for _, _, b in shapes], [d for _, d, _ in shapes])
     for (n, depth, bonus), f, proposal in zip(shapes, features, proposals):
-        single.reserve(64)
-        single.reset()
-        single.extend(f)
-        torch.testing.assert_close(proposal, single.propose(bonus, n, depth), atol=1e-4, rtol=1e-4)
+        alone = many.context(many.pool(64), 0, 64)
+        many.extend(alone, f)
+        torch.testing.assert_close(proposal, many.propose([alone], [bonus], [depth])[0], atol=1e-4, rtol=1e-4)

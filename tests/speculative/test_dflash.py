@@ -32,12 +32,13 @@ def test_round_by_round_drafting_equals_one_batched_pass(targets, random_drafts)
     with torch.no_grad():
         batched = train_draft.block_logits(model, target, tokens, feats, torch.tensor([5, 9]))
     drafter = DFlashDrafter(model, target)
-    drafter.extend(feats[:5])
-    first = drafter.propose(int(tokens[5]), 5, model.cfg.block_size - 1)
-    assert drafter.length == 5  # the block's K/V were not kept
-    drafter.extend(feats[5:9])
-    second = drafter.propose(int(tokens[9]), 9, model.cfg.block_size - 1)
-    assert drafter.length == 9
+    context = drafter.context(drafter.pool(32), 0, 32)
+    drafter.extend(context, feats[:5])
+    first, = drafter.propose([context], [int(tokens[5])], [model.cfg.block_size - 1])
+    assert context.length == 5  # the block's K/V were not kept
+    drafter.extend(context, feats[5:9])
+    second, = drafter.propose([context], [int(tokens[9])], [model.cfg.block_size - 1])
+    assert context.length == 9
     torch.testing.assert_close(first, batched[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(second, batched[1], atol=1e-4, rtol=1e-4)
 
@@ -60,7 +61,7 @@ def test_captured_width_is_checked_at_the_first_forward(targets, random_drafts):
     model = load_model(random_drafts["llama"], torch.float32, "cpu")
     drafter = DFlashDrafter(model, targets["llama"])
     with pytest.raises(PreflightError, match=r"draft expects 128 = 2 layers x 64 but the target captured 64"):
-        drafter.extend(torch.zeros(3, 64))
+        drafter.extend(drafter.context(drafter.pool(8), 0, 8), torch.zeros(3, 64))
 
 
 def test_weight_names_and_shapes_are_checked(tmp_path, random_drafts):
@@ -104,11 +105,13 @@ def test_reduced_vocabulary_proposes_only_its_tokens_and_stays_lossless(targets,
     assert load_vocab(tmp_path, target.config.vocab_size) == ids
     full, small = DFlashDrafter(model, target), DFlashDrafter(model, target, vocab=ids)
     feats = torch.randn(6, full.feature_width)
-    full.extend(feats)
-    small.extend(feats)
-    columns = full.propose(7, 6, 3)[:, ids]
-    torch.testing.assert_close(small.propose(7, 6, 3), columns)  # the same logits, fewer columns
-    tree = TreeVerifier(budget=8).plan(7, small.propose(7, 6, 3), 9, small.vocab)
+    contexts = [d.context(d.pool(16), 0, 16) for d in (full, small)]
+    for drafter, context in zip((full, small), contexts):
+        drafter.extend(context, feats)
+    columns = full.propose(contexts[:1], [7], [3])[0][:, ids]
+    proposal, = small.propose(contexts[1:], [7], [3])
+    torch.testing.assert_close(proposal, columns)  # the same logits, fewer columns
+    tree = TreeVerifier(budget=8).plan(7, proposal, 9, small.vocab)
     assert set(tree.tokens[1:]) <= set(ids)
     greedy = SamplingParams(temperature=0)
     spec = SpecDecoder(target, Method("small-vocab", small, TreeVerifier(budget=8)), capacity=128)

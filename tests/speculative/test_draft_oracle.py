@@ -66,9 +66,10 @@ def reference_rounds(model, target, tokens, feats) -> list[torch.Tensor]:
 
 def our_rounds(path, target, tokens, feats) -> list[torch.Tensor]:
     drafter, done, out = DFlashDrafter(load_model(path, torch.float32, "cpu"), target), 0, []
+    context = drafter.context(drafter.pool(64), 0, 64)
     for start in STARTS:
-        drafter.extend(feats[done:start])
-        out.append(drafter.propose(int(tokens[start]), start, BLOCK - 1))
+        drafter.extend(context, feats[done:start])
+        out.append(drafter.propose([context], [int(tokens[start])], [BLOCK - 1])[0])
         done = start
     return out
 
