@@ -167,12 +167,11 @@ async def _complete(state: AppState, request: Request, kind: str):
     model = state.args.served_model_name
     # admitted before any response starts: a full queue is a 503, never a 200 with an empty stream
     admitted = Admitted(state.engine, prompt_ids, spec.sampling, rule, request.receive,
-                        arrival=request.scope.get(ARRIVAL))
+                        arrival=request.scope.get(ARRIVAL), record=state.metrics.observe)
     if spec.stream:
         return StreamingResponse(_stream(state, spec, admitted, model), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     finished = await admitted.result()
-    state.metrics.observe(finished.usage)
     return R.final_body(kind, R.new_id(kind), model, finished)
 
 
@@ -219,7 +218,6 @@ async def _stream(state: AppState, spec: CompletionSpec, admitted: Admitted, mod
         elif isinstance(event, Delta):
             yield R.sse(R.chunk(kind, rid, model, event.text))
         else:
-            state.metrics.observe(event.usage)
             yield R.sse(R.chunk(kind, rid, model, None, finish_reason=event.finish_reason))
             if spec.include_usage:
                 yield R.sse(R.usage_chunk(kind, rid, model, event.usage))

@@ -31,12 +31,16 @@ class Admitted:
     """One submitted GenerationRequest, its asyncio event queue and a watch on the client."""
 
     def __init__(self, engine, prompt_ids: list[int], sampling: SamplingParams, rule: StopRule,
-                 receive: Receive | None = None, probe: bool = False, arrival: float | None = None):
-        """arrival: perf_counter() when the HTTP request arrived (TTFT counts from it); None: now."""
+                 receive: Receive | None = None, probe: bool = False, arrival: float | None = None,
+                 record: Callable[[Finished], None] | None = None):
+        """arrival: perf_counter() when the HTTP request arrived (TTFT counts from it); None: now.
+        record: called with the `Finished` event whether or not anyone still listens, so a
+        generation the client abandoned is counted too (its tokens were computed)."""
         loop = asyncio.get_running_loop()
         self.events: asyncio.Queue = asyncio.Queue()
+        self.record = record
         self.request = GenerationRequest(prompt_ids, sampling, rule,
-                                         lambda e: loop.call_soon_threadsafe(self.events.put_nowait, e),
+                                         lambda e: loop.call_soon_threadsafe(self._arrived, e),
                                          probe=probe)
         if arrival is not None:
             self.request.submitted = arrival
@@ -48,6 +52,11 @@ class Admitted:
         except RequestTooLarge as e:
             raise APIError(400, str(e), "max_tokens", "context_length_exceeded") from None
         self.watch = asyncio.ensure_future(self._watch(receive)) if receive else None
+
+    def _arrived(self, event) -> None:
+        if self.record is not None and isinstance(event, Finished):
+            self.record(event)
+        self.events.put_nowait(event)
 
     async def _watch(self, receive: Receive) -> None:
         # the body is read already, so receive() only returns at http.disconnect (or once the

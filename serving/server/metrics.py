@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+# finish_reason of a generation the client left before it ended (serving.engine.scheduler)
+CANCELLED_REASON = "abort"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 ACCEPT_BUCKETS = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16)
 
@@ -15,12 +17,13 @@ class Metrics:
                                 ["path", "status"], registry=r)
         self.prompt_tokens = Counter("serving_prompt_tokens", "Prompt tokens processed", registry=r)
         self.generation_tokens = Counter("serving_generation_tokens", "Tokens generated", registry=r)
+        # outcome: "finished" (stop, length) or "cancelled" (the client left mid-generation)
         self.ttft = Histogram("serving_time_to_first_token_seconds", "Time to first token",
-                              buckets=LATENCY_BUCKETS, registry=r)
+                              ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
         self.e2e = Histogram("serving_e2e_request_latency_seconds", "Generation latency per request",
-                             buckets=LATENCY_BUCKETS, registry=r)
+                             ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
         self.per_token = Histogram("serving_time_per_output_token_seconds", "Decode time per output token",
-                                   buckets=LATENCY_BUCKETS, registry=r)
+                                   ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
         self.accept_length = Histogram("serving_spec_accept_length",
                                        "Mean tokens committed per decode round, per request",
                                        buckets=ACCEPT_BUCKETS, registry=r)
@@ -43,13 +46,17 @@ class Metrics:
                                      "1 for the setting the adaptive controller runs now", ["setting"], registry=r)
         self.engine_stats = engine_stats
 
-    def observe(self, usage) -> None:
+    def observe(self, finished) -> None:
+        """One generation's `Finished` event, completed or cancelled: every token computed counts."""
+        usage = finished.usage
+        outcome = "cancelled" if finished.finish_reason == CANCELLED_REASON else "finished"
         self.prompt_tokens.inc(usage.prompt_tokens)
         self.generation_tokens.inc(usage.completion_tokens)
-        self.ttft.observe(usage.ttft_s)
-        self.e2e.observe(usage.total_s)
+        if usage.completion_tokens:          # a cancelled prefill has no first token to time
+            self.ttft.labels(outcome).observe(usage.ttft_s)
+        self.e2e.labels(outcome).observe(usage.total_s)
         if usage.completion_tokens > 1:
-            self.per_token.observe((usage.total_s - usage.ttft_s) / (usage.completion_tokens - 1))
+            self.per_token.labels(outcome).observe((usage.total_s - usage.ttft_s) / (usage.completion_tokens - 1))
         if usage.rounds:
             self.accept_length.observe(usage.accept_length)
 

@@ -66,8 +66,8 @@ def runtime_metrics(ok=8, failed=2, ttfts=(0.02, 0.03, 0.3), tokens=100):
     m.requests.labels("/health", "200").inc(50)  # not generation traffic: never counted
     m.requests.labels("/v1/completions", "400").inc(1)  # the client's mistake, not an error
     for t in ttfts:
-        m.ttft.observe(t)
-        m.e2e.observe(1.0)
+        m.ttft.labels("finished").observe(t)
+        m.e2e.labels("finished").observe(1.0)
     m.generation_tokens.inc(tokens)
     m.accept_length.observe(2.0)
     m.accept_length.observe(3.0)

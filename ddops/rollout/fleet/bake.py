@@ -11,7 +11,9 @@ Baselines: `before` compares each host with its own figures read just before its
 yet, over the same window, and falls back to `before` when none is left (the last wave). With `probe:` the watcher sends chat requests itself, to the
 changed hosts and to the unchanged baseline hosts, so a quiet fleet still gets judged.
 Every sample and verdict goes to `record(host, kind, data)`, which keeps it in the rollout
-state. Network problems are data: a changed host whose /metrics fails twice in a row fails.
+state. A window's `error_ratio` counts requests the clients abandoned (499, vLLM's "abort")
+as errors, and its `cancelled` figure says how many of the errors they were
+(ddops.rollout.fleet.scrape), so a canary whose clients give up fails its error check. Network problems are data: a changed host whose /metrics fails twice in a row fails.
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ what analysis judges. The runtime is the one whose request counter the page hold
 A `Scrape` holds cumulative counters and histograms as the server reported them; `since`
 subtracts an earlier scrape, so every figure describes one window (a restart, which resets
 counters, makes the earlier scrape count as zero). `summary` turns a window into figures.
+
+`errors` (and so `error_ratio`) counts cancelled requests too, generations the client
+abandoned: a canary whose clients give up is not healthy. `cancelled` says how many of the
+errors those were, where the runtime can tell (docs/contracts.md "What each runtime's metrics
+can tell"): the bundled runtime's status 499, vLLM's finished reason "abort" (which also
+covers the engine's own aborts); SGLang's abort counter does not separate them (None).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
 # away, or the engine aborted it) and "error" (always answered 500) are failed requests;
 # stop, length and repetition are answers.
 VLLM_FAILED = ("abort", "error")
+VLLM_CANCELLED = ("abort",)
+CANCELLED_STATUS = "499"        # the bundled runtime: the client left before the answer ended
 
 
 @dataclass(frozen=True)
@@ -39,12 +47,21 @@ def _generation(labels: dict) -> bool:
     return labels.get("path") in GENERATION_PATHS
 
 
-def _generation_5xx(labels: dict) -> bool:
-    return _generation(labels) and labels.get("status", "").startswith("5")
+def _generation_failed(labels: dict) -> bool:
+    status = labels.get("status", "")
+    return _generation(labels) and (status.startswith("5") or status == CANCELLED_STATUS)
+
+
+def _generation_cancelled(labels: dict) -> bool:
+    return _generation(labels) and labels.get("status") == CANCELLED_STATUS
 
 
 def _vllm_failed(labels: dict) -> bool:
     return labels.get("finished_reason") in VLLM_FAILED
+
+
+def _vllm_cancelled(labels: dict) -> bool:
+    return labels.get("finished_reason") in VLLM_CANCELLED
 
 
 @dataclass(frozen=True)
@@ -53,7 +70,7 @@ class Series:
     source the runtime has: a histogram of tokens per round, a gauge, or draft counters."""
 
     requests: Count
-    errors: Count
+    errors: Count   # cancelled requests included
     generated: str  # counter of completion tokens
     ttft: str  # histograms, seconds
     itl: str
@@ -62,11 +79,13 @@ class Series:
     accept_gauge: str | None = None
     spec_drafts: str | None = None  # counters: accepted length = 1 + accepted / drafts
     spec_accepted: str | None = None
+    cancelled: Count | None = None  # the part of `errors` the client abandoned; None: not told apart
 
 
 SERIES = {
     "bundled": Series(requests=Count("serving_requests", _generation),
-                      errors=Count("serving_requests", _generation_5xx),
+                      errors=Count("serving_requests", _generation_failed),
+                      cancelled=Count("serving_requests", _generation_cancelled),
                       generated="serving_generation_tokens",
                       ttft="serving_time_to_first_token_seconds",
                       itl="serving_time_per_output_token_seconds",
@@ -78,12 +97,13 @@ SERIES = {
                      accept_gauge="sglang:spec_accept_length"),
     # vLLM 0.32 (vllm/v1/metrics/loggers.py): every finished request once, by finish reason.
     "vllm": Series(requests=Count("vllm:request_success"), errors=Count("vllm:request_success", _vllm_failed),
+                   cancelled=Count("vllm:request_success", _vllm_cancelled),
                    generated="vllm:generation_tokens", ttft="vllm:time_to_first_token_seconds",
                    itl="vllm:inter_token_latency_seconds", e2e="vllm:e2e_request_latency_seconds",
                    spec_drafts=spec_metrics.DRAFTS, spec_accepted=spec_metrics.ACCEPTED),
 }
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
-FIGURES = ("requests", "errors", "error_ratio", "tokens_per_s", "accept_length",
+FIGURES = ("requests", "errors", "cancelled", "error_ratio", "tokens_per_s", "accept_length",
            *(f"{h}_{q}" for h in ("ttft", "itl", "e2e") for q in QUANTILES))
 
 
@@ -145,6 +165,7 @@ class Scrape:
     accept_gauge: float | None = None  # SGLang reports accepted length only as a gauge
     drafts: float = 0.0  # vLLM's spec-decode counters
     accepted: float = 0.0
+    cancelled: float | None = None  # of `errors`; None where the runtime does not tell
 
     def since(self, earlier: "Scrape") -> "Scrape":
         restarted = self.requests < earlier.requests
@@ -152,7 +173,8 @@ class Scrape:
         return Scrape(self.runtime, base.at, self.requests - base.requests, self.errors - base.errors,
                       self.generated - base.generated,
                       {k: h.minus(base.hist.get(k, Histogram())) for k, h in self.hist.items()},
-                      self.accept_gauge, self.drafts - base.drafts, self.accepted - base.accepted)
+                      self.accept_gauge, self.drafts - base.drafts, self.accepted - base.accepted,
+                      _minus(self.cancelled, base.cancelled))
 
     def plus(self, other: "Scrape") -> "Scrape":
         """Two windows as one server's (a pooled baseline)."""
@@ -160,7 +182,8 @@ class Scrape:
                 for k in set(self.hist) | set(other.hist)}
         return Scrape(self.runtime, min(self.at, other.at), self.requests + other.requests,
                       self.errors + other.errors, self.generated + other.generated, hist,
-                      self.accept_gauge, self.drafts + other.drafts, self.accepted + other.accepted)
+                      self.accept_gauge, self.drafts + other.drafts, self.accepted + other.accepted,
+                      None if None in (self.cancelled, other.cancelled) else self.cancelled + other.cancelled)
 
     def accept_length(self) -> float | None:
         accept = self.hist.get("accept")
@@ -172,7 +195,7 @@ class Scrape:
 
     def summary(self) -> dict:
         """Figures of this window; None where the window has no observation to say it."""
-        out = {"requests": self.requests, "errors": self.errors,
+        out = {"requests": self.requests, "errors": self.errors, "cancelled": self.cancelled,
                "error_ratio": self.errors / self.requests if self.requests else None}
         e2e = self.hist.get("e2e", Histogram())
         out["tokens_per_s"] = self.generated / e2e.total if e2e.total > 0 else None
@@ -198,7 +221,12 @@ def parse(text: str, at: float | None = None) -> Scrape:
     return Scrape(runtime, time.time() if at is None else at, _count(families, series.requests),
                   _count(families, series.errors), _total(families.get(series.generated), "_total"),
                   hist, gauge, _total(families.get(series.spec_drafts), "_total"),
-                  _total(families.get(series.spec_accepted), "_total"))
+                  _total(families.get(series.spec_accepted), "_total"),
+                  _count(families, series.cancelled) if series.cancelled else None)
+
+
+def _minus(now: float | None, before: float | None) -> float | None:
+    return None if now is None else now - (before or 0.0)
 
 
 def _count(families: dict, count: Count) -> float:
