@@ -210,8 +210,8 @@ def test_metrics_count_tokens_and_latency(server, client):
     values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
               if line and not line.startswith("#")}
     assert values["serving_generation_tokens_total"] >= 4
-    assert values["serving_time_to_first_token_seconds_count"] >= 1
-    assert values["serving_e2e_request_latency_seconds_count"] >= 1
+    assert values['serving_time_to_first_token_seconds_count{outcome="finished"}'] >= 1
+    assert values['serving_e2e_request_latency_seconds_count{outcome="finished"}'] >= 1
     assert values["serving_avg_spec_accept_length"] == 1.0
     assert values['serving_requests_total{path="/v1/completions",status="200"}'] >= 1
 
