@@ -26,7 +26,7 @@ from pathlib import Path
 from ddops.install.runtime import installed_distributions, prepare_venv
 from ddops.install.sync import sync_files
 from ddops.install.wheelhouse import fresh, normalize, pip, python_tag, wheel_identity
-from ddops.lab.locks import file_lock
+from ddops.file_lock import file_lock
 from ddops.remote import Remote
 from ddops.vllm.parser_facts import PROBE, ParserFacts, parse
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddops.lab.errors import LabError
-from ddops.lab.locks import file_lock
+from ddops.file_lock import file_lock
 
 SOURCE_PACKAGES = ("ddops", "serving")
 SOURCE_FILES = ("pyproject.toml", "README.md")

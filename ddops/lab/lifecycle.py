@@ -14,7 +14,7 @@ from pathlib import Path
 from ddops import systemd
 from ddops.lab import access, container, inventory_file, keys, local_commands, network, rootfs
 from ddops.lab.errors import LabError
-from ddops.lab.locks import file_lock
+from ddops.file_lock import file_lock
 from ddops.lab.layout import HOST_RE, HostSlot, LabLayout, host_names
 
 Log = Callable[[str], None]

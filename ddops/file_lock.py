@@ -1,4 +1,5 @@
-"""Advisory file locks: one lab operation per state dir, one builder per cache entry.
+"""Advisory file locks: one lab operation per state dir, one builder per cache entry (the lab
+and the wheelhouse builders of ddops.install share them).
 
 Several labs (a user's, a test session's) share $DDOPS_CACHE; without the lock two builders
 could replace a tree another lab is booting from.

@@ -1,6 +1,6 @@
 """Benchmark: push a model to N hosts in parallel vs to one host, same run, same model.
 
-    python -m ddops.install.bench_push [--hosts lab-1,lab-2,lab-3,lab-4] [--model DIR] [--inventory PATH] [--levers]
+    python -m ddops.lab.bench_push [--hosts lab-1,lab-2,lab-3,lab-4] [--model DIR] [--inventory PATH] [--levers]
 
 Each timing runs the push in a fresh process (interpreter start, imports and local checksums
 included, as a `ddops push-model` pays them), starts from an empty destination on every host
@@ -71,7 +71,7 @@ def children_cpu_s() -> float:
 
 def timed_push(hosts: list, model: Path, transfer: Transfer, inventory: Path | None) -> Timing:
     clear(hosts)
-    command = [sys.executable, "-m", "ddops.install.bench_push", "--push", ",".join(h.name for h in hosts),
+    command = [sys.executable, "-m", "ddops.lab.bench_push", "--push", ",".join(h.name for h in hosts),
                "--model", str(model), "--transfer", json.dumps(asdict(transfer)),
                *(["--inventory", str(inventory)] if inventory else [])]
     host0, client0, start = lab_cpu_s(hosts), children_cpu_s(), time.monotonic()
