@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from .base import Needs
+from .selector import Candidates
 from .tree import Tree, chain_tree
 
 
@@ -18,6 +19,9 @@ class ChainVerifier:
         self.needs = Needs(tree_attention=False, draft_tokens=block_size)
 
     def plan(self, bonus: int, draft_logits: torch.Tensor, budget_rows: int, vocab=None) -> Tree:
-        """draft_logits [depth, V'] -> chain of the argmax draft tokens (a point-mass draft)."""
+        """draft_logits [depth, V'] -> chain of the argmax draft tokens (a point-mass draft);
+        a selector draft's Candidates -> its greedy pairwise walk."""
+        if isinstance(draft_logits, Candidates):
+            return chain_tree(bonus, draft_logits.chain(max(budget_rows - 1, 0)))
         drafts = draft_logits[: max(budget_rows - 1, 0)].argmax(-1)
         return chain_tree(bonus, (drafts if vocab is None else vocab[drafts]).tolist())

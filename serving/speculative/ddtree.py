@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .base import Needs
+from .selector import Candidates
 from .tree import Tree, heap_tree
 
 
@@ -18,8 +19,10 @@ class TreeVerifier:
         """draft_logits [depth, V']: per-depth marginals q_d, independent of earlier picks;
         vocab [V'] maps columns to token ids (a reduced draft vocabulary), None: identity."""
         budget = min(self.budget, budget_rows - 1)
-        if budget <= 0 or draft_logits.shape[0] == 0:
+        if budget <= 0 or len(draft_logits) == 0:
             return heap_tree(bonus, [], [], 0)
+        if isinstance(draft_logits, Candidates):  # a selector draft: children scored given their parent
+            return draft_logits.tree(bonus, budget)
         width = min(budget, draft_logits.shape[-1])
         logits = draft_logits[:budget].float()  # a tree of `budget` nodes is at most that deep
         top = logits.topk(width, -1)  # [depth, width]; log-probs are logits minus logsumexp

@@ -18,7 +18,6 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from serving.models.config import ModelError
 from serving.models.kv_cache import KVCache
@@ -28,6 +27,7 @@ from serving.models.packing import row_slices
 from .base import Needs
 from .draft_model import Attend, DFlashDraftModel, DraftConfig, attend_after, cached_store
 from .preflight import PreflightError, check_captured
+from .selector import BARE_NAMES
 
 # Tensors a checkpoint may carry that are not weights (rotary tables saved by some exporters).
 NON_WEIGHTS = ("inv_freq", "original_inv_freq")
@@ -108,28 +108,29 @@ class DFlashDrafter:
             c.pending = []
 
     @torch.inference_mode()
-    def propose(self, contexts: list[DraftContext], bonuses: list[int], depths: list[int]) -> list[torch.Tensor]:
+    def propose(self, contexts: list[DraftContext], bonuses: list[int], depths: list[int]) -> list:
         """Draft logits [depth_b, V'] per sequence for the positions after its bonus token
-        (columns: `vocab`). Each block starts at its context's length (the bonus's position);
-        depths are >= 1."""
+        (columns: `vocab`), or a selector draft's `Candidates` (DFlashDraftModel.proposals).
+        Each block starts at its context's length (the bonus's position); depths are >= 1."""
         self.absorb(contexts)
         counts, starts = [d + 1 for d in depths], [c.length for c in contexts]
         slices, total = row_slices(counts), sum(counts)
         # tokens [N], positions [N] and the rows after each bonus [N - B], in one upload
         packed = torch.tensor([t for bonus, d in zip(bonuses, depths) for t in [bonus] + [self.mask_id] * d]
                               + [p for s, n in zip(starts, counts) for p in range(s, s + n)]
-                              + [r for s in slices for r in range(s.start + 1, s.stop)],
+                              + [r for s in slices for r in range(s.start + 1, s.stop)]
+                              + [i for n in counts for i in range(n)],
                               dtype=torch.long, device=self.device)
-        tokens, positions, rows = packed.split([total, total, total - len(counts)])
+        tokens, positions, rows, offsets = packed.split([total, total, total - len(counts), total])
         keys = torch.arange(max(s + n for s, n in zip(starts, counts)), device=self.device)  # slot = position
         # [sequence][layer]: its block's visibility over its context and block, or None
         masks = [self.model.masks(positions[own], keys[:s + n]) for own, s, n in zip(slices, starts, counts)]
         cos, sin = self.model.rotary(positions)
-        x = self.target.embed(tokens).to(self.model.dtype)[None]               # [1, N, H]
-        for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, self._attend(i, contexts, slices, [m[i] for m in masks]))
-        logits = F.linear(self.model.norm(x[0])[rows], self.head).float()      # [N - B, V']
-        return list(logits.split(depths))
+        x = self.model.noise(self.target, tokens)[None]                         # [1, N, H]
+        for i, layer in enumerate(self.model.layers):        # offsets: row index in its block (convs)
+            x = layer(x, cos, sin, self._attend(i, contexts, slices, [m[i] for m in masks]), offsets)
+        firsts = tokens[[s.start for s in slices]]                                # [B] the bonuses
+        return self.model.proposals(self.model.norm(x[0])[rows], depths, firsts, self.head, self.vocab)
 
     @staticmethod
     def _attend(i: int, contexts, slices: list[slice], masks) -> Attend:
@@ -173,6 +174,7 @@ def _weight_names(files: dict[str, Path], expected: dict) -> dict[str, str]:
     names = {}
     for name, file in files.items():
         key = name.removeprefix("model.")
+        key = key + ".weight" if key in BARE_NAMES else key   # codebooks stored without `.weight`
         if key in expected:
             names[key] = name
         elif key.rsplit(".", 1)[-1] not in NON_WEIGHTS:

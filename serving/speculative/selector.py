@@ -51,6 +51,35 @@ class CandidateSelector(nn.Module):
         first = unary[0] + successor[0] @ (self.predecessor_codebook(bonus.view(-1)).float()[0] * context[0])
         return Candidates(tokens, first, pairs)
 
+    def shortlist(self, hidden: torch.Tensor, logits: torch.Tensor, vocab: torch.Tensor | None = None):
+        """Blocks [b, L, ..]: (unary [b, L, K], candidate ids [b, L, K], hidden_projection(h) [b, L, r])."""
+        unary, columns = logits.topk(min(self.top_k, logits.shape[-1]), -1, sorted=False)
+        return unary, columns if vocab is None else vocab[columns], self.hidden_projection(hidden)
+
+    def scores(self, unary, tokens, context, predecessor: torch.Tensor) -> torch.Tensor:
+        """Row scores given each block's predecessor: unary, tokens [b, K], context [b, r],
+        predecessor [b] ids -> s(. | predecessor) [b, K]."""
+        query = self.predecessor_codebook(predecessor) * context                # [b, r]
+        return unary + (self.successor_codebook(tokens) @ query[:, :, None])[..., 0]
+
+    def select(self, hidden: torch.Tensor, logits: torch.Tensor, bonuses: torch.Tensor,
+               vocab: torch.Tensor | None = None, temperature: float = 0.0, generator=None):
+        """b blocks walked row by row: hidden [b, L, H], logits [b, L, V'], bonuses [b] ->
+        (chosen ids [b, L], candidate ids [b, L, K], for T > 0 each row's q [b, L, K] else None)."""
+        unary, tokens, context = self.shortlist(hidden, logits, vocab)
+        predecessor, path, q_rows = bonuses, [], []
+        for d in range(tokens.shape[1]):
+            s = self.scores(unary[:, d], tokens[:, d], context[:, d], predecessor)
+            if temperature > 0:
+                q = torch.softmax(s.float() / temperature, -1)
+                index = torch.multinomial(q, 1, generator=generator)[:, 0]
+                q_rows.append(q)
+            else:
+                index = s.argmax(-1)
+            predecessor = tokens[:, d].gather(-1, index[:, None])[:, 0]
+            path.append(predecessor)
+        return torch.stack(path, 1), tokens, torch.stack(q_rows, 1) if q_rows else None
+
 
 @dataclass(frozen=True)
 class Candidates:
