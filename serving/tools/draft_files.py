@@ -6,6 +6,7 @@ pieces."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -54,6 +55,21 @@ def draft_config(target: dict, layers: int = TINY_LAYERS, block_size: int = TINY
     }
 
 
+# DFlash 2 fields (dflash_config) for the drafts we train: a conv over the block's last 3 rows
+# in groups of 64 channels, the selector's 16 candidates re-scored at rank 64.
+DFLASH2 = {"conv_kernel_size": 3, "conv_group_size": 64, "selector_rank": 64, "selector_top_k": 16}
+
+
+def dflash2_config(config: dict, **fields) -> dict:
+    """A DFlash 1 config (draft_config) as the DFlash 2 architecture: DFlash2DraftModel, its conv
+    and selector fields (DFLASH2, overridden by `fields`) in dflash_config; conv_group_size must
+    divide the hidden size."""
+    extra = {**DFLASH2, **fields}
+    extra["conv_group_size"] = math.gcd(int(extra["conv_group_size"]), int(config["hidden_size"]))
+    return {**config, "architectures": ["DFlash2DraftModel"],
+            "dflash_config": {**config["dflash_config"], "block_size": config["block_size"], **extra}}
+
+
 def random_model(config: dict, seed: int):
     """A DFlashDraftModel with seeded weights (std 1/sqrt(fan_in), norms near 1)."""
     from serving.speculative.draft_model import DFlashDraftModel, DraftConfig
@@ -65,6 +81,9 @@ def random_model(config: dict, seed: int):
         for name, p in model.named_parameters():
             if p.dim() == 2:
                 p.copy_(torch.randn(p.shape, generator=g) * p.shape[1] ** -0.5)
+            elif name.endswith("base_kernel"):  # [2, K, H]: near the identity (offset 0 ~ 1, the rest ~ 0)
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+                p[:, 0] += 1.0
             else:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
     return model

@@ -52,7 +52,7 @@ def block_hidden(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: t
     x_pos = anchors[:, None] + torch.arange(block)  # [m, B]
     ids = torch.full((m, block), cfg.mask_token_id)
     ids[:, 0] = tokens[anchors]
-    x = target.embed(ids)  # [m, B, H]
+    x = model.noise(target, ids)  # [m, B, H]
     ctx_pos = torch.arange(feats.shape[0])
     ctx = model.project(feats[None])  # [1, S, H]
     ctx_rot, x_rot = model.rotary(ctx_pos), model.rotary(x_pos)  # cos, sin [S, hd] and [m, B, hd]

@@ -1,10 +1,11 @@
 """Train a DFlash drafter on its target's own chat answers.
 
-    python -m serving.tools.drafter [--target DIR] [--out DIR] [--minutes 12] [--fresh]
+    python -m serving.tools.drafter [--arch dflash|dflash2] [--target DIR] [--out DIR] [--minutes 12] [--fresh]
 
 Default target: $DDOPS_CACHE/models/smollm2-135m-instruct; default output:
-$DDOPS_CACHE/models/smollm2-135m-instruct-dflash (config.json, model.safetensors,
-draft_vocab.json). The target's answers are cached in shards named by digest under
+$DDOPS_CACHE/models/smollm2-135m-instruct-<arch> (config.json, model.safetensors,
+draft_vocab.json). --arch dflash2 trains a DFlash2DraftModel: the same layers with grouped
+dynamic causal convs and a candidate selector (serving.tools.draft_files.DFLASH2). The target's answers are cached in shards named by digest under
 $DDOPS_CACHE/drafter-answers (--answers), shared by every run. Training state lives beside
 the output in OUT.train/: checkpoint.pt (resumed by the next run; --fresh starts over) and
 log.jsonl (held-out tau vs training minutes; `python -m serving.tools.drafter.plot` draws it).
@@ -27,7 +28,8 @@ CACHE = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
 def parse(argv):
     ap = argparse.ArgumentParser(prog="python -m serving.tools.drafter", description=__doc__.splitlines()[0])
     ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
-    ap.add_argument("--out", type=Path, default=CACHE / "models/smollm2-135m-instruct-dflash")
+    ap.add_argument("--arch", choices=sorted(ARCHES), default="dflash", help="draft architecture to train")
+    ap.add_argument("--out", type=Path, help="default: $DDOPS_CACHE/models/smollm2-135m-instruct-<arch>")
     ap.add_argument("--answers", type=Path, default=CACHE / "drafter-answers", help="answer shard cache")
     ap.add_argument("--minutes", type=float, default=12.0, help="training-time budget, cumulative over resumes")
     ap.add_argument("--steps", type=int, help="fix the schedule to this many steps (deterministic runs)")
@@ -46,7 +48,9 @@ def parse(argv):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fresh", action="store_true", help="discard the checkpoint (cached answers are kept)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.out = args.out or CACHE / f"models/smollm2-135m-instruct-{args.arch}"
+    return args
 
 
 def draft_config_for(args, target_raw: dict) -> dict:
@@ -55,7 +59,18 @@ def draft_config_for(args, target_raw: dict) -> dict:
     n = target_raw["num_hidden_layers"]
     taps = [int(t) for t in args.taps.split(",")] if args.taps else ([1, n // 2, n - 3] if n >= 8 else None)
     # mask id 0 is <|endoftext|> in SmolLM2: never inside a chat turn
-    return draft_config(target_raw, layers=args.layers, block_size=args.block, taps=taps, mask_token_id=0)
+    config = draft_config(target_raw, layers=args.layers, block_size=args.block, taps=taps, mask_token_id=0)
+    return ARCHES[args.arch](config)
+
+
+def _dflash2(config: dict) -> dict:
+    from serving.tools.draft_files import dflash2_config
+
+    return dflash2_config(config)
+
+
+# --arch: the config each trainable architecture starts from (its table row in serving/contract/drafts.py)
+ARCHES = {"dflash": lambda config: config, "dflash2": _dflash2}
 
 
 def main(argv=None) -> int:

@@ -69,7 +69,7 @@ class Trainer:
             answer = self.answers[int(torch.randint(len(self.answers), (1,), generator=self.gen))]
             span = answer.tokens.numel() - answer.prompt_len
             anchors = answer.prompt_len + torch.randint(span, (self.s.anchors_per_answer,), generator=self.gen)
-            loss, w = block_loss(self.model, self.target, self.head, self.index, answer, anchors)
+            loss, w = block_loss(self.model, self.target, self.head, self.index, answer, anchors, self.vocab)
             total, weight = total + loss, weight + w
         loss = total / weight.clamp(min=1.0)
         self.opt.zero_grad()

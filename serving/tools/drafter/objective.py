@@ -6,8 +6,8 @@ the target's greedy pick after position s+k-1. Anchors lie in the response (s >=
 a round's bonus token is always a generated one. The LM head is the target's rows for the
 draft vocabulary (as `DFlashDrafter` runs it), so labels outside it are ignored.
 
-`accepted_lengths` is one DFlash round at each anchor, simulated: leading draft argmaxes equal
-to the target's picks, plus the bonus. On a greedy answer this is exactly what a chain verify
+`accepted_lengths` is one DFlash round at each anchor, simulated: leading drafts (argmaxes, or a
+DFlash 2 selector's greedy chain) equal to the target's picks, plus the bonus. On a greedy answer this is exactly what a chain verify
 accepts there (an accepted draft is the greedy token, so the next pick's context is the same).
 """
 
@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from serving.tools.train_draft import block_hidden, depth_weights
+
+from .selection import selected_drafts, selector_loss
 
 IGNORE = -100
 
@@ -36,22 +38,27 @@ def block_targets(answer, anchors: torch.Tensor, block: int) -> tuple[torch.Tens
     return answer.picks[pos.clamp(max=answer.picks.numel() - 1)], inside
 
 
-def draft_logits(model, target, head: torch.Tensor, answer, anchors: torch.Tensor) -> torch.Tensor:
-    """Logits [m, B-1, V'] over the draft vocabulary (head [V', H]: the target's rows)."""
+def draft_rows(model, target, head: torch.Tensor, answer, anchors: torch.Tensor):
+    """(final hidden [m, B-1, H], logits [m, B-1, V'] over the draft vocabulary; head [V', H]:
+    the target's rows), as the drafter computes them."""
     hidden = block_hidden(model, target, answer.tokens, answer.feats.float(), anchors)
-    return F.linear(hidden, head)
+    return hidden, model.logits(hidden, head)
 
 
 def block_loss(model, target, head: torch.Tensor, index: torch.Tensor, answer,
-               anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of depth-weighted cross-entropy, sum of weights) over blocks at `anchors` [m]."""
+               anchors: torch.Tensor, vocab: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of depth-weighted cross-entropy, sum of weights) over blocks at `anchors` [m]; a
+    draft with a candidate selector adds its loss (selection.py) at the same weights."""
     block = model.cfg.block_size
     picks, inside = block_targets(answer, anchors, block)
     labels = torch.where(inside, index[picks], IGNORE)  # [m, B-1] rows of the draft vocabulary
-    logits = draft_logits(model, target, head, answer, anchors)
+    hidden, logits = draft_rows(model, target, head, answer, anchors)
     ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="none")
     weight = depth_weights(block) * (labels != IGNORE)
-    return (ce.view_as(weight) * weight).sum(), weight.sum()
+    total = (ce.view_as(weight) * weight).sum()
+    if model.candidate_selector is not None:
+        total = total + selector_loss(model, hidden, logits, labels, picks, answer.tokens[anchors], vocab, weight)[0]
+    return total, weight.sum()
 
 
 @torch.no_grad()
@@ -60,7 +67,9 @@ def accepted_lengths(model, target, head: torch.Tensor, vocab: torch.Tensor, ans
     """Tokens one DFlash round at each anchor [m] commits (accepted drafts + bonus) -> [m] long."""
     block, out = model.cfg.block_size, []
     for part in anchors.split(chunk):
-        drafts = vocab[draft_logits(model, target, head, answer, part).argmax(-1)]  # [m, B-1] ids
+        hidden, logits = draft_rows(model, target, head, answer, part)
+        drafts = (vocab[logits.argmax(-1)] if model.candidate_selector is None        # [m, B-1] ids
+                  else selected_drafts(model, hidden, logits, answer.tokens[part], vocab))
         picks, inside = block_targets(answer, part, block)
         match = (drafts == picks) & inside
         out.append(match.long().cumprod(-1).sum(-1) + 1)

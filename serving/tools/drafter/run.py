@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from serving.speculative.dflash2_model import identity_
 from serving.tools.draft_files import random_model, save_draft
 from serving.tools.draft_vocab import most_frequent, write_vocab
 from serving.tools.train_draft import load_target
@@ -72,13 +73,19 @@ def train_and_save(args, config: dict, folder, console) -> None:
 def initial_draft(config: dict, target, seed: int):
     """Seeded random layers whose residual branches start at zero (o_proj, down_proj), and the
     target's final-norm weights on the draft's: at step 0 the draft passes each block row's
-    token embedding straight to the target's own head, and training grows the layers from there."""
+    token embedding straight to the target's own head, and training grows the layers from there.
+    A DFlash 2 draft starts as that DFlash 1 draft: identity convs, a selector adding nothing."""
     model = random_model(config, seed)
     with torch.no_grad():
         for layer in model.layers:
             layer.self_attn.o_proj.weight.zero_()
             layer.mlp.down_proj.weight.zero_()
+            for conv in (layer.attention_conv, layer.mlp_conv):
+                if conv is not None:
+                    identity_(conv)
         model.norm.weight.copy_(target.norm.weight)
+        if model.candidate_selector is not None:  # pairwise term 0: the walk starts as the argmax chain
+            model.candidate_selector.hidden_projection.weight.zero_()
     return model
 
 
