@@ -1,9 +1,12 @@
-"""What rollouts do to one host, through the deploy engine (ddops.deploy) only.
+"""What rollouts do to one host: the only rollout module that imports the deploy engine
+(ddops.deploy); switch, shadow and fleet reach it through here (tests/test_map.py checks).
 
 deploy    load_target + execute (lock, push, restart, gate, revert on failure);
 rollback  re-apply a history entry through execute (gated like any deploy);
 stop / start / remove  a unit under the host's deploy lock, for switch and shadow;
-snapshot  what a unit runs now (files header, history entry, /server_info) before a change.
+snapshot  what a unit runs now (files header, history entry, /server_info) before a change;
+reads     the engine's day-2 reads a rollout needs (units_on, pick_unit, unit_state, unit_status,
+          api_key_of), re-exported.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from dataclasses import dataclass, replace
 from ddops import exits
 from ddops.deploy import Holder, HostLock, LockHeld, RecoveryFailed, execute, load_target
 from ddops.deploy import history, ops
+from ddops.deploy.ops import pick_unit, unit_status, units_on
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
 from ddops.deploy.adopt import content_hash
-from ddops.deploy.desired import env_file_of, unit_argv
+from ddops.deploy.desired import api_key_of, env_file_of, unit_argv
 from ddops.deploy.facts import unit_state
 from ddops.deploy.tunnel import dialable, reachable
 from ddops.deploy.gate import GateSpec, endpoint, run_health
@@ -115,6 +119,11 @@ def remove_unit(remote, unit: str, command: str) -> Result:
     return Result(remote.host.name, exits.OK, "removed", f"{unit} stopped, disabled and removed")
 
 
+def disable_unit(remote, unit: str) -> None:
+    """Keep a unit on disk but off at boot (the unit a switch replaced: the last good one)."""
+    remote.run(systemd.disable(unit), check=False)
+
+
 def stop_unit(remote, unit: str, command: str) -> None:
     """Stop under the lock and wait until systemd says inactive (raises LockHeld)."""
     with HostLock(remote, Holder.here(command)):
@@ -177,6 +186,7 @@ def snapshot(remote, unit: str) -> Snapshot:
                     status.hash, entry, status.url, read.server_info, text, time.time())
 
 
-# load_target is re-exported so rollout code reaches the deploy engine through this module only.
-__all__ = ["NO_UNIT", "Result", "Snapshot", "deploy", "dialable", "health_of", "load_target", "refusals", "remove_unit",
-           "rollback", "snapshot", "start_unit", "stop_unit", "unit_paths", "version_before"]
+# the engine's names are re-exported so rollout code reaches the deploy engine through this module only.
+__all__ = ["NO_UNIT", "LockHeld", "Result", "Snapshot", "api_key_of", "deploy", "dialable", "disable_unit",
+           "health_of", "load_target", "pick_unit", "refusals", "remove_unit", "rollback", "snapshot",
+           "start_unit", "stop_unit", "unit_paths", "unit_state", "unit_status", "units_on", "version_before"]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from ddops.rollout.output import Output
 from ddops.rollout.fleet.run_plan import run_plan
+from ddops.rollout.output import Output
 
 
 def rollout(profile: str, hosts: list[str], workdir: Path, inventory: Path | None) -> tuple[int, float]:

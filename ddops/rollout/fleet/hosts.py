@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddops import exits
-from ddops.deploy.desired import api_key_of
 from ddops.inventory import load_inventory
 from ddops.profile import load_profile
 from ddops.profile.analysis import AnalysisSpec
@@ -86,7 +85,7 @@ class Endpoints(Mapping):
             if host not in self.opened:
                 t = self.fleet.targets[host]
                 self.opened[host] = Endpoint(_dial(self.tunnels, t.host, t.spec.base_url), t.spec.served_model,
-                                             api_key_of(t.desired.env_text))
+                                             host_changes.api_key_of(t.desired.env_text))
             return self.opened[host]
 
     def __iter__(self) -> Iterator[str]:

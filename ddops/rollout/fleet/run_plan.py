@@ -15,13 +15,13 @@ from rich.live import Live
 
 from ddops.rollout.fleet import tables
 from ddops.rollout.fleet.bake import Watcher
-from ddops.rollout.output import BadInput, Output, consent
-from ddops.rollout.fleet.loop import Rollout, StateFile, resume_or_start
 from ddops.rollout.fleet.hosts import Endpoints, deployer, resolve, reverter
+from ddops.rollout.fleet.loop import Rollout, StateFile, resume_or_start
 from ddops.rollout.fleet.notify import Notifier, text_of
-from ddops.rollout.records import state_dir
 from ddops.rollout.fleet.waves import (PAUSED, RolloutState, exit_code, load_plan, pause_waves,
                                  plan_waves)
+from ddops.rollout.output import BadInput, Output, consent
+from ddops.rollout.records import state_dir
 
 INTERRUPTED = 130  # like a shell's SIGINT status; the state file resumes the rollout
 QUESTION = "Roll {profile} out to {n} host(s) ({waves} wave(s), canary first)?"

@@ -15,19 +15,18 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ddops.deploy import ops
 from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
 from ddops.profile import load_profile
 from ddops.profile.schema import RolloutSpec
 from ddops.rollout import host_changes
 from ddops.rollout.output import BadInput
-from ddops.rollout.shadow.compare import Comparison, Endpoint, Settings, compare
-from ddops.rollout.switch.gpu import free_mib
-from ddops.rollout.shadow.prompts import load_prompts
 from ddops.rollout.records import (ShadowRecord, clear_shadow, load_shadow, save_result,
                                   save_shadow)
-from ddops.rollout.switch.single_gpu import switch
+from ddops.rollout.shadow.compare import Comparison, Endpoint, Settings, compare
 from ddops.rollout.shadow.judge import Verdict, judge
+from ddops.rollout.shadow.prompts import load_prompts
+from ddops.rollout.switch.gpu import free_mib
+from ddops.rollout.switch.single_gpu import switch
 
 
 def shadow_unit(unit: str) -> str:
@@ -132,7 +131,7 @@ class Lifecycle:
 
 def production_of(remote, unit: str):
     """Production's status on its host; BadInput when it is not running there."""
-    status = ops.unit_status(remote, unit)
+    status = host_changes.unit_status(remote, unit)
     if status.active != "active" or not status.url:
         raise BadInput(f"{remote.host.name}: production unit {unit} is {status.active}, not running; "
                        f"deploy production first (or pass --production-unit)")

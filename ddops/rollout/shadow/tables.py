@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ddops.rollout.shadow.stats import EndpointSummary
 from ddops.rollout.shadow.judge import Verdict
+from ddops.rollout.shadow.stats import EndpointSummary
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddops.deploy import LockHeld
-from ddops.deploy import ops
-from ddops.deploy.facts import unit_state
 from ddops import exits, systemd
 from ddops.rollout import host_changes
-from ddops.rollout.switch import gpu
 from ddops.rollout.output import BadInput
+from ddops.rollout.switch import gpu
 
 SHADOW_SUFFIX = "-shadow.service"
 
@@ -45,12 +42,12 @@ def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
     """The production unit to switch away from: --unit, the target's own unit, or the one
     active ddops unit on the host (shadows excluded); None when nothing runs."""
     if explicit:
-        return ops.pick_unit(remote, explicit)
+        return host_changes.pick_unit(remote, explicit)
     if remote.exists(host_changes.unit_paths(wanted)[0]):
         return wanted
-    running = [u for u in ops.units_on(remote) if not u.endswith(SHADOW_SUFFIX)
+    running = [u for u in host_changes.units_on(remote) if not u.endswith(SHADOW_SUFFIX)
                and remote.exists(host_changes.unit_paths(u)[0])
-               and unit_state(remote, u).active in ("active", "activating")]
+               and host_changes.unit_state(remote, u).active in ("active", "activating")]
     if len(running) > 1:
         raise BadInput(f"{remote.host.name}: several units run ({', '.join(running)}); pass --unit")
     return running[0] if running else None
@@ -75,7 +72,7 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
         progress("stop", systemd.stop(old_unit))
         try:
             host_changes.stop_unit(remote, old_unit, command)
-        except LockHeld as err:
+        except host_changes.LockHeld as err:
             return _end(report, exits.LOCKED, "locked", str(err))
         report.steps.append(f"stopped {old_unit}")
     progress("gpu", "checking the GPU is free")
@@ -93,7 +90,7 @@ def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: s
     result, new_unit = report.deploy, report.to_unit
     if result.code == exits.OK:
         if old_unit and old_unit != new_unit:
-            remote.run(systemd.disable(old_unit), check=False)
+            host_changes.disable_unit(remote, old_unit)
             report.steps.append(f"disabled {old_unit} (kept on disk as the last good unit)")
         status = "unchanged" if result.result == "unchanged" else "switched"
         return _end(report, exits.OK, status, result.message)
