@@ -14,10 +14,12 @@ import struct
 from pathlib import Path
 from typing import Iterator, Protocol
 
+from ddops import exits
+
 HEADER_LIMIT = 100_000_000
 
 
-class PreflightError(Exception):
+class PreflightError(exits.BadInput):
     """A file could not be read or parsed; one line naming the file and reason."""
 
 

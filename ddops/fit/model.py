@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddops import exits
 from serving.contract.pairing import target_layer_ids
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
@@ -21,7 +22,7 @@ FULL = "full_attention"
 LINEAR = "linear_attention"
 
 
-class ModelFactsError(ValueError):
+class ModelFactsError(exits.BadInput, ValueError):
     """A config the planner cannot read; one line naming the file and key."""
 
 

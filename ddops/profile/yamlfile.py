@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from ddops import exits
+
 MAX_BYTES = 1 << 20          # profiles, inventories and plans are a few KB; prompt sets < 1 MB
 MAX_DEPTH = 64               # nesting of mappings and sequences
 MAX_ALIASES = 100            # `*name` references in one document
@@ -24,8 +26,11 @@ MAX_INT_DIGITS = 40          # beyond any count, size or seed ddops reads
 KeyPath = tuple  # ("memory", "context_length") or ("smoke", "messages", 0, "role")
 
 
-class ConfigError(Exception):
+class ConfigError(exits.BadInput):
     """Bad configuration; `.problems` holds one line per problem."""
+
+    hint = ("fix the lines above, then `ddops validate`; `ddops show PROFILE` prints what a "
+            "profile resolves to")
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddops import exits
 
-class ReportError(ValueError):
+
+class ReportError(exits.BadInput, ValueError):
     """The file is not a result ddops can report on (bad input)."""
 
 

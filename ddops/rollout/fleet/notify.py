@@ -20,11 +20,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ddops import exits
+
 FORMATS = ("slack", "json")
 KEYS = {"url", "url_env", "format", "events"}
 
 
-class NotifyError(ValueError):
+class NotifyError(exits.BadInput, ValueError):
     """A webhook entry is malformed or its environment variable is unset (bad input)."""
 
 

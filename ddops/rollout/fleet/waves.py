@@ -26,7 +26,7 @@ PLAN_KEYS = {"profile", "hosts", "selector", "canary", "wave_size", "max_failure
              "analysis", "pause_after", "notify"}
 
 
-class PlanError(ValueError):
+class PlanError(exits.BadInput, ValueError):
     """One line naming the plan file, the key and the reason."""
 
 

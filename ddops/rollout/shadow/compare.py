@@ -22,6 +22,7 @@ from typing import Sequence
 
 import httpx
 
+from ddops import exits
 from ddops import server_info, spec_metrics
 from ddops.rollout.shadow.prompts import Prompt
 from ddops.rollout.shadow.stats import (Agreement, EndpointSummary, Sample, agree, summarize,
@@ -39,7 +40,7 @@ class Endpoint:
     api_key: str | None = None
 
 
-class SettingsError(ValueError):
+class SettingsError(exits.BadInput, ValueError):
     """A replay bound out of range: one line naming the option."""
 
 

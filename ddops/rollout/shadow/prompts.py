@@ -9,12 +9,13 @@ from pathlib import Path
 
 import yaml
 
+from ddops import exits
 from ddops.profile.yamlfile import load_data, read_text
 
 DEFAULT_SET = "shadow_prompts.yaml"
 
 
-class PromptFileError(ValueError):
+class PromptFileError(exits.BadInput, ValueError):
     """One line naming the file, the entry and the reason."""
 
 
