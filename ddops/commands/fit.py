@@ -20,9 +20,8 @@ from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir
 from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, host_gpu, local_reader,
                        needs_gpu, read_models, remote_reader)
 from ddops.fit.profile_fit import predict
-from ddops.fit.bundled import bundled_memory
+from ddops.fit.bundled import bundled_fit
 from ddops.fit.gpus import known_names
-from ddops.fit.memory import CUDA_CONTEXT
 from ddops.fit.model import ModelFactsError
 from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
 from ddops.fit.shape import bounded_window, kv_head_notes, tp_problems
@@ -209,10 +208,9 @@ def _rows(s, p, models: Models) -> list[tuple[str, str]]:
 
 def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) -> None:
     """A runtime that preallocates everything: the total against the card (or no GPU at all)."""
-    predicted = bundled_memory(profile, models)
-    usable = card.memory_bytes - CUDA_CONTEXT if card else None
-    fits = usable is None or predicted.predicted_bytes <= usable
-    where = f"{card.name} ({gib(usable)} usable)" if card else "CPU (host memory, not checked)"
+    verdict = bundled_fit(profile, models, card)
+    predicted, fits = verdict.memory, verdict.fits
+    where = f"{card.name} ({gib(verdict.usable_bytes)} usable)" if card else "CPU (host memory, not checked)"
     code = EXIT_FITS if fits else EXIT_DOES_NOT_FIT
     if as_json:
         print_json(code, meaning=MEANING[code], profile=profile.name, runtime=profile.runtime, fits=fits,

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddops.fit.gpus import GpuKind
+from ddops.fit.memory import CUDA_CONTEXT
 from ddops.fit.model import Attention, LinearState, ModelFacts, dtype_bytes
 from ddops.fit.profile_fit import Models, verify_tokens
 from ddops.profile import Profile
@@ -75,6 +77,25 @@ def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
     prefix = store_rows * (kv_bytes(target.attention, 1, dtype) + int(features))
     return BundledMemory(dtype, rows, weights, kv, sequences * linear_state_bytes(target.linear, dtype), draft_rows,
                          prefix)
+
+
+@dataclass(frozen=True)
+class BundledFit:
+    """The bundled runtime's allocation against one card: it fits when the total is within what
+    the card leaves after the CUDA context; without a card (CPU) host memory is not checked."""
+
+    memory: BundledMemory
+    card: GpuKind | None
+    usable_bytes: int | None  # the card's memory less the CUDA context; None on CPU
+
+    @property
+    def fits(self) -> bool:
+        return self.usable_bytes is None or self.memory.predicted_bytes <= self.usable_bytes
+
+
+def bundled_fit(profile: Profile, models: Models, card: GpuKind | None) -> BundledFit:
+    usable = card.memory_bytes - CUDA_CONTEXT if card else None
+    return BundledFit(bundled_memory(profile, models), card, usable)
 
 
 def kv_bytes(a: Attention, rows: int, dtype: str) -> int:

@@ -206,6 +206,25 @@ def test_bundled_figures_count_no_prefix_store_with_disable_radix_cache(tmp_path
     assert off.predicted_bytes == default.predicted_bytes - default.prefix_cache_bytes
 
 
+def test_a_bundled_fit_is_the_total_within_the_card_less_its_cuda_context(tmp_path, qwen8b, qwen8b_draft):
+    """The decision `ddops fit` prints for the bundled runtime: predicted bytes against the card's
+    memory less CUDA_CONTEXT; a card one byte short of that does not fit; no card (CPU) fits."""
+    from ddops.fit import GpuKind, Models
+    from ddops.fit.bundled import bundled_fit
+    from ddops.fit.memory import CUDA_CONTEXT
+    from ddops.profile import load_profile
+    from tests.ops.helpers import write
+    write(tmp_path, "p", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
+                         "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+    profile, models = load_profile("p", tmp_path), Models(qwen8b, qwen8b_draft)
+    on_cpu = bundled_fit(profile, models, None)
+    assert on_cpu.fits and on_cpu.usable_bytes is None
+    smallest = -(-(on_cpu.memory.predicted_bytes + CUDA_CONTEXT) // MIB)   # MiB of the smallest card that fits
+    fits, short = (bundled_fit(profile, models, GpuKind("card", mib)) for mib in (smallest, smallest - 1))
+    assert fits.fits and not short.fits
+    assert short.usable_bytes == (smallest - 1) * MIB - CUDA_CONTEXT < short.memory.predicted_bytes
+
+
 def test_max_total_tokens_caps_the_sglang_pool_only_below_what_is_profiled(llama8b):
     """research/deploy.md 1.2: the pool is floor(rest / cell), then capped by --max-total-tokens;
     a cap above the profiled pool changes nothing (SGLang warns and keeps the profiled value)."""
