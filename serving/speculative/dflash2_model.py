@@ -49,8 +49,8 @@ def convolve(x: torch.Tensor, dynamic: torch.Tensor, base: torch.Tensor, offsets
         shifted = parts if o == 0 else torch.cat([torch.zeros_like(parts[..., :o, :, :]), parts[..., :-o, :, :]], -3)
         if o and offsets is not None:                            # rows with fewer than o predecessors in their block
             shifted = shifted * (offsets >= o).to(x.dtype)[:, None, None]
-        weight = base[o].view(groups, -1).to(x.dtype) + dynamic[..., o, :, None]   # [.., L, G, H/G]
-        out = out + weight * shifted
+        # base and dynamic terms added one after the other (the package's order, so fp32 sums agree)
+        out = torch.addcmul(out + base[o].view(groups, -1).to(x.dtype) * shifted, dynamic[..., o, :, None], shifted)
     return out.flatten(-2)
 
 

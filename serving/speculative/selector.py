@@ -49,7 +49,7 @@ class CandidateSelector(nn.Module):
         before = self.predecessor_codebook(tokens[:-1]).float() * context[1:, None, :]
         pairs = unary[1:, None, :] + before @ successor[1:].transpose(-1, -2)
         first = unary[0] + successor[0] @ (self.predecessor_codebook(bonus.view(-1)).float()[0] * context[0])
-        return Candidates(tokens, first, pairs)
+        return Candidates(tokens, first, pairs, logits)
 
     def shortlist(self, hidden: torch.Tensor, logits: torch.Tensor, vocab: torch.Tensor | None = None):
         """Blocks [b, L, ..]: (unary [b, L, K], candidate ids [b, L, K], hidden_projection(h) [b, L, r])."""
@@ -84,11 +84,13 @@ class CandidateSelector(nn.Module):
 @dataclass(frozen=True)
 class Candidates:
     """One block's selector scores. tokens [L, K] ids; first [K] = s_0(j | bonus);
-    pairs [L-1, K, K]: pairs[d-1, i, j] = s_d(j | tokens[d-1, i])."""
+    pairs [L-1, K, K]: pairs[d-1, i, j] = s_d(j | tokens[d-1, i]); logits [L, V']: the
+    draft's own (the marginals a tree without the selector would use)."""
 
     tokens: torch.Tensor
     first: torch.Tensor
     pairs: torch.Tensor
+    logits: torch.Tensor
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
