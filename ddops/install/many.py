@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                            TransferSpeedColumn)
 
+from ddops import exits
 from ddops.install.sync import Transfer, local_checksums, local_files, model_dest, sync_files
 from ddops.remote import connect
 
@@ -30,6 +31,7 @@ class HostOutcome:
     ok: bool
     detail: str
     report: object = None       # SyncReport / InstallReport when ok
+    code: int = exits.OK        # the failure's exit code (ddops.exits: its cause's)
 
 
 def progress_bars(console: Console | None = None) -> Progress:
@@ -48,7 +50,8 @@ def run_on_hosts(hosts: list, work: Callable, console: Console | None = None) ->
                     return HostOutcome(host.name, True, "ok", work(remote, tick))
             except Exception as exc:     # one host's failure is reported, the others go on
                 bars.update(task, description=f"{host.name} FAILED")
-                return HostOutcome(host.name, False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                return HostOutcome(host.name, False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                                   code=exits.code_of(exc))
         with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
             return list(pool.map(one, hosts))
 
@@ -118,4 +121,5 @@ def _outcome(host, future, bars: Progress, tasks: dict) -> HostOutcome:
         return HostOutcome(host.name, True, "ok", future.result())
     except Exception as exc:     # one host's failure is reported, the others went on
         bars.update(tasks[host.name], description=f"{host.name} FAILED")
-        return HostOutcome(host.name, False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return HostOutcome(host.name, False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                           code=exits.code_of(exc))
