@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.lab.errors import LabError
+from ddops import exits
 from ddops.remote import Remote
 from ddops.remote.connect import FAST_CIPHERS
 
@@ -70,7 +70,7 @@ def sha256_file(path: Path) -> str:
 def local_files(directory: Path) -> dict[str, Path]:
     """Relative POSIX path -> file for every regular file under directory (symlinks followed)."""
     if not directory.is_dir():
-        raise LabError(f"{directory}: not a directory")
+        raise exits.BadInput(f"{directory}: not a directory")
     files = {}
     for parent, _, names in os.walk(directory, followlinks=True):
         for name in names:
@@ -78,7 +78,7 @@ def local_files(directory: Path) -> dict[str, Path]:
             if path.is_file():
                 files[path.relative_to(directory).as_posix()] = path
     if not files:
-        raise LabError(f"{directory}: no files to push")
+        raise exits.BadInput(f"{directory}: no files to push")
     return files
 
 
@@ -163,8 +163,8 @@ def send_file(remote: Remote, local: Path, dest: str, sha: str, advance, transfe
     got = remote_sha256(remote, part, transfer)
     if got != sha:
         remote.run(f"rm -f {shlex.quote(part)}")
-        raise LabError(f"{remote.host.name}:{dest}: sha256 after upload is {got}, expected {sha}; "
-                       "the partial upload was removed, run the push again")
+        raise exits.HostFailed(f"{remote.host.name}:{dest}: sha256 after upload is {got}, expected {sha}; "
+                               "the partial upload was removed, run the push again")
     tmp = posixpath.join(posixpath.dirname(dest), f".{posixpath.basename(dest)}.ddops-tmp-{sha[:8]}")
     q = shlex.quote
     place = (f"install -m 644 {q(part)} {q(tmp)} && rm -f {q(part)}" if remote.become.active
@@ -189,5 +189,5 @@ def push_model(remote: Remote, directory: Path, dest: str | None = None, log=pri
 def model_dest(directory: Path, dest: str | None) -> str:
     target = dest or f"/var/lib/ddops/models/{directory.resolve().name}"
     if not posixpath.isabs(target):
-        raise LabError(f"--dest {target}: must be an absolute path on the host")
+        raise exits.BadInput(f"--dest {target}: must be an absolute path on the host")
     return target

@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.lab.errors import LabError
+from ddops import exits
 from ddops.file_lock import file_lock
 
 SOURCE_PACKAGES = ("ddops", "serving")
@@ -48,7 +48,7 @@ class Bundle:
 def source_root() -> Path:
     root = Path(__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file():
-        raise LabError(f"{root}/pyproject.toml: not found; install-runtime builds from the ddops source tree")
+        raise exits.BadInput(f"{root}/pyproject.toml: not found; install-runtime builds from the ddops source tree")
     return root
 
 
@@ -58,7 +58,7 @@ def runtime_requirements(pyproject: Path) -> list[str]:
         project = tomllib.loads(pyproject.read_text())["project"]
         reqs = [*project["dependencies"], *project["optional-dependencies"]["serving"]]
     except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
-        raise LabError(f"{pyproject}: cannot read project.dependencies / optional-dependencies.serving: {exc}") from None
+        raise exits.BadInput(f"{pyproject}: cannot read project.dependencies / optional-dependencies.serving: {exc}") from None
     return list(dict.fromkeys(reqs))
 
 
@@ -143,7 +143,7 @@ def pip(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
     if proc.returncode != 0:
         tail = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()][-1:] or ["(no output)"]
-        raise LabError(f"pip {args[0]}: exit {proc.returncode}: {tail[0].strip()}")
+        raise exits.HostFailed(f"pip {args[0]}: exit {proc.returncode}: {tail[0].strip()}")
 
 
 def fresh(path: Path) -> Path:

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from ddops import exits
 from ddops.remote import RemoteError, connect
 
 pytestmark = pytest.mark.lab
@@ -131,7 +132,7 @@ def test_push_model_removes_temp_files_a_killed_push_left(lab_hosts, tmp_path):
 
 def test_bad_push_model_input_is_one_line_and_touches_nothing(lab_hosts, tmp_path):
     missing = lab_hosts.ddops("push-model", str(tmp_path / "absent"), "--host", lab_hosts.hosts[0])
-    assert missing.returncode == 1 and missing.stderr.strip().count("\n") == 0 and "not a directory" in missing.stderr
+    assert missing.returncode == exits.BAD_INPUT and missing.stderr.strip().count("\n") == 0 and "not a directory" in missing.stderr
     unknown = lab_hosts.ddops("push-model", str(tmp_path), "--host", "nosuchhost")
     assert unknown.returncode != 0 and "nosuchhost" in unknown.stderr
 
