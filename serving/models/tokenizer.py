@@ -3,12 +3,20 @@
 The chat template is read where transformers reads it (`chat_template_settings`) and rendered with a
 sandboxed Jinja environment configured as HF renders it (trim_blocks, lstrip_blocks,
 `raise_exception`, `tojson`).
+
+Message content cannot forge chat structure: special-token text a user types (`<|im_end|>`) is
+encoded as text, as transformers does with `split_special_tokens=True`, while the template's own
+special tokens stay control tokens (`encode_chat`). Encoding goes through `encode_batch`, which
+releases the interpreter lock (a single `encode` holds it: 0.8 s for 1 MB of text), so the server
+can tokenize in a worker thread without stalling its event loop.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 
 from jinja2.exceptions import TemplateError
@@ -20,6 +28,18 @@ from serving.models.config import ModelError
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content']"
           " + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
           "{% endif %}")
+# Sentinels for special-token text hidden from the template: supplementary private-use planes
+# 15 and 16, never assigned by Unicode; a content character there is kept as itself.
+PRIVATE_USE = re.compile("[\U000F0000-\U0010FFFD]")
+
+
+class PromptTooLong(ValueError):
+    """The text needs more tokens than allowed, known from its length before encoding it."""
+
+    def __init__(self, chars: int, limit: int, per_token: int):
+        super().__init__(f"the prompt is {chars} characters; at most {per_token} characters per token, "
+                         f"it needs more than {limit} tokens")
+        self.chars, self.limit = chars, limit
 
 
 class Tokenizer:
@@ -31,6 +51,27 @@ class Tokenizer:
         self.add_bos = bool(settings.get("add_bos_token", False))
         self.chat_template = _template_source(settings.get("chat_template"))
         self._template = None
+        specials = {i: t.content for i, t in backend.get_added_tokens_decoder().items() if t.special}
+        self.special_ids = frozenset(specials)
+        by_length = sorted(set(specials.values()), key=len, reverse=True)   # longest match first
+        self._special_text = re.compile("|".join(map(re.escape, by_length))) if by_length else None
+
+    # cached_property: built on first use (a few hundred ms for a large vocabulary); two threads
+    # racing to build one build the same value
+    @cached_property
+    def as_text(self) -> HFTokenizer:
+        """The backend reading special-token text as text: a second backend, not a flag toggled
+        on the first, because encoding runs in several threads at once."""
+        backend = HFTokenizer.from_str(self.backend.to_str())
+        backend.encode_special_tokens = True
+        return backend
+
+    @cached_property
+    def longest_token_chars(self) -> int:
+        """The most characters one token covers: a byte-level token string has one character
+        per byte, so its length bounds the text characters it encodes (a sentencepiece one's
+        equals them)."""
+        return max(map(len, self.backend.get_vocab(with_added_tokens=True)), default=1)
 
     @classmethod
     def from_dir(cls, model_dir) -> "Tokenizer":
@@ -58,9 +99,22 @@ class Tokenizer:
         eos = self.token_id(self.eos_token)
         return set() if eos is None else {eos}
 
-    def encode(self, text: str, prompt: bool = True) -> list[int]:
-        """Token ids of `text`; a plain prompt gets the BOS the checkpoint asks for."""
-        ids = self.backend.encode(text, add_special_tokens=prompt).ids
+    def check_length(self, text: str, limit: int | None) -> None:
+        """PromptTooLong when `text` cannot fit `limit` tokens: its normalized length over the
+        most characters one token covers is a lower bound on its token count. Costs one pass of
+        the normalizer, a small share of encoding, so text far past the context is never encoded."""
+        if limit is None or len(text) <= limit:
+            return
+        normalizer = self.backend.normalizer
+        chars = len(normalizer.normalize_str(text)) if normalizer is not None else len(text)
+        if chars > limit * self.longest_token_chars:
+            raise PromptTooLong(chars, limit, self.longest_token_chars)
+
+    def encode(self, text: str, prompt: bool = True, limit: int | None = None) -> list[int]:
+        """Token ids of `text`; a plain prompt gets the BOS the checkpoint asks for. `limit`:
+        refuse text that cannot fit that many tokens before encoding it (check_length)."""
+        self.check_length(text, limit)
+        ids = _ids(self.backend, text, prompt)
         bos = self.token_id(self.bos_token)
         if prompt and self.add_bos and bos is not None and (not ids or ids[0] != bos):
             ids = [bos] + ids
@@ -78,9 +132,62 @@ class Tokenizer:
         except TemplateError as e:
             raise ValueError(f"chat template: {e}") from None
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        # the rendered template already carries every special token it wants
-        return self.encode(self.render_chat(messages), prompt=False)
+    def encode_chat(self, messages: list[dict], limit: int | None = None) -> list[int]:
+        """Token ids of the rendered chat; the rendered template already carries every special
+        token it wants, and special-token text inside a message's content is encoded as text.
+        `limit`: as for `encode`, checked on the rendered text."""
+        hidden: dict[str, str] = {}          # sentinel character -> the special-token text it hides
+        texts = [m["content"] for m in messages if isinstance(m.get("content"), str)]
+        taken = {c for text in texts for c in PRIVATE_USE.findall(text)}    # kept as themselves
+        safe = [{**m, "content": self._hide(m["content"], hidden, taken)} if isinstance(m.get("content"), str)
+                else m for m in messages]
+        rendered = self.render_chat(safe)
+        self.check_length(rendered, limit)
+        if not hidden:
+            return self.encode(rendered, prompt=False)
+        return self._encode_hiding(rendered, hidden)
+
+    def _hide(self, content: str, hidden: dict[str, str], taken: set[str]) -> str:
+        """`content` with each special-token text replaced by a sentinel character not in any
+        message (recorded in `hidden` and `taken`)."""
+        if self._special_text is None or not self._special_text.search(content):
+            return content
+        sentinel = {text: key for key, text in hidden.items()}
+
+        def swap(match) -> str:
+            text = match.group()
+            if text not in sentinel:
+                key = next(chr(c) for c in range(0xF0000, 0x10FFFE) if chr(c) not in taken)
+                taken.add(key)
+                sentinel[text], hidden[key] = key, text
+            return sentinel[text]
+        return self._special_text.sub(swap, content)
+
+    def _encode_hiding(self, rendered: str, hidden: dict[str, str]) -> list[int]:
+        """The backend's own split of `rendered` at the template's special tokens (their ids and
+        offsets, so any lstrip/rstrip they declare holds), each text piece between them encoded with
+        the hidden special-token text put back and read as text."""
+        whole = _encoding(self.backend, rendered, False)
+        ids, begin = [], 0
+        restore = re.compile("|".join(map(re.escape, hidden)))
+        for token, (start, end) in zip(whole.ids, whole.offsets):
+            if token in self.special_ids:
+                ids += self._as_text(restore.sub(lambda m: hidden[m.group()], rendered[begin:start]))
+                ids.append(token)
+                begin = end
+        return ids + self._as_text(restore.sub(lambda m: hidden[m.group()], rendered[begin:]))
+
+    def _as_text(self, text: str) -> list[int]:
+        return _ids(self.as_text, text, False) if text else []
+
+
+def _encoding(backend: HFTokenizer, text: str, add_special_tokens: bool):
+    # encode_batch releases the interpreter lock while it works; encode does not
+    return backend.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+
+
+def _ids(backend: HFTokenizer, text: str, add_special_tokens: bool) -> list[int]:
+    return _encoding(backend, text, add_special_tokens).ids
 
 
 def chat_template_settings(directory: Path, settings: dict) -> dict:

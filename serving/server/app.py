@@ -1,7 +1,7 @@
 """The HTTP surface (docs/contracts.md section 2): FastAPI routes over one Engine.
 
-Handlers validate with `protocol`, tokenize, hand a GenerationRequest to the engine and
-bridge its worker-thread events into asyncio. Any bad input becomes a 4xx OpenAI-style
+Handlers validate with `protocol`, tokenize (`prompting`: long text off the event loop), hand
+a GenerationRequest to the engine and bridge its worker-thread events into asyncio. Any bad input becomes a 4xx OpenAI-style
 error; nothing a client sends can stop the server.
 """
 
@@ -25,6 +25,7 @@ from serving.server.faults import Faults
 from serving.server.generation import Admitted, HealthProbe
 from serving.server.guard import ARRIVAL, Guard, error_response
 from serving.server.metrics import Metrics
+from serving.server.prompting import Prompts
 from serving.server.protocol import DEFAULT_MAX_TOKENS, APIError, CompletionSpec, parse_json, parse_request
 
 log = logging.getLogger("serving.server")
@@ -39,6 +40,7 @@ class AppState:
     vocab_size: int = 0
     metrics: Metrics = field(default_factory=Metrics)
     faults: Faults = field(default_factory=Faults)  # injected by tests only (serving.server.faults)
+    prompts: Prompts | None = None     # set by create_app
     started: float = field(default_factory=time.time)
 
     @property
@@ -55,6 +57,7 @@ def create_app(state: AppState) -> FastAPI:
     app = FastAPI(title="ddops serving", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")
     app.state.serving = state
+    state.prompts = state.prompts or Prompts(state)
     args = state.args
     app.add_middleware(Guard, api_key=args.api_key, open_paths=open_paths(args),
                        body_limit=args.max_request_bytes, count=request_counter(state))
@@ -121,14 +124,13 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
     async def server_info():
         stats = state.engine.stats.snapshot() if state.ready else {
             "avg_spec_accept_length": 1.0, "last_gen_throughput": 0.0, "num_requests_total": 0}
-        resolved = getattr(state.engine.decoder, "server_args", {}) if state.ready else {}
-        info = {**args.public(), **resolved, "version": __version__, "status": "ok" if state.ready else "loading",
-                "internal_states": [stats]}
-        if state.ready:  # measured tensors beside the prediction from config.json (serving.memory)
-            info["memory"] = memory.report(state.engine.decoder, args)
-            info["kernels"] = memory.kernels(state.engine.decoder)
-            # a dense target's batch runner keeps one unless --disable-radix-cache
-            info["prefix_cache"] = getattr(state.engine.decoder, "prefix", None) is not None
+        runner = state.engine.info() if state.ready else None
+        info = {**args.public(), **(runner.speculative if runner else {}), "version": __version__,
+                "status": "ok" if state.ready else "loading", "internal_states": [stats]}
+        if runner:  # measured tensors beside the prediction from config.json (serving.memory)
+            info["memory"] = memory.report(runner.memory, args)
+            info["kernels"] = runner.kernels
+            info["prefix_cache"] = runner.prefix_cache   # a dense target's, unless --disable-radix-cache
         return info
 
     @app.get("/metrics", **openapi.METRICS)
@@ -162,7 +164,7 @@ async def _complete(state: AppState, request: Request, kind: str):
     if not state.ready:
         raise APIError(503, "the model is still loading", code="loading", kind="server_error", retry_after=5)
     await state.faults.before_generation(APIError)
-    prompt_ids = _prompt_ids(state, spec)
+    prompt_ids = await state.prompts.ids(spec)
     rule = _stop_rule(state, spec, prompt_ids)
     model = state.args.served_model_name
     # admitted before any response starts: a full queue is a 503, never a 200 with an empty stream
@@ -173,28 +175,6 @@ async def _complete(state: AppState, request: Request, kind: str):
                                  headers={"Cache-Control": "no-cache"})
     finished = await admitted.result()
     return R.final_body(kind, R.new_id(kind), model, finished)
-
-
-def _prompt_ids(state: AppState, spec: CompletionSpec) -> list[int]:
-    tok = state.tokenizer
-    if spec.kind == "chat":
-        try:
-            ids = tok.encode_chat(list(spec.messages))
-        except ValueError as e:
-            raise APIError(400, str(e), "messages", "invalid_value") from None
-    elif isinstance(spec.prompt, tuple):
-        ids = list(spec.prompt)
-        if max(ids) >= state.vocab_size:
-            raise APIError(400, f"token id {max(ids)} is outside the vocabulary", "prompt", "invalid_value")
-    else:
-        ids = tok.encode(spec.prompt)
-    param = "messages" if spec.kind == "chat" else "prompt"
-    if not ids:
-        raise APIError(400, "the prompt encodes to no tokens", param, "invalid_value")
-    if len(ids) >= state.args.context_length:
-        raise APIError(400, f"the prompt is {len(ids)} tokens; this model's context is "
-                            f"{state.args.context_length} tokens", param, "context_length_exceeded")
-    return ids
 
 
 def _stop_rule(state: AppState, spec: CompletionSpec, prompt_ids: list[int]) -> StopRule:

@@ -51,8 +51,15 @@ class CompletionSpec:
     include_usage: bool
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def parse_json(body: bytes) -> dict:
-    """Strict UTF-8 JSON object; NaN/Infinity literals, 4,300+ digit numbers and deep nesting are 400s."""
+    """Strict UTF-8 JSON object; NaN/Infinity literals, 4,300+ digit numbers and deep nesting are 400s.
+
+    One leading byte-order mark is ignored, as RFC 8259 section 8.1 allows: editors and some
+    shells (Windows PowerShell 5's `Out-File`) write one, and the body is the same JSON without it."""
+    body = body[len(UTF8_BOM):] if body.startswith(UTF8_BOM) else body
     try:
         data = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
     except UnicodeDecodeError as e:
