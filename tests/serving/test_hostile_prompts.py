@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
 from serving.server.prompting import INLINE_CHARS, Prompts
 from serving.server.protocol import APIError, CompletionSpec
@@ -53,10 +54,26 @@ def test_a_full_pool_is_a_503_not_a_queue(llama_tokenizer):
     assert info.value.status == 503 and info.value.code == "server_busy" and info.value.retry_after
 
 
-def test_text_past_the_context_is_refused_before_encoding(llama_tokenizer):
-    recording = Recording(llama_tokenizer)
-    limit = 64 * llama_tokenizer.longest_token_chars
+class CountingBackend:
+    """The real tokenizers backend, counting encode calls."""
+
+    def __init__(self, backend):
+        self.backend, self.encodes = backend, 0
+
+    def encode_batch(self, *args, **kwargs):
+        self.encodes += 1
+        return self.backend.encode_batch(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+def test_text_past_the_context_is_refused_before_encoding(tiny_llama):
+    tokenizer = Tokenizer.from_dir(tiny_llama)
+    tokenizer.backend = counting = CountingBackend(tokenizer.backend)
+    limit = 64 * tokenizer.longest_token_chars
     with pytest.raises(APIError) as info:
-        prompts(recording, context=64).encode(chat("x" * (limit + 1)))
+        prompts(tokenizer, context=64).encode(chat("x" * (limit + 1)))
     assert info.value.code == "context_length_exceeded" and "characters" in info.value.message
-    assert llama_tokenizer.encode_chat([{"role": "user", "content": "x" * 50}], limit=64)
+    assert counting.encodes == 0
+    assert prompts(tokenizer, context=64).encode(chat("x" * 50)) and counting.encodes == 1
