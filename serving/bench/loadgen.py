@@ -44,9 +44,14 @@ class Server:
             self.proc = subprocess.Popen([sys.executable, "-m", "serving", "--model-path", str(self.model),
                                           "--port", str(self.port), "--log-level", "warning", *self.extra],
                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self._wait_ready()
-        with urllib.request.urlopen(f"{self.url}/v1/models", timeout=10) as r:
-            self.name = json.load(r)["data"][0]["id"]
+        try:
+            if self.proc is not None:
+                self._wait_ready()
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=10) as r:
+                self.name = json.load(r)["data"][0]["id"]
+        except BaseException:
+            self.__exit__()         # a server that never became usable is not left running
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
