@@ -1,6 +1,9 @@
 """Can the installed build load the unit's target and draft? Known from config.json before any
 restart: the attention head size of each (a kernel the build lacks fails the first request,
-after /health said 200) and, for a draft, the mask token its parallel drafting needs.
+after /health said 200), for a draft the mask token its parallel drafting needs, and the
+draft's architecture (serving/contract/drafts.py): a vLLM build names those it builds
+(Build.draft_archs), an SGLang release those its DFLASH worker builds (sglang_versions,
+DRAFT_ARCHS_SINCE, read against the version the unit's interpreter has installed).
 
 What each build takes is data in the runtime table (ddops/profile/runtimes.py: Runtime.builds,
 Runtime.draft_mask_keys). Which build a host has is a fact of the host: the distributions the
@@ -18,6 +21,8 @@ from typing import Mapping
 from ddops.checkpoint import PreflightError, RemoteFiles, read_config
 from ddops.profile.launch import read_launch
 from ddops.profile.runtimes import Build, Runtime
+from ddops.profile.sglang_versions import VersionError, draft_refusal, flags_for
+from serving.contract.drafts import architecture
 from serving.contract.pairing import Problem, text_config
 
 # One JSON line: every distribution name the interpreter sees (-I: no user site, no PYTHONPATH).
@@ -82,7 +87,21 @@ def problems(runtime: Runtime, build: Build | None, target: Mapping, draft: Mapp
                          f"{', '.join(map(str, build.head_sizes))}): the first request would fail")
     if draft is not None and runtime.draft_mask_keys:
         found += _mask_problems(runtime.draft_mask_keys, draft, target, where["draft"])
+    if draft is not None and build and build.draft_archs is not None and architecture(draft) not in build.draft_archs:
+        found.append(f"draft {where['draft']} is a {architecture(draft)}, which the installed {build.device} "
+                     f"build ({build.dist}) cannot build (it builds {', '.join(sorted(build.draft_archs))})")
     return found
+
+
+def sglang_problems(version: str | None, draft: Mapping | None, path: str) -> list[str]:
+    """Pure: why SGLang `version` (None: unknown) cannot load the draft's architecture."""
+    if draft is None or version is None:
+        return []
+    try:
+        reason = draft_refusal(flags_for(version), architecture(draft))
+    except VersionError:
+        return []
+    return [f"draft {path}: {reason}"] if reason else []
 
 
 def _mask_problems(keys: tuple[str, ...], draft: Mapping, target: Mapping, path: str) -> list[str]:
@@ -109,9 +128,11 @@ def load_refusals(remote, argv: list[str]) -> list[str]:
     none is known (no build table, files missing or unreadable: other checks name those)."""
     launch = read_launch(argv)
     runtime, target_path = launch.table, launch.get("model.path")
+    draft_path = launch.get("speculative.draft_model_path")
+    if runtime is not None and runtime.versioned_flags and draft_path:
+        return _sglang_refusals(remote, argv[0], draft_path)
     if runtime is None or not (runtime.builds or runtime.draft_mask_keys) or not target_path:
         return []
-    draft_path = launch.get("speculative.draft_model_path")
     dists = installed_dists(remote, argv[0]) if runtime.builds else None
     files = RemoteFiles.of(remote)
     try:
@@ -121,3 +142,13 @@ def load_refusals(remote, argv: list[str]) -> list[str]:
         return []
     build = runtime.build_among(dists) if dists is not None else None
     return problems(runtime, build, target, draft, {"target": target_path, "draft": draft_path or ""})
+
+
+def _sglang_refusals(remote, python: str, draft_path: str) -> list[str]:
+    from ddops.fit.runtime_version import installed_version
+
+    try:
+        draft = read_config(RemoteFiles.of(remote), draft_path)
+    except PreflightError:
+        return []
+    return sglang_problems(installed_version(remote, python), draft, draft_path)

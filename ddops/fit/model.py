@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddops import exits
+from serving.contract.drafts import architecture, draft_arch, draft_value
 from serving.contract.pairing import target_layer_ids
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
@@ -117,7 +118,7 @@ def facts_from_config(config: dict, path: str, params: tuple[int, int] | None = 
         hidden_size=hidden, vocab_size=get("vocab_size"), num_layers=layers,
         max_position_embeddings=int(c.get("max_position_embeddings") or 0),
         attention=attention, linear=linear,
-        block_size=int(c["block_size"]) if c.get("block_size") else None,
+        block_size=int(draft_value(c, "block_size")) if draft_value(c, "block_size") else None,
         attention_heads=int(heads), kv_heads_declared=c.get("num_key_value_heads") is not None,
         feature_width=_feature_width(c, path) if is_draft(c) else 0,
         intermediate_size=int(c.get("intermediate_size") or 0),
@@ -164,9 +165,30 @@ def estimate_params(c: dict, kinds: list[str], path: str) -> int:
     body = sum(per_layer[kind] + 3 * hidden * inter + 2 * hidden for kind in kinds)
     if is_draft(c):  # fc over the tapped target layers + its norm + final norm
         taps = len((c.get("dflash_config") or {}).get("target_layer_ids") or [0] * len(kinds))
-        return body + taps * hidden * hidden + 2 * hidden
+        return body + taps * hidden * hidden + 2 * hidden + _draft_parts(c, len(kinds), path)
     embed = get("vocab_size") * hidden
     return body + embed * (1 if c.get("tie_word_embeddings") else 2) + hidden
+
+
+def _draft_parts(c: dict, layers: int, path: str) -> int:
+    """What the draft's architecture adds (serving/contract/drafts.py): per layer two grouped
+    dynamic convs (base_kernel [2, K, H] + kernel_projection [2*K*H/group, H]); a selector's
+    two codebooks [V, rank] and hidden_projection [rank, H]."""
+    arch = draft_arch(c)
+    if arch is None:
+        raise ModelFactsError(f"{path}: architectures: {architecture(c)} is not a draft architecture ddops "
+                              f"knows (serving/contract/drafts.py)")
+    hidden, extra = int(c["hidden_size"]), 0
+    try:
+        if arch.convs:
+            kernel, group = int(draft_value(c, "conv_kernel_size")), int(draft_value(c, "conv_group_size"))
+            extra += layers * 2 * (2 * kernel * hidden + hidden * 2 * kernel * (hidden // group))
+        if arch.selector:
+            rank = int(draft_value(c, "selector_rank"))
+            extra += 2 * int(c["vocab_size"]) * rank + hidden * rank
+    except (TypeError, ValueError, ZeroDivisionError) as err:
+        raise ModelFactsError(f"{path}: dflash_config conv/selector fields missing or malformed ({err})") from None
+    return extra
 
 
 def _attention_params(c: dict) -> int:

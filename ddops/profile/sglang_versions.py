@@ -4,7 +4,9 @@ Facts from the released wheels (research/deploy.md section 1.1): 0.5.15 still ac
 spellings as deprecated aliases; 0.5.23 removed them (argparse prefix matching turns the old
 `--cuda-graph-max-bs` into "ambiguous option"), except `--disable-cuda-graph`, still a deprecated
 alias in both. DDTree is in no release: it comes from PR #29907, declared as a local version
-label, e.g. `0.5.23+ddtree`.
+label, e.g. `0.5.23+ddtree`. DFlash 2 drafts (DFlash2DraftModel) load under the same
+`--speculative-algorithm DFLASH` from the first release with PR #35371 (merged 2026-08-19),
+0.5.19; earlier releases know only DFlashDraftModel (docs/spec.md, "DFlash 2 drafts").
 
 The runtime flag table (runtimes.py) names each setting once; `spell` turns that name into the
 declared version's spelling, and `unknown_flags` names a flag a version lacks with its
@@ -59,6 +61,10 @@ RELEASES: tuple[Release, ...] = (
             frozenset({"--speculative-draft-kv-cache-dtype"}),
             _KV_0523),
 )
+# Draft architecture (serving/contract/drafts.py names) -> first release whose DFLASH worker builds
+# it. DFlash2DraftModel: PR #35371 "[Spec] DFlash2: local convolution + candidate selector", merged
+# 2026-08-19, first released in 0.5.19; no new flag or algorithm spelling.
+DRAFT_ARCHS_SINCE = {"DFlashDraftModel": "0.5.15", "DFlash2DraftModel": "0.5.19"}
 DDTREE_ALGORITHMS = frozenset({"DDTREE"})
 DDTREE_FLAGS = frozenset({"--speculative-ddtree-budget"})
 
@@ -77,6 +83,7 @@ class Flags:
     added: frozenset[str]
     kv_cache_dtypes: frozenset[str]
     ddtree_pr: bool
+    draft_archs: frozenset[str] = frozenset()
 
     def renamed(self, flag: str) -> Rename | None:
         """The rename whose old spelling this version no longer prefers, if any."""
@@ -114,7 +121,18 @@ def flags_for(version: str) -> Flags:
     ddtree = match.group(4) is not None
     algorithms = frozenset().union(*(r.algorithms for r in known)) | (DDTREE_ALGORITHMS if ddtree else frozenset())
     added = frozenset().union(*(r.added for r in known)) | (DDTREE_FLAGS if ddtree else frozenset())
-    return Flags(version, known[-1].version, algorithms, added, known[-1].kv_cache_dtypes, ddtree)
+    drafts = frozenset(arch for arch, since in DRAFT_ARCHS_SINCE.items() if _at_least(version.split("+")[0], since))
+    return Flags(version, known[-1].version, algorithms, added, known[-1].kv_cache_dtypes, ddtree, drafts)
+
+
+def draft_refusal(flags: Flags, arch: str) -> str | None:
+    """Why this SGLang cannot build a draft of architecture `arch`, one line, or None."""
+    if arch in flags.draft_archs:
+        return None
+    since = DRAFT_ARCHS_SINCE.get(arch)
+    later = (f"it loads from SGLang {since} (--speculative-algorithm DFLASH)" if since
+             else "no tabulated SGLang release loads it")
+    return f"SGLang {flags.version} cannot load a {arch} draft: {later}"
 
 
 def spell(flags: Flags | None, words: list[str]) -> list[str]:
