@@ -34,7 +34,7 @@ def parse(argv):
 
 
 def load_prompts(name: str | None, limit: int) -> list[str]:
-    from serving.bench.prompts import PROMPT_SETS
+    from serving.tools.prompt_sets import PROMPT_SETS
 
     if name is None or name in PROMPT_SETS:
         prompts = PROMPT_SETS[name or "default"]()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from serving.bench.prompts import numbered
+from serving.tools.prompt_sets import numbered
 
 
 def parse(argv=None):
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     finally:
         engine.stop()
     print(f"prompt tokens: {[len(p) for p in prompts(200)]}, prefix cache hit rate "
-          f"{engine.decoder.prefix.hit_rate:.2f}")
+          f"{engine.runner.prefix.hit_rate:.2f}")
     return 0
 
 

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.bench.prompts import numbered
+from serving.tools.prompt_sets import numbered
 
 
 @dataclass

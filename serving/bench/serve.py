@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from serving.bench.loadgen import Server, Shot, run_level, soak
-from serving.bench.prompts import numbered
+from serving.tools.prompt_sets import numbered
 
 
 def parse(argv=None):

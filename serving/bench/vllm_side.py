@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from serving.bench.prompts import PROMPT_SETS
+from serving.tools.prompt_sets import PROMPT_SETS
 from serving.tools.local_server import ServerProcess, free_port
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",

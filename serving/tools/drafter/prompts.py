@@ -2,7 +2,7 @@
 
 Three kinds, interleaved so any prefix of the list mixes them: questions built from this
 Python's standard-library docstrings, code tasks, and prose questions. The benchmark's own
-prompts (serving.bench.prompts) are held out: never a training prompt, only the held-out
+prompts (serving.tools.prompt_sets) are held out: never a training prompt, only the held-out
 tau is measured on them, so that figure shows generalisation to what the bench asks.
 """
 
@@ -122,7 +122,7 @@ def prose_questions() -> list[str]:
 
 
 def held_out_prompts() -> list[str]:
-    from serving.bench.prompts import DEFAULT_PROMPTS
+    from serving.tools.prompt_sets import DEFAULT_PROMPTS
 
     return list(DEFAULT_PROMPTS)
 

@@ -1,4 +1,5 @@
-"""The benchmark prompt sets, as chat user turns: `default` (half code, half prose: what a
+"""The benchmark prompt sets, as chat user turns (serving.bench replays them; the drafter holds
+them out of its training prompts): `default` (half code, half prose: what a
 drafter can learn to predict) and `random-words` (continue a list of random words: what no
 drafter can predict, where speculation must cost next to nothing)."""
 
