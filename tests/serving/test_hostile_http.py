@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 
 import httpx
 import openai
 import pytest
 
+from serving.bench.hostile import ambiguous_requests, exchange, statuses
 from tests.serving.conftest import KEY
 
 AUTH = b"Authorization: Bearer " + KEY.encode() + b"\r\n"
 BODY = b'{"prompt": "hi", "max_tokens": 2}'
-SMUGGLED = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + AUTH + b"\r\n"    # answered 200 if ever read
-POST = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + AUTH
-CHUNKED = b"%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY)
-BIG_HEAD = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: %s\r\n" % (i, b"a" * 30) for i in range(1000))
+AMBIGUOUS = ambiguous_requests(KEY)     # each followed by a keyed request, answered 200 if ever read
 
 
 @pytest.fixture(scope="module")
@@ -29,51 +26,10 @@ def server(tiny_server):
     return tiny_server
 
 
-def exchange(port: int, *pieces: bytes) -> bytes:
-    """Send `pieces` one write each (a short pause between, so the server reads them apart);
-    everything the server sends until it closes the connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        for i, piece in enumerate(pieces):
-            if i:
-                time.sleep(0.001)
-            try:
-                s.sendall(piece)
-            except (BrokenPipeError, ConnectionResetError):
-                break                     # refused already, closed before we were done
-        out = b""
-        while chunk := s.recv(65536):     # a server that keeps the connection open times out here
-            out += chunk
-    return out
-
-
-def statuses(raw: bytes) -> list[int]:
-    return [int(code) for code in re.findall(rb"(?:^|\r\n)HTTP/1\.1 (\d{3}) ", raw)]
-
-
-AMBIGUOUS = {
-    "content-length and transfer-encoding": (POST + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
-                                             + CHUNKED + SMUGGLED,),
-    "transfer-encoding then content-length": (POST + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
-                                              + CHUNKED + SMUGGLED,),
-    "two equal content-lengths": (POST + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(BODY), len(BODY))
-                                  + BODY + SMUGGLED,),
-    "content-length list": (POST + b"Content-Length: %d, %d\r\n\r\n" % (len(BODY), len(BODY)) + BODY + SMUGGLED,),
-    "signed content-length": (POST + b"Content-Length: +%d\r\n\r\n" % len(BODY) + BODY + SMUGGLED,),
-    "negative content-length": (POST + b"Content-Length: -1\r\n\r\n" + SMUGGLED,),
-    "content-length with junk": (POST + b"Content-Length: %dx\r\n\r\n" % len(BODY) + BODY + SMUGGLED,),
-    "folded transfer-encoding": (POST + b"Content-Length: %d\r\nX-A: 1\r\n Transfer-Encoding: chunked\r\n\r\n"
-                                 % len(BODY) + BODY + SMUGGLED,),
-    "HTTP/1.9": (b"GET /health HTTP/1.9\r\nHost: x\r\n\r\n" + SMUGGLED,),
-    "HTTP/2.0 over HTTP/1": (b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n" + SMUGGLED,),
-    "40 KB head in one read": (BIG_HEAD + b"\r\n" + SMUGGLED,),
-    "40 KB head in many reads": tuple(BIG_HEAD[i:i + 400] for i in range(0, len(BIG_HEAD), 400)) + (b"\r\n",),
-    "broken chunk size": (POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n" + BODY + b"\r\n0\r\n\r\n" + SMUGGLED,),
-}
-
-
 @pytest.mark.parametrize("pieces", AMBIGUOUS.values(), ids=AMBIGUOUS.keys())
 def test_ambiguous_framing_is_one_json_400_then_the_connection_closes(server, pieces):
-    raw = exchange(server.port, *pieces)
+    raw = exchange(server.port, pieces)
+    assert not raw.endswith(b"<still open>")
     assert statuses(raw) == [400]                         # no second response, smuggled or not
     head, _, body = raw.partition(b"\r\n\r\n")
     assert b"connection: close" in head.lower()
@@ -91,7 +47,7 @@ def requests_counted(server, path: str, status: str) -> float:
 @pytest.mark.parametrize("case", ["content-length and transfer-encoding", "broken chunk size"])
 def test_framing_refusals_count_as_400_not_499(server, case):
     before = [requests_counted(server, "/v1/completions", s) for s in ("400", "499")]
-    exchange(server.port, *AMBIGUOUS[case])
+    exchange(server.port, AMBIGUOUS[case])
     after = [requests_counted(server, "/v1/completions", s) for s in ("400", "499")]
     assert after == [before[0] + 1, before[1]]
 
@@ -106,8 +62,8 @@ def test_the_auth_scheme_is_case_insensitive(server, value, status):
 
 def test_two_authorization_headers_are_refused_even_when_one_is_right(server):
     for pair in ([AUTH, b"Authorization: Bearer wrong\r\n"], [b"Authorization: Bearer wrong\r\n", AUTH], [AUTH, AUTH]):
-        raw = exchange(server.port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + b"".join(pair)
-                       + b"\r\n")
+        raw = exchange(server.port, (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                     + b"".join(pair) + b"\r\n",))
         assert statuses(raw) == [400] and b"more than one Authorization header" in raw
 
 
@@ -115,7 +71,7 @@ def test_two_authorization_headers_are_refused_even_when_one_is_right(server):
                                          ("/v1/completions", 405)])
 def test_head_answers_where_get_does_without_a_body(server, path, status):
     get = httpx.get(server.url + path, headers={"Authorization": f"Bearer {KEY}"})
-    raw = exchange(server.port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode() + AUTH + b"\r\n")
+    raw = exchange(server.port, (f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode() + AUTH + b"\r\n",))
     head, _, body = raw.partition(b"\r\n\r\n")
     assert statuses(raw) == [status] and body == b""
     if status == 200:

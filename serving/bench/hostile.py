@@ -1,0 +1,244 @@
+"""A normal request's latency under large bodies, and what ambiguous framing gets (issue 26).
+
+    python -m serving.bench.hostile [--target MODEL] [--per-phase 4] [--rounds 10] [--large 8]
+                                    [--large-bytes 1000000] [--large-nice 0] [--threads 1]
+
+Starts the bundled runtime on loopback with an API key (default: a tiny random checkpoint),
+then times sequential keyed chat requests alone and while `--large` keyed clients send chat
+bodies of `--large-bytes` back to back (from a child process, so they never hold the measuring
+client's interpreter lock; each loaded phase starts once every client has a body in flight,
+each alone phase once none has); the two phases alternate `--rounds` times. Twice: with bodies of
+`--large-bytes` (refused by their length before tokenizing, when far past the context), and
+with bodies just under that bound (tokenized in the runtime's pool, then refused). Prints p50
+and p95 of each phase and the loaded/alone ratio (goal: <= 1.5), then sends each request of
+`ambiguous_requests` on a fresh connection and counts responses beyond the first (goal: 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import re
+import socket
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from serving.tools.local_server import LocalServer
+
+KEY = "hostile-key"
+CHAT = {"messages": [{"role": "user", "content": "Name three rivers in Europe."}], "max_tokens": 16,
+        "temperature": 0, "ignore_eos": True}
+
+
+def ambiguous_requests(key: str) -> dict[str, tuple[bytes, ...]]:
+    """Request bytes two HTTP parsers could read two ways, each followed by a keyed request a
+    smuggler would want served; one write per element (the last case's head in many reads)."""
+    auth = b"Authorization: Bearer " + key.encode() + b"\r\n"
+    body = b'{"prompt": "hi", "max_tokens": 2}'
+    smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n"
+    post = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    big = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: %s\r\n" % (i, b"a" * 30) for i in range(1000))
+    n = len(body)
+    return {
+        "content-length and transfer-encoding": (post + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                                 + chunked + smuggled,),
+        "transfer-encoding then content-length": (post + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+                                                  + chunked + smuggled,),
+        "two equal content-lengths": (post + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (n, n)
+                                      + body + smuggled,),
+        "content-length list": (post + b"Content-Length: %d, %d\r\n\r\n" % (n, n) + body + smuggled,),
+        "signed content-length": (post + b"Content-Length: +%d\r\n\r\n" % n + body + smuggled,),
+        "negative content-length": (post + b"Content-Length: -1\r\n\r\n" + smuggled,),
+        "content-length with junk": (post + b"Content-Length: %dx\r\n\r\n" % n + body + smuggled,),
+        "folded transfer-encoding": (post + b"Content-Length: %d\r\nX-A: 1\r\n Transfer-Encoding: chunked\r\n\r\n"
+                                     % n + body + smuggled,),
+        "HTTP/1.9": (b"GET /health HTTP/1.9\r\nHost: x\r\n\r\n" + smuggled,),
+        "HTTP/2.0 over HTTP/1": (b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n" + smuggled,),
+        "40 KB head in one read": (big + b"\r\n" + smuggled,),
+        "40 KB head in many reads": tuple(big[i:i + 400] for i in range(0, len(big), 400)) + (b"\r\n" + smuggled,),
+        "broken chunk size": (post + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n" + body + b"\r\n0\r\n\r\n" + smuggled,),
+    }
+
+
+def exchange(port: int, pieces: tuple[bytes, ...], timeout_s: float = 30.0) -> bytes:
+    """Send `pieces`, one write each with a short pause between (so the server reads them
+    apart); everything the server sends until it closes (or `timeout_s` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        for i, piece in enumerate(pieces):
+            if i:
+                time.sleep(0.001)
+            try:
+                s.sendall(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                break                          # refused already, closed before we were done
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except (TimeoutError, ConnectionResetError):
+            out += b"\r\n<still open>"
+    return out
+
+
+def statuses(raw: bytes) -> list[int]:
+    """Status codes of every response in `raw`, in order."""
+    return [int(code) for code in re.findall(rb"(?:^|\r\n)HTTP/1\.1 (\d{3}) ", raw)]
+
+
+def keyed_latencies(url: str, count: int) -> list[float]:
+    out = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as client:
+        for _ in range(count):
+            began = time.perf_counter()
+            client.post("/v1/chat/completions", json=CHAT).raise_for_status()
+            out.append(time.perf_counter() - began)
+    return out
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=20, method="inclusive")[-1]
+
+
+class LargeBodies:
+    """`clients` keyed chat requests of `chars` characters, back to back while `active` is set,
+    from a child process (they stand in for other machines); `seen` counts answers by status."""
+
+    def __init__(self, url: str, clients: int, chars: int, nice: int = 0):
+        self.url, self.clients, self.chars, self.nice = url, clients, chars, nice
+        self.stop, self.active = multiprocessing.Event(), multiprocessing.Event()
+        self.in_flight = multiprocessing.Value("i", 0)
+        self.results: multiprocessing.Queue = multiprocessing.Queue()
+        self.process = multiprocessing.Process(target=self._child, daemon=True)
+        self.seen: Counter = Counter()
+
+    def __enter__(self) -> "LargeBodies":
+        self.process.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.active.set()
+        self.seen.update(self.results.get(timeout=120))
+        self.process.join(timeout=30)
+
+    def start(self) -> None:
+        """Until every client has a body in flight."""
+        self.active.set()
+        while self.in_flight.value < self.clients:
+            time.sleep(0.01)
+
+    def pause(self) -> None:
+        """Until no large body is in flight."""
+        self.active.clear()
+        while self.in_flight.value > 0:
+            time.sleep(0.01)
+
+    def _child(self) -> None:
+        import threading
+        os.nice(self.nice)
+        seen: Counter = Counter()
+        body = json.dumps({"messages": [{"role": "user", "content": "word " * (self.chars // 5)}],
+                           "max_tokens": 1}).encode()
+        lock = threading.Lock()
+
+        def loop() -> None:
+            with httpx.Client(base_url=self.url, timeout=120, headers={
+                    "Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}) as client:
+                while not self.stop.is_set():
+                    self.active.wait()
+                    with self.in_flight.get_lock():
+                        self.in_flight.value += 1
+                    try:
+                        status = client.post("/v1/chat/completions", content=body).status_code
+                    except httpx.HTTPError as e:
+                        status = type(e).__name__
+                    with self.in_flight.get_lock():
+                        self.in_flight.value -= 1
+                    with lock:
+                        seen[status] += 1
+        threads = [threading.Thread(target=loop, daemon=True) for _ in range(self.clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.results.put(seen)
+
+
+def measure(url: str, args, chars: int) -> tuple[list[float], list[float], Counter]:
+    """Alone and loaded phases of `--per-phase` requests, alternating `--rounds` times, so drift
+    in the machine's own load hits both alike."""
+    alone, loaded = [], []
+    with LargeBodies(url, args.large, chars, args.large_nice) as large:
+        for _ in range(args.rounds):
+            large.pause()
+            alone += keyed_latencies(url, args.per_phase)
+            large.start()
+            loaded += keyed_latencies(url, args.per_phase)
+    return alone, loaded, large.seen
+
+
+def report(label: str, alone: list[float], loaded: list[float], seen: Counter, args) -> None:
+    print(f"{label}:")
+    print(f"  alone:  p50 {statistics.median(alone):.3f} s  p95 {p95(alone):.3f} s")
+    print(f"  loaded: p50 {statistics.median(loaded):.3f} s  p95 {p95(loaded):.3f} s  ({args.large} large-body clients)")
+    print(f"  ratio loaded/alone: p50 {statistics.median(loaded) / statistics.median(alone):.2f}  "
+          f"p95 {p95(loaded) / p95(alone):.2f} (goal <= 1.5)")
+    print("  large-body answers: " + ", ".join(f"{status}: {n}" for status, n in sorted(seen.items(), key=str)))
+
+
+def framing(port: int) -> int:
+    extra = 0
+    print("ambiguous framing (one connection each):")
+    for name, pieces in ambiguous_requests(KEY).items():
+        raw = exchange(port, pieces)
+        codes = statuses(raw)
+        extra += max(0, len(codes) - 1)
+        print(f"  {name}: {codes} {'still open' if raw.endswith(b'<still open>') else 'closed'}")
+    print(f"  second responses after ambiguous framing: {extra} (goal 0)")
+    return extra
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m serving.bench.hostile", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", type=Path, help="checkpoint (default: a tiny random one)")
+    ap.add_argument("--per-phase", type=int, default=4, help="normal requests per phase")
+    ap.add_argument("--rounds", type=int, default=10, help="alone/loaded phases alternate this many times")
+    ap.add_argument("--large", type=int, default=8, help="large-body clients in flight")
+    ap.add_argument("--large-bytes", type=int, default=1_000_000)
+    ap.add_argument("--large-nice", type=int, default=0,
+                    help="niceness of the large-body clients' process (on a machine with few cores, "
+                         "19 keeps them from taking the runtime's CPU, as clients on other machines would not)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the runtime")
+    args = ap.parse_args(argv)
+    with LocalServer(args.target, ["--api-key", KEY], threads=args.threads) as server:
+        headers = {"Authorization": f"Bearer {KEY}"}
+        model = httpx.get(server.url + "/v1/models", headers=headers).json()["data"][0]
+        keyed_latencies(server.url, 2)                         # warm-up
+        context = model["max_model_len"]
+        # just under the length bound: tokenized in the pool, then refused for its token count
+        bound = context * _longest_token_chars(server.url, headers)
+        print(f"target {model['root']}, context {context} tokens; normal request: keyed chat, "
+              f"{CHAT['max_tokens']} tokens, {args.per_phase} per phase, {args.rounds} rounds of alone then loaded")
+        report(f"{args.large_bytes}-byte bodies", *measure(server.url, args, args.large_bytes), args)
+        under = min(args.large_bytes, int(bound * 0.9))
+        report(f"{under}-character bodies (under the length bound, tokenized)", *measure(server.url, args, under), args)
+        framing(server.port)
+
+
+def _longest_token_chars(url: str, headers: dict) -> int:
+    """The runtime's length bound per token, read back from its refusal of an oversized prompt."""
+    text = "x" * (1 << 19)
+    error = httpx.post(url + "/v1/completions", json={"prompt": text}, headers=headers, timeout=120).json()
+    found = re.search(r"at most (\d+) characters per token", error["error"]["message"])
+    return int(found.group(1)) if found else 1
+
+
+if __name__ == "__main__":
+    main()
