@@ -8,20 +8,20 @@ full-attention layers of `--max-total-tokens` rows, by default `context_length +
 its METHODS capabilities); running sequences share it (serving.engine.kv_pool). With a
 speculative method a draft pool of as many rows over the draft's layers sits beside it, and
 each admitted sequence's draft context is the same row range as its target reservation
-(`draft_kv_rows`). A speculative hybrid is served one sequence at a time (`one_at_a_time`):
-one target cache of context + verify rows (the runtime refuses `--max-total-tokens`) and the
-draft's context K/V, which the one-sequence decoder reserves at start for the same rows and
-reuses for every sequence. A dense target's batch runner keeps a prefix store preallocated
+(`draft_kv_rows`). A speculative hybrid is served one sequence at a time (`one_at_a_time`, the
+batch runner's slot rule): a pool of context + verify rows (the runtime refuses
+`--max-total-tokens`), a draft pool of as many, and one state slot. A dense target's batch runner keeps a prefix store preallocated
 beside the pool (`prefix_rows`: 128 blocks x 8 rows of target K/V, plus the drafter's features
 per row with a speculative method; serving.engine.prefix_cache; none with
 --disable-radix-cache). Hybrid targets add Gated DeltaNet state slots (`state_slots`: one
-per running sequence in the batch runner, one when served one at a time): per layer and slot
+per running sequence, one when served one at a time): per layer and slot
 the conv state ((K-1) x conv channels, runtime dtype) and the recurrent state (Hv x dk x dv,
 fp32). Transient, so neither side counts them: the features kept for the draft, a verify
 pass's per-row states and tree mask, and what a chunked forward keeps until its commit
 (serving.bench.hybrid_staged). /server_info reports both under `memory` (`kv_cache_bytes`:
 target and draft K/V together; `prefix_cache_bytes`: the prefix store) so an operator (and a test) can compare prediction and
-measurement.
+measurement. The measurement is the runner's own accounting (serving.engine.batch.BatchRunner.info:
+its pools' bytes, the prefix store's, the parameters of its target and draft).
 """
 
 from __future__ import annotations
@@ -29,56 +29,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from serving import speculative
 from serving.contract.runtime import draft_kv_rows, kv_rows, prefix_rows, state_slots
-from serving.engine.prefix_cache import PrefixCache
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
-from serving.models.hybrid_cache import HybridCache
 from serving.models.kv_cache import KVCache
 from serving.speculative.draft_model import DraftConfig
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-WALK_DEPTH = 3  # decoder -> method -> drafter -> model
 
 
-def measure(decoder) -> dict:
-    """Bytes of the loaded parameters (shared tensors once), of the KV caches, states and prefix
-    store the decoder owns."""
-    modules, caches = _reachable(decoder)
-    seen, weights = set(), 0
+def parameter_bytes(modules: list) -> int:
+    """Bytes of the modules' parameters and buffers, a tensor shared between them counted once."""
+    seen, total = set(), 0
     for module in modules:
+        if not isinstance(module, nn.Module):
+            continue
         for tensor in [*module.parameters(), *module.buffers()]:
             if tensor.data_ptr() not in seen:
                 seen.add(tensor.data_ptr())
-                weights += tensor.numel() * tensor.element_size()
-    kv = sum(t.numel() * t.element_size() for c in caches if isinstance(c, KVCache) for t in (c.k, c.v))
-    state = sum(c.state_bytes() for c in caches if hasattr(c, "state_bytes"))   # HybridCache, HybridPool
-    prefix = sum(c.store_bytes() for c in caches if isinstance(c, PrefixCache))
-    return {"weights_bytes": weights, "kv_cache_bytes": kv, "state_cache_bytes": state, "prefix_cache_bytes": prefix}
-
-
-def _reachable(root) -> tuple[list[nn.Module], list]:
-    modules: dict[int, nn.Module] = {}
-    caches: dict[int, object] = {}
-    frontier = [root]
-    for _ in range(WALK_DEPTH + 1):
-        found = []
-        for obj in frontier:
-            for value in vars(obj).values() if hasattr(obj, "__dict__") else ():
-                if isinstance(value, nn.Module):
-                    modules.setdefault(id(value), value)
-                elif isinstance(value, (KVCache, PrefixCache)):
-                    caches.setdefault(id(value), value)
-                elif isinstance(value, HybridCache):
-                    caches.setdefault(id(value), value)
-                    found.append(value)
-                elif hasattr(value, "__dict__") and not isinstance(value, (torch.Tensor, type)):
-                    found.append(value)
-        frontier = found
-    return list(modules.values()), list(caches.values())
+                total += tensor.numel() * tensor.element_size()
+    return total
 
 
 def predict(args) -> dict:
@@ -115,15 +87,9 @@ def kv_bytes(layers: int, kv_heads: int, head_dim: int, rows: int, width: int) -
     return layers * kv_heads * head_dim * 2 * rows * width
 
 
-def report(decoder, args) -> dict:
-    m = measure(decoder)
-    return {**m, "measured_bytes": sum(m.values()),
-            **predict(args)}
-
-
-def kernels(decoder) -> dict:
-    """Which implementation runs each part of the decoder's target."""
-    return target_kernels(getattr(decoder, "target", None) or getattr(decoder, "model", None))
+def report(measured: dict, args) -> dict:
+    """The runner's measured bytes (RunnerInfo.memory) beside the prediction for `args`."""
+    return {**measured, "measured_bytes": sum(measured.values()), **predict(args)}
 
 
 def target_kernels(target) -> dict:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import torch
 
-from serving.engine import ARDecoder
+from serving.engine import Delta, GenerationRequest, StopRule
+from serving.engine.batch import BatchRunner
+from serving.engine.scheduler import Scheduler
 from serving.models import inspect_checkpoint, load_model
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
@@ -55,13 +57,30 @@ class Run:
         return (len(self.tokens) - 1) / max(getattr(self.decode, kind), 1e-9)
 
 
-def run_ours(decoder: ARDecoder, ids: list[int], n: int) -> Run:
+class Ids:
+    """Ids as text: every step's token is new text, so the first one is delivered at once."""
+
+    @staticmethod
+    def decode(ids) -> str:
+        return " ".join(map(str, ids))
+
+
+def run_ours(runner: BatchRunner, ids: list[int], n: int) -> Run:
+    """One request through the engine's scheduler and batch runner; the first token's time is
+    when the scheduler delivers it."""
+    stamps, tokens = [], []
+
+    def emit(event) -> None:
+        if isinstance(event, Delta):
+            stamps.append(Clock.now())
+            tokens.extend(event.token_ids)
+
+    steps = Scheduler(runner, Ids(), lambda request, event: request.emit(event), lambda usage: None)
     start = Clock.now()
-    tokens = decoder.start(ids, GREEDY, n)
-    first = Clock.now()
-    for _ in range(n - 1):
-        tokens += decoder.step()
-    return Run(first.since(start), Clock.now().since(first), tokens)
+    steps.admit(GenerationRequest(ids, GREEDY, StopRule(n), emit), start.wall)
+    while steps.running:
+        steps.step()
+    return Run(stamps[0].since(start), Clock.now().since(stamps[0]), tokens)
 
 
 def run_transformers(model, ids: list[int], n: int) -> Run:
@@ -96,7 +115,8 @@ def main(argv=None) -> None:
     from transformers import AutoModelForCausalLM  # benchmark-only dependency
 
     tokenizer = Tokenizer.from_dir(args.model)
-    decoder = ARDecoder(load_model(inspect_checkpoint(args.model), torch.float32, "cpu", 4096), capacity=4096)
+    decoder = BatchRunner(load_model(inspect_checkpoint(args.model), torch.float32, "cpu", 4096), capacity=4096,
+                          prefix_cache=False)
     reference = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     prompts = [tokenizer.encode_chat(p) for p in PROMPTS]
     run_ours(decoder, prompts[0], 8)                     # warm-up both

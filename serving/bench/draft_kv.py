@@ -25,7 +25,7 @@ import torch
 from serving import memory
 from serving.config import ServerArgs, parse_args, resolve
 from serving.engine import Engine
-from serving.engine.build import build_decoder_factory
+from serving.engine.build import build_runner_factory
 from serving.engine.stops import StopRule
 from serving.models import inspect_checkpoint, load_model
 from serving.models.tokenizer import Tokenizer
@@ -42,8 +42,8 @@ def server_args(opts, model_config) -> ServerArgs:
 
 def outside_bytes(runner, seq) -> int:
     """Bytes of the sequence's draft K/V that are not a range of the runner's draft pool."""
-    cache, pool = seq.state["draft"].cache, getattr(runner.spec, "pool", None)
-    if pool is not None and cache.k.untyped_storage().data_ptr() == pool.k.untyped_storage().data_ptr():
+    cache, pool = seq.state.draft.cache, runner.spec.pool
+    if cache.k.untyped_storage().data_ptr() == pool.k.untyped_storage().data_ptr():
         return 0
     return sum(t.numel() * t.element_size() for t in (cache.k, cache.v))
 
@@ -51,13 +51,13 @@ def outside_bytes(runner, seq) -> int:
 def watch(runner) -> dict:
     """Wrap admit/release to follow draft K/V held outside the pools (live, peak, caches)."""
     seen = {"live": 0, "peak": 0, "caches": 0, "at_once": 0, "running": 0}
-    admit, release = runner.admit, runner.release
+    admit, release, held_by = runner.admit, runner.release, {}
 
     def admitted(seq):
         if not admit(seq):
             return False
         held = outside_bytes(runner, seq)
-        seq.state["outside"] = held
+        held_by[id(seq)] = held
         seen["caches"] += held > 0
         seen["running"] += 1
         seen["live"] += held
@@ -65,7 +65,7 @@ def watch(runner) -> dict:
         return True
 
     def released(seq):
-        seen["live"] -= seq.state.pop("outside", 0)
+        seen["live"] -= held_by.pop(id(seq), 0)
         seen["running"] -= 1
         release(seq)
 
@@ -89,10 +89,10 @@ def main() -> None:
     args = server_args(opts, checkpoint.config)
     target = load_model(checkpoint, torch.float32, "cpu", opts.context_length)
     tokenizer = Tokenizer.from_dir(opts.model)
-    engine = Engine(build_decoder_factory(args, target, tokenizer), tokenizer).start()
+    engine = Engine(build_runner_factory(args, target, tokenizer), tokenizer).start()
     try:
-        runner = engine.decoder
-        start = memory.report(runner, args)
+        runner = engine.runner
+        start = memory.report(runner.info().memory, args)
         seen = watch(runner)
         gen = torch.Generator().manual_seed(0)
         prompts = [torch.randint(3, tokenizer.vocab_size, (opts.prompt_tokens,), generator=gen).tolist()
@@ -103,7 +103,7 @@ def main() -> None:
             t.start()
         for t in threads:
             t.join()
-        after = memory.report(runner, args)
+        after = memory.report(runner.info().memory, args)
     finally:
         engine.stop()
     print(f"target pool {runner.pool.capacity:,} rows; {opts.crowd} requests of "

@@ -6,7 +6,8 @@ the same run, tau (tokens committed per verify round, bonus included), time per 
 split into draft / tree build (+ mask) / verify / accept (+ KV compaction), and whether
 every output equals the `none` output token for token. Hybrid targets add the state handling
 share: planning the tree for the linear-attention layers (parents, levels, conv windows) plus
-committing the accepted row's conv and recurrent state, over the measured round time.
+committing the accepted row's conv and recurrent state (prefill chunks' commits included), over
+the measured round time. Each method runs in the engine's batch runner, one request at a time.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from serving.engine import StopRule, run_alone
+from serving.engine.build import runner_factory
 from serving.sampling import SamplingParams
-from serving.speculative import MethodSpec, SpecOptions, decoder_factory, resolve
+from serving.speculative import MethodSpec, SpecOptions, resolve
 
 PHASES = ("draft", "tree", "verify", "accept")
 
@@ -109,51 +112,39 @@ def compare(results: list[MethodResult]) -> None:
         r.equal_to_none = r.outputs == base.outputs
 
 
-def generate(decoder, prompt: list[int], max_tokens: int, stop_ids: frozenset) -> tuple[list[int], float]:
+def generate(runner, prompt: list[int], max_tokens: int, stop_ids: frozenset) -> tuple[list[int], float]:
     """Greedy tokens up to max_tokens or the first stop id (kept), as the engine truncates,
-    and the seconds the rounds (not the prefill) spent on hybrid state handling."""
-    out = decoder.start(prompt, SamplingParams(temperature=0), max_tokens)
-    state_before = _state_seconds(decoder)
-    while len(out) < max_tokens and not stop_ids.intersection(out):
-        out += decoder.step()
-    state = _state_seconds(decoder) - state_before
-    out = out[:max_tokens]
-    for i, t in enumerate(out):
-        if t in stop_ids:
-            return out[: i + 1], state
-    return out, state
-
-
-def _state_seconds(decoder) -> float:
-    return getattr(decoder.cache, "state_seconds", 0.0)
+    and the seconds spent on hybrid state handling."""
+    before = runner.pool.state_seconds
+    done = run_alone(runner, prompt, SamplingParams(temperature=0), StopRule(max_tokens, stop_ids=stop_ids))
+    return list(done.token_ids), runner.pool.state_seconds - before
 
 
 @dataclass
 class Run:
-    """One method's decoder and the result its prompts add up to."""
+    """One method's runner and the result its prompts add up to."""
 
-    decoder: object
+    runner: object
     result: MethodResult
-    before: dict | None  # the decoder's round times after warm-up
+    before: dict | None  # the runner's round times after warm-up
 
 
 def prepare(method: BenchMethod, target, draft: str | None, prompts: list[list[int]], stop_ids: frozenset,
             capacity: int) -> Run:
     options = SpecOptions(draft_path=draft if method.spec.speculative else None, budget=method.budget,
                           adaptive=method.adaptive, draft_vocab=method.draft_vocab)
-    decoder = decoder_factory(method.spec, target, options, capacity=capacity)()
-    generate(decoder, prompts[0][:16], 8, stop_ids)  # warm-up: allocator, kernels
-    times = getattr(decoder, "times", None)
+    runner = runner_factory(target, capacity, method.spec, options, prefix_cache=False)()
+    generate(runner, prompts[0][:16], 8, stop_ids)  # warm-up: allocator, kernels
     result = MethodResult(method.label, speculative=method.spec.speculative)
-    if hasattr(decoder.cache, "state_seconds"):
+    if target.config.linear_layers:
         result.state_seconds = 0.0
-    return Run(decoder, result, dict(vars(times)) if times else None)
+    return Run(runner, result, dict(vars(runner.spec.times)) if runner.spec else None)
 
 
 def run_prompt(run: Run, prompt: list[int], max_tokens: int, stop_ids: frozenset) -> None:
     result = run.result
     began = time.perf_counter()
-    out, state = generate(run.decoder, prompt, max_tokens, stop_ids)
+    out, state = generate(run.runner, prompt, max_tokens, stop_ids)
     result.seconds += time.perf_counter() - began
     result.tokens += len(out)
     result.outputs.append(out)
@@ -162,10 +153,11 @@ def run_prompt(run: Run, prompt: list[int], max_tokens: int, stop_ids: frozenset
 
 
 def finish(run: Run, prompts: int) -> MethodResult:
-    result, times = run.result, getattr(run.decoder, "times", None)
-    report = getattr(run.decoder, "server_args", {})
+    result, spec = run.result, run.runner.spec
+    report = run.runner.server_args
     result.settings, result.choice = report.get("speculative_settings", []), report.get("speculative_current_setting", "")
-    if times is not None:
+    if spec is not None:
+        times = spec.times
         result.rounds = times.rounds - run.before["rounds"]
         result.accepted = times.accepted - run.before["accepted"]
         result.phase_seconds = {p: getattr(times, p) - run.before[p] for p in PHASES}

@@ -1,33 +1,36 @@
-"""Where the engine gets its decoder: one small function, so a speculative method plugs in here."""
+"""Where the engine gets its runner: one small function, so a speculative method plugs in here."""
 
 from __future__ import annotations
 
 from functools import partial
 
 from serving import speculative
-from serving.contract.runtime import one_at_a_time
-from serving.models import batched
+from serving.engine.batch import BatchRunner
 
 
-def build_decoder_factory(args, target, tokenizer):
-    """A zero-argument callable returning what the engine worker decodes with.
+def build_runner_factory(args, target, tokenizer=None):
+    """A zero-argument callable returning the engine's runner for the server's resolved `args`.
 
     Routed through serving.speculative.METHODS: the method is built (and its draft preflighted
     against the target) here, so a mismatch stops start-up with one line naming both sides.
-    A target with a batched decode step gets the batch runner (many sequences in flight),
-    unless serving.contract.runtime.one_at_a_time says otherwise (a speculative hybrid); any
-    other gets the method's one-sequence Decoder.
+    Every target and method runs in the batch runner; what a target cannot batch (a hybrid's
+    verify forward) is the runner's own slot rule, not another runner.
     """
     spec = speculative.resolve(args.speculative_algorithm)
     options = speculative.SpecOptions(draft_path=args.speculative_draft_model_path,
                                       block_size=args.speculative_num_draft_tokens,
                                       budget=args.speculative_ddtree_budget,
                                       adaptive=args.speculative_adaptive == "on")
-    if not batched.decodes(target) or one_at_a_time(target.config.hybrid, spec.speculative):
-        return speculative.decoder_factory(spec, target, options, capacity=args.context_length,
-                                           seed=args.random_seed)   # options carry `adaptive`
-    from serving.engine.batch import BatchRunner
+    return runner_factory(target, args.context_length, spec, options, seed=args.random_seed,
+                          max_running=args.max_running_requests, max_total_tokens=args.max_total_tokens,
+                          prefix_cache=not args.disable_radix_cache)
 
-    return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=args.context_length,
-                   max_running=args.max_running_requests, max_total_tokens=args.max_total_tokens,
-                   seed=args.random_seed, adaptive=options.adaptive, prefix_cache=not args.disable_radix_cache)
+
+def runner_factory(target, capacity: int, spec=None, options=None, seed: int = 0, max_running: int | None = None,
+                   max_total_tokens: int | None = None, prefix_cache: bool = True):
+    """The same for a method spec (None: plain decoding) and its options (tests and benchmarks);
+    builds the method now."""
+    spec, options = spec or speculative.resolve(None), options or speculative.SpecOptions()
+    return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=capacity,
+                   max_running=max_running, max_total_tokens=max_total_tokens, seed=seed,
+                   adaptive=options.adaptive, prefix_cache=prefix_cache)

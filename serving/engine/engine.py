@@ -7,8 +7,8 @@ use `Engine.generate` which blocks.
 The worker admits queued requests FIFO while the runner has room (running sequences and KV
 rows, serving.engine.scheduler), then runs one scheduler step; a request that does not fit
 waits at the head of the queue, and a full queue refuses new ones with `EngineBusy`. The
-decoder factory returns either a batch runner (serving.engine.batch) or a one-sequence
-`Decoder` (docs/contracts.md section 3), which runs one request at a time.
+runner factory returns the batch runner (serving.engine.batch); the server reads the engine
+through `info()` and the queue, never the runner itself.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from serving.engine.events import Delta, Failed, Finished
+from serving.engine.runner import Runner, RunnerInfo
 from serving.engine.scheduler import Scheduler
-from serving.engine.serial import SerialRunner
 from serving.engine.stats import EngineStats
 from serving.engine.stops import StopRule
 from serving.sampling import SamplingParams
@@ -30,7 +30,7 @@ from serving.sampling import SamplingParams
 log = logging.getLogger("serving.engine")
 STOP = object()
 
-__all__ = ["Delta", "Engine", "EngineBusy", "Failed", "Finished", "GenerationRequest", "RequestTooLarge"]
+__all__ = ["Delta", "Engine", "EngineBusy", "Failed", "Finished", "GenerationRequest", "RequestTooLarge", "run_alone"]
 
 
 class EngineBusy(RuntimeError):
@@ -53,20 +53,20 @@ class GenerationRequest:
 
 
 class Engine:
-    def __init__(self, decoder_factory: Callable[[], object], tokenizer, max_queued: int = 256,
+    def __init__(self, runner_factory: Callable[[], Runner], tokenizer, max_queued: int = 256,
                  chunk_tokens: int = 512):
-        self.decoder_factory = decoder_factory
+        self.runner_factory = runner_factory
         self.tokenizer = tokenizer
         self.chunk_tokens = chunk_tokens
         self.stats = EngineStats()
         self.queue: queue.Queue = queue.Queue(maxsize=max_queued)
         self.worker = threading.Thread(target=self._work, name="engine-worker", daemon=True)
-        self.decoder = self.scheduler = None
+        self.runner: Runner | None = None
+        self.scheduler: Scheduler | None = None
 
     def start(self) -> "Engine":
-        self.decoder = self.decoder_factory()
-        runner = self.decoder if hasattr(self.decoder, "decode") else SerialRunner(self.decoder)
-        self.scheduler = Scheduler(runner, self.tokenizer, _deliver, self.stats.record, self.chunk_tokens)
+        self.runner = self.runner_factory()
+        self.scheduler = Scheduler(self.runner, self.tokenizer, _deliver, self.stats.record, self.chunk_tokens)
         self.worker.start()
         return self
 
@@ -78,9 +78,12 @@ class Engine:
     def running(self) -> int:
         return len(self.scheduler.running) if self.scheduler else 0
 
+    def info(self) -> RunnerInfo:
+        """The runner's figures (speculative settings, KV use, prefix cache, memory, kernels)."""
+        return self.runner.info()
+
     def submit(self, request: GenerationRequest) -> None:
-        fits = getattr(self.scheduler.runner, "fits", None) if self.scheduler else None
-        if fits is not None and not fits(len(request.prompt_ids), request.rule.max_new_tokens):
+        if self.runner is not None and not self.runner.fits(len(request.prompt_ids), request.rule.max_new_tokens):
             raise RequestTooLarge(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens "
                                   f"({request.rule.max_new_tokens}) exceeds the KV pool")
         try:
@@ -124,6 +127,27 @@ class Engine:
             if not head.cancelled.is_set() and not self.scheduler.admit(head, head.submitted):
                 return head
             head = None
+
+
+class _NoText:
+    @staticmethod
+    def decode(ids) -> str:
+        return ""
+
+
+def run_alone(runner: Runner, prompt_ids: list[int], sampling: SamplingParams, rule: StopRule, tokenizer=None):
+    """One request through a runner on this thread, no worker or queue (tools, benchmarks and
+    tests that time or inspect the runner itself): its `Finished` (or `Failed`) event. Without
+    a tokenizer the text stays empty and stop strings never match."""
+    events: list = []
+    request = GenerationRequest(prompt_ids, sampling, rule, events.append)
+    scheduler = Scheduler(runner, tokenizer or _NoText, _deliver, lambda usage: None)
+    if not scheduler.admit(request, request.submitted):
+        raise RequestTooLarge(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({rule.max_new_tokens}) "
+                              "does not fit the runner's pool")
+    while scheduler.running:
+        scheduler.step()
+    return events[-1]
 
 
 def _deliver(request: GenerationRequest, event) -> None:

@@ -35,6 +35,7 @@ class HybridPool(KVPool):
         return view
 
     def release(self, view: HybridCache) -> None:
+        self.state_seconds += view.state_seconds
         super().release(view.kv)
         self.free_slots.append(view.slot)
         self.free_slots.sort()

@@ -12,11 +12,17 @@ from serving.models.kv_cache import KVCache
 
 
 class KVPool(KVCache):
-    """The whole pool is itself a KVCache over the full-attention layers (so serving.memory measures it once)."""
+    """The whole pool is itself a KVCache over the full-attention layers."""
+
+    state_seconds = 0.0   # a hybrid's: planning rows + committing states of released sequences (benchmarks)
 
     def __init__(self, config, tokens: int, dtype, device):
         super().__init__(*KVCache.dims(config), tokens, dtype, device)
         self.free: list[tuple[int, int]] = [(0, tokens)]      # (start, end), sorted, disjoint
+
+    def state_bytes(self) -> int:
+        """A dense target keeps no recurrent state (serving.engine.hybrid_pool's does)."""
+        return 0
 
     @property
     def free_tokens(self) -> int:

@@ -5,20 +5,14 @@ at least one; the runner packs them into one pass) for sequences still reading t
 sequence that has its first token. Text, stops and max_tokens go through each sequence's
 `TextAssembler`; finished and cancelled sequences leave the running set and free their rows.
 
-A runner does the model work (docs/serving.md "Batching"):
-    runner.max_running                      most sequences in flight
-    runner.admit(seq) -> bool               reserve what the sequence needs, False = not now
-    runner.prefill(seqs, chunk) -> list     each sequence's next prompt chunk (one pass for all);
-                                            per sequence [first token] once its prompt is read
-    runner.decode(seqs) -> list[list[int]]  one round for each sequence: its committed tokens
-    runner.release(seq)
+The runner (serving.engine.runner.Runner, the batch runner) does the model work.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from serving.engine.events import Delta, Failed, Finished
 from serving.engine.stats import Usage
@@ -38,7 +32,7 @@ class Sequence:
     rounds: int = 0
     accepted: int = 0
     first_round: int = 0                # tokens the first decode round committed
-    state: dict = field(default_factory=dict)   # the runner's per-sequence state
+    state: object = None                # the runner's, while admitted (serving.engine.batch.SequenceState)
 
     @property
     def prompt(self) -> list[int]:

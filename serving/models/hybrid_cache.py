@@ -78,6 +78,11 @@ class HybridCache:
     def capacity(self) -> int:
         return self.kv.capacity
 
+    @property
+    def pool_start(self) -> int:
+        """A view's first row of its pool's K/V (the draft context takes the same rows)."""
+        return self.kv.pool_start
+
     def state_bytes(self) -> int:
         return state_bytes(self.conv, self.recurrent)
 

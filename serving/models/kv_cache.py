@@ -33,6 +33,10 @@ class KVCache:
         view.pool_start = start
         return view
 
+    def kv_bytes(self) -> int:
+        """Bytes of its K and V storage (a pool's: all its rows)."""
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v))
+
     @staticmethod
     def dims(config) -> tuple[int, int, int]:
         """(layers, kv heads, head_dim) of a model's K/V: its full-attention layers (all of a

@@ -65,14 +65,12 @@ class Metrics:
             self.avg_accept.set(engine.stats.avg_spec_accept_length)
             self.queue_depth.set(engine.queue.qsize())
             self.running.set(engine.running)
-            pool = getattr(engine.decoder, "pool", None)     # serving.engine.batch.BatchRunner
-            if pool is not None:
-                self.kv_total.set(pool.capacity)
-                self.kv_used.set(pool.capacity - pool.free_tokens)
-            prefix = getattr(engine.decoder, "prefix", None)   # serving.engine.prefix_cache.PrefixCache
-            if prefix is not None:
-                self.prefix_hits.set(prefix.hit_rate)
-            spec = getattr(engine.decoder, "server_args", {})  # serving.speculative.decoder.SpecDecoder
+            runner = engine.info()                           # serving.engine.runner.RunnerInfo
+            self.kv_total.set(runner.kv_rows)
+            self.kv_used.set(runner.kv_used)
+            if runner.prefix_cache:
+                self.prefix_hits.set(runner.prefix_hit_rate)
+            spec = runner.speculative
             self.spec_info.clear()
             self.spec_info.labels(algorithm=spec.get("speculative_algorithm") or "NONE",
                                   num_draft_tokens=str(spec.get("speculative_num_draft_tokens") or 0),

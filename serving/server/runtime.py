@@ -19,7 +19,7 @@ import uvicorn
 
 from serving.config import FlagError, ServerArgs, resolve
 from serving.engine import Engine
-from serving.engine.build import build_decoder_factory
+from serving.engine.build import build_runner_factory
 from serving.models import ModelError, inspect_checkpoint, load_model
 from serving.models.tokenizer import Tokenizer
 from serving.server.app import AppState, create_app, request_counter
@@ -68,7 +68,7 @@ def _load(state: AppState, checkpoint, server: uvicorn.Server, failure: list[str
         began = time.perf_counter()
         dtype = getattr(torch, args.dtype)
         model = load_model(checkpoint, dtype, args.device, args.context_length)
-        factory = build_decoder_factory(args, model, state.tokenizer)
+        factory = build_runner_factory(args, model, state.tokenizer)
         queued = args.max_queued_requests or args.max_running_requests or 256
         engine = Engine(factory, state.tokenizer, max_queued=queued, chunk_tokens=args.chunked_prefill_size or 512).start()
         log.info("loaded %s (%s, %s) in %.1fs", args.model_path, args.dtype, args.device,

@@ -88,20 +88,4 @@ def build(spec: MethodSpec, target, options: SpecOptions) -> Method | None:
     return Method(spec.name, drafter, spec.verifier(options, draft_config))
 
 
-def decoder_factory(spec: MethodSpec, target, options: SpecOptions, capacity: int, seed: int = 0):
-    """A zero-argument callable returning the engine's Decoder for this method.
-
-    Builds (and preflights) the method now, so a mismatch stops start-up."""
-    from functools import partial
-
-    method = build(spec, target, options)
-    if method is None:
-        from serving.engine.decoder import ARDecoder
-
-        return partial(ARDecoder, target, capacity=capacity, seed=seed)
-    from .decoder import SpecDecoder
-
-    return partial(SpecDecoder, target, method, capacity=capacity, seed=seed, adaptive=options.adaptive)
-
-
-__all__ = ["METHODS", "Method", "MethodSpec", "Needs", "PreflightError", "SpecOptions", "build", "decoder_factory", "resolve"]
+__all__ = ["METHODS", "Method", "MethodSpec", "Needs", "PreflightError", "SpecOptions", "build", "resolve"]

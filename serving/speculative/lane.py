@@ -4,7 +4,8 @@ One round for B sequences: the controller for B's batch-size bucket picks the se
 decoding or a verify width); one batched draft pass proposes a block for every sequence that
 drafts (serving.speculative.dflash); each sequence's verifier plans its own tree; one
 target forward runs all trees packed back to back, each under its own ancestor mask over its
-own slice of the KV pool (serving.models.batched.forward); then, per sequence, the walk, KV
+own slice of the KV pool (serving.models.batched.forward; a target without a packed forward, a
+hybrid, verifies each tree through its own forward); then, per sequence, the walk, KV
 compaction and the accepted rows' features queued for its draft context.
 
 Draft K/V: one pool of the target pool's rows over the draft's layers, allocated with the
@@ -23,18 +24,62 @@ best setting, plain included. Lossless: every committed token is the target's ow
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from serving.models import batched
 from serving.models.packing import row_slices
 
-from .adaptive import Controller, Setting
+from .adaptive import Controller, Setting, widths
 from .base import Method
-from .decoder import draft_depth, drafts_cut, settings
 from .tree import Tree, chain_tree, visibility, walk
 
 ABSORB_ROWS = 64  # while plain rounds run, project a sequence's queued features once this many wait
+
+
+@dataclass
+class RoundTimes:
+    """Seconds spent per phase, summed over rounds (the benchmark reads these)."""
+
+    rounds: int = 0      # sequence-rounds: a round of B sequences counts B
+    accepted: int = 0    # tokens committed by rounds, bonus included
+    draft: float = 0.0
+    tree: float = 0.0    # tree build (the verifier's plan)
+    verify: float = 0.0  # the target forward, masks included
+    accept: float = 0.0  # choices, walk, KV compaction, draft context update
+
+    @property
+    def tau(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    def add(self, sequences: int, accepted: int, draft: float, tree: float, verify: float, accept: float) -> None:
+        self.rounds, self.accepted = self.rounds + sequences, self.accepted + accepted
+        self.draft, self.tree, self.verify, self.accept = (self.draft + draft, self.tree + tree,
+                                                           self.verify + verify, self.accept + accept)
+
+
+def settings(method: Method, adaptive: bool) -> list[Setting]:
+    """The method's fixed setting, or (adaptive) plain decoding plus verify widths up to it.
+
+    Tree verifiers vary the node budget (rows = budget + 1), chain verifiers the block length;
+    the verifier's own width bounds them (the drafter's block may be wider than a small budget)."""
+    rows = method.verifier.needs.draft_tokens
+    if method.needs.tree_attention:
+        fixed = [Setting(f"budget {b}", b + 1) for b in widths(rows - 1)]
+    else:
+        fixed = [Setting(f"block {b}", b) for b in widths(rows)]
+    return [Setting("plain", 1)] + fixed if adaptive else fixed[-1:]
+
+
+def draft_depth(block: int, rows: int, room: int) -> int:
+    """Never deeper than the trained block, the tokens still wanted, or the verify rows can hold."""
+    return max(0, min(block - 1, room - 1, rows - 1))
+
+
+def drafts_cut(block: int, rows: int, room: int) -> bool:
+    """A request's last tokens (`room` left) keep a round from drafting its setting's full depth."""
+    return room < min(block, rows)
 
 
 def bucket(batch: int) -> int:
@@ -57,6 +102,7 @@ class SpecLane:
         self.width = self.drafter.feature_width
         self.controllers: dict[int, Controller] = {}
         self.last = self.controller(1)
+        self.times = RoundTimes()
 
     def controller(self, batch: int) -> Controller:
         key = bucket(batch)
@@ -79,14 +125,11 @@ class SpecLane:
 
     def admit(self, seq, cache) -> None:
         """cache: the sequence's reservation in the target pool; its draft context takes the same rows."""
-        seq.state["draft"] = self.drafter.context(self.pool, cache.pool_start, cache.capacity)
+        seq.state.draft = self.drafter.context(self.pool, cache.pool_start, cache.capacity)
 
     def record(self, seq, hidden: torch.Tensor) -> None:
         """Target features hidden [n, >= width] of the sequence's next n committed tokens."""
-        self.drafter.extend(seq.state["draft"], hidden[:, : self.width])
-
-    def forget(self, seq) -> None:
-        seq.state.pop("draft", None)
+        self.drafter.extend(seq.state.draft, hidden[:, : self.width])
 
     def round(self, seqs) -> list[list[int]]:
         """One speculative (or plain) round for every sequence: its committed tokens, bonus last."""
@@ -100,59 +143,73 @@ class SpecLane:
         # but requiring none would leave large batches nearly unmeasured
         cut = sum(not probe and drafts_cut(block, setting.rows, s.remaining) for s, probe in zip(seqs, probes))
         full = cut <= len(seqs) // 4
-        trees = self._plan(seqs, setting, probes)
+        drafts, rows = self._draft(seqs, setting, probes)
+        t1 = time.perf_counter()
+        trees = self._plan(seqs, drafts, rows)
+        t2 = time.perf_counter()
         logits, hidden = self._verify(seqs, trees)
+        t3 = time.perf_counter()
         slices = row_slices(len(tree) for tree in trees)
         choices = self._choices(seqs, trees, logits, slices)
         committed = [self._accept(seq, tree, choices[rows], hidden[rows])
                      for seq, tree, rows in zip(seqs, trees, slices)]
         if setting.rows == 1:
-            self.drafter.absorb([s.state["draft"] for s in seqs if s.state["draft"].pending_rows >= ABSORB_ROWS])
-        controller.record(setting, sum(map(len, committed)), time.perf_counter() - t0, full)
+            self.drafter.absorb([s.state.draft for s in seqs if s.state.draft.pending_rows >= ABSORB_ROWS])
+        t4 = time.perf_counter()
+        controller.record(setting, sum(map(len, committed)), t4 - t0, full)
+        self.times.add(len(seqs), sum(map(len, committed)), t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         return committed
 
-    def _plan(self, seqs, setting: Setting, probes: list[bool]) -> list[Tree]:
-        """Each sequence's tree: a batched draft pass, then its verifier's plan (a lone root if it drafts nothing)."""
+    def _draft(self, seqs, setting: Setting, probes: list[bool]) -> tuple[dict, list[int]]:
+        """One draft pass for every sequence that drafts: {index: draft logits [depth, V']}, and
+        each sequence's verify rows."""
         block = self.drafter.needs.draft_tokens
-        rows = [min(setting.rows, s.state["cache"].capacity - s.state["cache"].length) for s in seqs]
+        rows = [min(setting.rows, s.state.cache.capacity - s.state.cache.length) for s in seqs]
         depths = [draft_depth(block, r, block if probe else s.remaining) for s, r, probe in zip(seqs, rows, probes)]
         drafting = [i for i, d in enumerate(depths) if d]
         for i in drafting:      # the draft context must describe exactly the target's committed tokens
-            context, length = seqs[i].state["draft"], seqs[i].state["cache"].length
+            context, length = seqs[i].state.draft, seqs[i].state.cache.length
             if context.length + context.pending_rows != length:
                 raise ValueError(f"draft context holds {context.length + context.pending_rows} positions, "
                                  f"the target {length}")
-        proposals = self.drafter.propose([seqs[i].state["draft"] for i in drafting],
-                                         [seqs[i].state["next"] for i in drafting],
+        proposals = self.drafter.propose([seqs[i].state.draft for i in drafting],
+                                         [seqs[i].state.next for i in drafting],
                                          [depths[i] for i in drafting]) if drafting else []
-        drafts = dict(zip(drafting, proposals))
+        return dict(zip(drafting, proposals)), rows
+
+    def _plan(self, seqs, drafts: dict, rows: list[int]) -> list[Tree]:
+        """Each sequence's tree: its verifier's plan of its draft (a lone root if it drafts nothing)."""
         plan = self.method.verifier.plan
-        return [plan(s.state["next"], drafts[i], rows[i], self.drafter.vocab) if i in drafts
-                else chain_tree(s.state["next"], []) for i, s in enumerate(seqs)]
+        return [plan(s.state.next, drafts[i], rows[i], self.drafter.vocab) if i in drafts
+                else chain_tree(s.state.next, []) for i, s in enumerate(seqs)]
 
     def _verify(self, seqs, trees: list[Tree]):
         """One target forward over every tree: logits [N, vocab], captured features [N, width]."""
         device = self.target.device
-        caches = [s.state["cache"] for s in seqs]
+        caches = [s.state.cache for s in seqs]
         packed = torch.tensor([[t for tree in trees for t in tree.tokens],
                                [c.length + d for tree, c in zip(trees, caches) for d in tree.depths]],
                               dtype=torch.long, device=device)                  # [2, N]: tokens, positions
         masks = [None if tree.is_chain else visibility(tree, device) for tree in trees]
-        return batched.forward(self.target, packed[0], packed[1], caches, [len(t) for t in trees], masks,
-                               capture=self.layers)
+        counts = [len(t) for t in trees]
+        if batched.supports(self.target):
+            return batched.forward(self.target, packed[0], packed[1], caches, counts, masks, capture=self.layers)
+        outs = [self.target.forward(packed[0, rows], packed[1, rows], cache, tree_mask=mask, capture=self.layers)
+                for rows, cache, mask in zip(row_slices(counts), caches, masks)]
+        return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
 
     @staticmethod
     def _choices(seqs, trees: list[Tree], logits: torch.Tensor, slices: list[slice]) -> list[int]:
         """The target's choice per row, each sequence with its own sampling and draws (keyed by the
         position each row's draw fills); one download for the whole batch."""
-        picks = [s.state["draws"].choose(logits[rows], s.request.sampling,
-                                         [s.state["cache"].length + d + 1 for d in tree.depths])
+        picks = [s.state.draws.choose(logits[rows], s.request.sampling,
+                                      [s.state.cache.length + d + 1 for d in tree.depths])
                  for s, tree, rows in zip(seqs, trees, slices)]
         return torch.cat(picks).tolist()
 
     def _accept(self, seq, tree: Tree, choices: list[int], hidden: torch.Tensor) -> list[int]:
         """Walk the sequence's tree with its choices; keep the path's KV and features."""
-        cache = seq.state["cache"]
+        cache = seq.state.cache
         path, bonus = walk(tree, choices)
         if path[-1] == len(path) - 1:                                          # rows 0..k: already in place
             cache.commit(len(path))
@@ -162,5 +219,5 @@ class SpecLane:
             cache.keep(rows)
             kept = hidden[rows]
         self.record(seq, kept)
-        seq.state["next"] = bonus
+        seq.state.next = bonus
         return [tree.tokens[i] for i in path[1:]] + [bonus]

@@ -176,13 +176,11 @@ def chat_text(target, tokenizer, length: int, seed: int) -> list[list[int]]:
 
 def continuation(target, prompt: list[int], sampling, length: int, seed: int) -> list[int]:
     """The target's own `length` next tokens after `prompt` (plain decoding)."""
-    from serving.engine.decoder import ARDecoder
+    from serving.engine import StopRule, run_alone
+    from serving.engine.batch import BatchRunner
 
-    decoder = ARDecoder(target, len(prompt) + length + 8, seed=seed)
-    out = decoder.start(prompt, sampling, length)
-    while len(out) < length:
-        out += decoder.step()
-    return out[:length]
+    runner = BatchRunner(target, capacity=len(prompt) + length + 8, seed=seed, prefix_cache=False)
+    return list(run_alone(runner, prompt, sampling, StopRule(length)).token_ids)
 
 
 def distill_on_own_text(model: DFlashDraftModel, target_dir: Path, steps: int = 1600, seed: int = 0,

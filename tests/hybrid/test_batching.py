@@ -2,9 +2,9 @@
 
 The batch runner holds a HybridPool (K/V rows of the full-attention layers + one Gated DeltaNet
 state slot per running sequence) and advances every decoding sequence in one batched step.
-Each request's greedy ids in a crowd equal its ids alone and its ids from the one-sequence
-decoder (ARDecoder on its own HybridCache); seeded samples too; slots are zeroed for each new
-sequence and all come back.
+Each request's greedy ids in a crowd equal its ids alone and the ids of a reference loop over
+the model's own forward on its own HybridCache (prefill chunks of 40, then one row a step);
+seeded samples too; slots are zeroed for each new sequence and all come back.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import torch
 
 from serving.engine import Engine, StopRule
 from serving.engine.batch import BatchRunner
-from serving.engine.decoder import ARDecoder
 from serving.engine.hybrid_pool import HybridPool
 from serving.models import batched
-from serving.sampling import SamplingParams
+from serving.sampling import PositionalDraws, SamplingParams
 from tests.crowd import at_once
 
 GREEDY = SamplingParams(temperature=0)
@@ -71,14 +70,26 @@ def test_each_hybrid_answer_in_a_batch_equals_its_answer_alone(engine, n):
     assert pool.free == [(0, pool.capacity)] and pool.free_slots == list(range(8))
 
 
-def test_batched_answers_equal_the_one_sequence_decoder(engine, hybrid):
+def one_sequence(model, prompt, sampling, rule, chunk: int = 40, seed: int = 0) -> tuple[int, ...]:
+    """The reference: the model's own forward on its own cache, chunked prefill, one row a step,
+    each token drawn at its position (as the runtime draws)."""
+    cache, draws, out = model.new_cache(256), PositionalDraws(sampling.seed if sampling.seed is not None else seed), []
+    tokens = torch.tensor(prompt)
+    for begin in range(0, len(prompt), chunk):
+        end = min(begin + chunk, len(prompt))
+        logits, _ = model.forward(tokens[begin:end], torch.arange(begin, end), cache, last_only=True)
+        cache.commit(end - begin)
+    while len(out) < rule.max_new_tokens:
+        out.append(int(draws.choose(logits, sampling, [cache.length])[0]))
+        logits, _ = model.forward(torch.tensor(out[-1:]), torch.tensor([cache.length]), cache, last_only=True)
+        cache.commit(1)
+    return tuple(out)
+
+
+def test_batched_answers_equal_a_one_sequence_reference(engine, hybrid):
     requests = mixed(6)
     together = crowd(engine, requests)
-    serial = Engine(lambda: ARDecoder(hybrid, capacity=256, prefill_chunk=40), Ids()).start()
-    try:
-        assert [r.token_ids for r in together] == [serial.generate(*r).token_ids for r in requests]
-    finally:
-        serial.stop()
+    assert [r.token_ids for r in together] == [one_sequence(hybrid, *r) for r in requests]
 
 
 def test_a_slot_is_zeroed_for_each_new_sequence_and_slots_bound_admission(hybrid):

@@ -1,7 +1,7 @@
-"""Which runner serves a hybrid: plain decoding joins the batch runner (a HybridPool with a state
-slot per running sequence); a speculative method keeps the one-sequence Decoder, since its
-rounds have no batched form for the recurrent state (serving.contract.runtime.one_at_a_time);
-and serving.memory predicts what each of them allocates."""
+"""How the batch runner serves a hybrid: plain decoding with a HybridPool holding a state slot
+per running sequence; a speculative method under its slot rule, one sequence at a time, since
+its verify forward has no packed form for the recurrent state
+(serving.contract.runtime.one_at_a_time); and serving.memory predicts what each allocates."""
 
 from types import SimpleNamespace
 
@@ -11,9 +11,8 @@ import torch
 from serving import memory
 from serving.engine import Engine, Finished, StopRule
 from serving.engine.batch import BatchRunner
-from serving.engine.build import build_decoder_factory
+from serving.engine.build import build_runner_factory
 from serving.engine.hybrid_pool import HybridPool
-from serving.engine.serial import SerialRunner
 from serving.models import batched, inspect_checkpoint, load_model
 from serving.sampling import SamplingParams
 from serving.tools.tiny import write_tiny
@@ -36,7 +35,7 @@ def server_args(**overrides):
 def test_a_plain_hybrid_is_served_by_the_batch_runner_with_a_state_slot_per_sequence(hf_pairs):
     model = hf_pairs["lllf-lllf"][1]
     assert not batched.supports(model) and batched.decodes(model)
-    engine = Engine(build_decoder_factory(server_args(), model, None), Ids()).start()
+    engine = Engine(build_runner_factory(server_args(), model, None), Ids()).start()
     try:
         runner = engine.scheduler.runner
         assert isinstance(runner, BatchRunner) and isinstance(runner.pool, HybridPool)
@@ -47,15 +46,16 @@ def test_a_plain_hybrid_is_served_by_the_batch_runner_with_a_state_slot_per_sequ
         engine.stop()
 
 
-def test_a_speculative_hybrid_keeps_the_one_sequence_decoder(tmp_path):
+def test_a_speculative_hybrid_runs_in_the_batch_runner_one_sequence_at_a_time(tmp_path):
     target = write_tiny(tmp_path / "hybrid", "qwen3_5")
     draft = write_tiny_draft(target, tmp_path / "draft", seed=1)
     model = load_model(inspect_checkpoint(target), torch.float32, "cpu", 256)
     args = server_args(speculative_algorithm="ddtree", speculative_draft_model_path=str(draft),
                        speculative_ddtree_budget=4)
-    engine = Engine(build_decoder_factory(args, model, None), Ids()).start()
+    engine = Engine(build_runner_factory(args, model, None), Ids()).start()
     try:
-        assert isinstance(engine.scheduler.runner, SerialRunner)
+        runner = engine.scheduler.runner
+        assert isinstance(runner, BatchRunner) and runner.max_running == 1 and runner.pool.conv.shape[0] == 1
         result = engine.generate([5, 6, 7], SamplingParams(temperature=0), StopRule(4))
         assert isinstance(result, Finished) and len(result.token_ids) == 4
     finally:
@@ -95,20 +95,19 @@ def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, a
     args = server_args(model_path=str(target), dtype="float32", speculative_algorithm=algorithm,
                        speculative_draft_model_path=str(draft) if algorithm else None, max_running_requests=3,
                        speculative_adaptive="off", **extra)
-    engine = Engine(build_decoder_factory(args, model, None), Ids()).start()
+    engine = Engine(build_runner_factory(args, model, None), Ids()).start()
     try:
         runner = engine.scheduler.runner
-        decoder = runner.decoder if isinstance(runner, SerialRunner) else runner
-        first = memory.report(decoder, args)
+        first = memory.report(runner.info().memory, args)
         result = engine.generate(list(range(5, 105)), SamplingParams(temperature=0), StopRule(20))
         assert isinstance(result, Finished)
-        prefix = getattr(decoder, "prefix", None)
+        prefix = runner.prefix
         if prefix is not None:      # 12 prompts of 12 full blocks each: 144 blocks > 128 kept
             for j in range(12):
                 assert isinstance(engine.generate([200 + j, *range(5, 101)], SamplingParams(temperature=0),
                                                   StopRule(1)), Finished)
             assert len(prefix.blocks) == prefix.max_blocks == 128 and not prefix.free
-        assert memory.report(decoder, args) == first      # nothing grows past what start-up reserved
+        assert memory.report(runner.info().memory, args) == first      # nothing grows past what start-up reserved
     finally:
         engine.stop()
     assert first["predicted_weights_bytes"] == first["weights_bytes"]
@@ -122,14 +121,11 @@ def test_the_memory_prediction_is_what_each_runner_allocates(tiny_pairs, arch, a
     row = model.new_cache(1).k[:, :, :1].numel() * 2 * 4 if stores else 0
     assert first["prefix_cache_bytes"] == 128 * 8 * (row + features * 4)
     one_slot = model.new_cache(1).state_bytes() if arch == "qwen3_5" else 0
-    serial = arch == "qwen3_5" and algorithm is not None
-    assert isinstance(runner, SerialRunner) == serial
-    assert first["state_cache_bytes"] == (1 if serial else 3) * one_slot
-    if serial:      # the target's cache and the draft's, context + verify rows each
-        assert decoder.cache.kv.capacity == decoder.context.cache.capacity == 128 + decoder.needs.draft_tokens
+    alone = arch == "qwen3_5" and algorithm is not None      # the slot rule: one sequence at a time
+    assert runner.max_running == (1 if alone else 3)
+    assert first["state_cache_bytes"] == (1 if alone else 3) * one_slot
+    assert runner.pool.capacity == extra.get("max_total_tokens", 128 + runner.verify_rows)
+    if algorithm:       # the draft pool beside the target's: as many rows over the draft's layers
+        assert runner.spec.pool.capacity == runner.pool.capacity
     else:
-        assert runner.pool.capacity == extra.get("max_total_tokens", 128 + runner.verify_rows)
-        if algorithm:       # the draft pool beside the target's: as many rows over the draft's layers
-            assert runner.spec.pool.capacity == runner.pool.capacity
-        else:
-            assert runner.spec is None
+        assert runner.spec is None

@@ -16,8 +16,8 @@ from serving.models.tokenizer import Tokenizer
 from serving.speculative.base import Method
 from serving.speculative.chain import ChainVerifier
 from serving.speculative.ddtree import TreeVerifier
-from serving.speculative import decoder as decoder_module
-from serving.speculative.decoder import SpecDecoder
+from serving.engine.batch import BatchRunner
+from serving.speculative import lane as lane_module
 from serving.speculative.dflash import DFlashDrafter
 from serving.tools.tiny import save_weights, write_tiny
 from serving.tools.tiny_draft import draft_config, random_model, write_tiny_draft
@@ -90,11 +90,12 @@ def tiny_vocab_pair(tmp_path_factory):
 @pytest.mark.parametrize("verifier", [ChainVerifier(block_size=4), TreeVerifier(budget=8)], ids=["chain", "tree8"])
 def test_speculative_sampling_matches_plain_sampling_on_a_hybrid(tiny_vocab_pair, verifier, monkeypatch):
     target, drafter = tiny_vocab_pair
-    log = sampling.WalkLog(decoder_module.walk)
-    monkeypatch.setattr(decoder_module, "walk", log)
-    decoder = SpecDecoder(target, Method("under-test", drafter, verifier), capacity=32, seed=11)
-    counts = sampling.sampled_counts(decoder)
-    assert decoder.times.tau > 1.2   # drafts are accepted often: states are committed mid-block
+    log = sampling.WalkLog(lane_module.walk)
+    monkeypatch.setattr(lane_module, "walk", log)
+    runner = BatchRunner(target, Method("under-test", drafter, verifier), capacity=32, seed=11)
+    assert runner.max_running == 1          # the slot rule: a speculative hybrid, one sequence at a time
+    counts = sampling.sampled_counts(runner)
+    assert runner.spec.times.tau > 1.2   # drafts are accepted often: states are committed mid-block
     assert log.deepest >= 2
     if verifier.needs.tree_attention:
         assert log.compacted         # an accepted path skipped rows: a sibling's state was not kept

@@ -12,6 +12,7 @@ from serving.config import parse_args, resolve
 from serving.engine import Engine
 from serving.models import read_model_config
 from serving.server.app import AppState, create_app
+from tests.serving.fake_runner import FakeRunner
 
 
 def test_loading_state(tiny_llama, llama_tokenizer):
@@ -27,23 +28,18 @@ def test_loading_state(tiny_llama, llama_tokenizer):
     assert info["status"] == "loading" and info["internal_states"][0]["num_requests_total"] == 0
 
 
-class StuckDecoder:
+class StuckDecoder(FakeRunner):
     """A decoder whose prefill never finishes in time (a hung device, say)."""
 
-    last_accept_length = 1
-
     def __init__(self):
-        self.release = threading.Event()
+        self.go = threading.Event()
 
     def start(self, prompt_ids, sampling, max_new_tokens):
-        self.release.wait(timeout=30)
+        self.go.wait(timeout=30)
         return [1]
 
     def step(self):
         return [1]
-
-    def force_speculation(self):
-        pass
 
 
 class StuckRoundDecoder(StuckDecoder):
@@ -53,7 +49,7 @@ class StuckRoundDecoder(StuckDecoder):
         return [1]
 
     def step(self):
-        self.release.wait(timeout=30)
+        self.go.wait(timeout=30)
         return [1]
 
 
@@ -69,7 +65,7 @@ def test_health_generate_times_out_to_503(stuck, tiny_llama, llama_tokenizer):
         probe = TestClient(create_app(state)).get("/health_generate")
         assert probe.status_code == 503 and probe.json()["status"] == "unhealthy"
     finally:
-        decoder.release.set()
+        decoder.go.set()
         engine.stop()
 
 

@@ -14,7 +14,6 @@ import threading
 import pytest
 import torch
 
-from serving import memory
 from serving.engine import Delta, Engine, EngineBusy, Failed, Finished, GenerationRequest, RequestTooLarge, StopRule
 from serving.engine.batch import BatchRunner
 from serving.engine.kv_pool import KVPool
@@ -189,7 +188,7 @@ def test_without_the_prefix_cache_nothing_is_stored_and_answers_are_the_same(lla
                     llama_tokenizer, chunk_tokens=8).start()
     try:
         runner = engine.scheduler.runner
-        assert runner.prefix is None and memory.measure(runner)["prefix_cache_bytes"] == 0
+        assert runner.prefix is None and runner.info().memory["prefix_cache_bytes"] == 0
         shared = [(7 * j) % 500 + 3 for j in range(20)]
         for prompt in (shared + [11, 12], shared + [40, 41, 42]):
             assert list(engine.generate(prompt, GREEDY, StopRule(6)).token_ids) == reference_greedy(llama_model,

@@ -16,14 +16,13 @@ from serving.engine import Engine, GenerationRequest, StopRule
 from serving.models import read_model_config
 from serving.sampling import SamplingParams
 from serving.server.app import AppState, create_app
+from tests.serving.fake_runner import FakeRunner
 
 MAX_TOKENS = 200
 
 
-class CountingDecoder:
+class CountingDecoder(FakeRunner):
     """One token per round, each round `round_s` long; `rounds` counts the rounds run."""
-
-    last_accept_length = 1
 
     def __init__(self, round_s: float = 0.01):
         self.round_s, self.rounds = round_s, 0

@@ -1,4 +1,4 @@
-"""Engine + ARDecoder on a tiny real model: greedy equals a no-cache argmax loop, seeds, stops."""
+"""Engine + the batch runner on a tiny real model: greedy equals a no-cache argmax loop, seeds, stops."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import threading
 import pytest
 import torch
 
-from serving.engine import ARDecoder, Engine, EngineBusy, Failed, Finished, GenerationRequest, StopRule
+from serving.engine import Engine, EngineBusy, Failed, Finished, GenerationRequest, StopRule
+from serving.engine.build import runner_factory
 from serving.sampling import PositionalDraws, SamplingParams
+from tests.serving.fake_runner import FakeRunner
 
 GREEDY = SamplingParams(temperature=0)
 PROMPT = [5, 17, 42, 99, 3]
@@ -16,7 +18,7 @@ PROMPT = [5, 17, 42, 99, 3]
 
 @pytest.fixture(scope="module")
 def engine(llama_model, llama_tokenizer):
-    engine = Engine(lambda: ARDecoder(llama_model, capacity=256, seed=0), llama_tokenizer).start()
+    engine = Engine(runner_factory(llama_model, 256, seed=0), llama_tokenizer).start()
     yield engine
     engine.stop()
 
@@ -101,14 +103,12 @@ def test_statistics_count_requests(engine):
     assert snap["avg_spec_accept_length"] == 1.0 and snap["last_gen_throughput"] > 0
 
 
-class ExplodingDecoder:
-    last_accept_length = 1
-
+class ExplodingDecoder(FakeRunner):
     def __init__(self):
-        self.release = threading.Event()
+        self.go = threading.Event()
 
     def start(self, prompt_ids, sampling, max_new_tokens):
-        self.release.wait(timeout=10)
+        self.go.wait(timeout=10)
         if prompt_ids == [0]:
             raise RuntimeError("boom")
         return [1]
@@ -119,7 +119,7 @@ class ExplodingDecoder:
 
 def test_a_failing_request_does_not_stop_the_worker(llama_tokenizer):
     decoder = ExplodingDecoder()
-    decoder.release.set()
+    decoder.go.set()
     engine = Engine(lambda: decoder, llama_tokenizer).start()
     try:
         failed = engine.generate([0], GREEDY, StopRule(3))
@@ -142,7 +142,7 @@ def test_full_queue_is_refused_and_cancelled_requests_are_skipped(llama_tokenize
         engine.submit(cancelled)                                                         # fills the queue
         with pytest.raises(EngineBusy):
             engine.submit(GenerationRequest([5], GREEDY, StopRule(2), events.append))
-        decoder.release.set()
+        decoder.go.set()
         while not engine.queue.empty():
             threading.Event().wait(0.01)
         assert isinstance(engine.generate([5], GREEDY, StopRule(2)), Finished)
@@ -151,14 +151,14 @@ def test_full_queue_is_refused_and_cancelled_requests_are_skipped(llama_tokenize
         engine.stop()
 
 
-def test_chunked_prefill_equals_one_pass(llama_model):
+def test_chunked_prefill_equals_one_pass(llama_model, llama_tokenizer):
     prompt = [(7 * i) % 500 + 3 for i in range(37)]
-    whole = ARDecoder(llama_model, capacity=128, prefill_chunk=512)
-    chunked = ARDecoder(llama_model, capacity=128, prefill_chunk=8)     # 4 chunks of 8, then 5
     outputs = []
-    for decoder in (whole, chunked):
-        tokens = decoder.start(prompt, GREEDY, 10)
-        tokens += [t for _ in range(9) for t in decoder.step()]
-        outputs.append(tokens)
-        assert decoder.cache.length == len(prompt) + 9
+    for chunk in (512, 8):      # one pass; 4 chunks of 8, then 5
+        engine = Engine(runner_factory(llama_model, 128, prefix_cache=False), llama_tokenizer,
+                        chunk_tokens=chunk).start()
+        try:
+            outputs.append(list(engine.generate(prompt, GREEDY, StopRule(10)).token_ids))
+        finally:
+            engine.stop()
     assert outputs[0] == outputs[1] == reference_greedy(llama_model, prompt, 10)

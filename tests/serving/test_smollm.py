@@ -8,7 +8,8 @@ import httpx
 import pytest
 import torch
 
-from serving.engine import ARDecoder, Engine, StopRule
+from serving.engine import Engine, StopRule
+from serving.engine.build import runner_factory
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
 from serving.speculative import METHODS
@@ -56,7 +57,7 @@ def test_logits_match_transformers(ours, reference, tokenizer):
 
 def test_greedy_generation_matches_transformers_generate(ours, reference, tokenizer):
     ids = tokenizer.encode_chat(QUESTION)
-    engine = Engine(lambda: ARDecoder(ours, capacity=256), tokenizer).start()
+    engine = Engine(runner_factory(ours, 256), tokenizer).start()
     try:
         result = engine.generate(ids, SamplingParams(temperature=0), StopRule(16, stop_ids=frozenset({2})))
     finally:

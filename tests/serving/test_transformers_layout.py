@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from serving.engine import ARDecoder, Engine, StopRule
+from serving.engine import Engine, StopRule
+from serving.engine.build import runner_factory
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
 from serving.tools.tiny import train_tokenizer
@@ -116,7 +117,7 @@ def greedy_pairs(directory, reference, hf, max_new_tokens: int):
     """(runtime ids, transformers generate ids) for every chat asking for an answer."""
     ours, tokenizer = load(directory), Tokenizer.from_dir(directory)
     eos = hf.convert_tokens_to_ids("<|im_end|>")
-    engine = Engine(lambda: ARDecoder(ours, capacity=512), tokenizer).start()
+    engine = Engine(runner_factory(ours, 512), tokenizer).start()
     pairs = []
     try:
         for chat, _ in CHATS[:3]:

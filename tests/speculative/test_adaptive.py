@@ -1,15 +1,18 @@
 """The adaptive controller: picks the setting with the best measured tokens per second, with
 hysteresis, climbing over widths and exploration paid from a share of the wall time; the
-decoder's forced round speculates whatever it prefers."""
+runner's forced (probe) round speculates whatever it prefers."""
 
 import torch
 
 from serving.speculative.adaptive import Controller, Setting, widths
 from serving.speculative.base import Method
 from serving.speculative.ddtree import TreeVerifier
-from serving.speculative.decoder import SpecDecoder, settings
+from serving.engine import GenerationRequest, StopRule
+from serving.engine.batch import BatchRunner
 from serving.speculative.dflash import DFlashDrafter, load_model
+from serving.speculative.lane import settings
 from serving.sampling import SamplingParams
+from tests.rounds import scheduler
 
 
 def run(controller: Controller, cost: dict[str, tuple[float, float]], rounds: int) -> list[str]:
@@ -67,18 +70,21 @@ def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts
     assert [s.label for s in settings(method, adaptive=False)] == ["budget 16"]
     small = Method("small", drafter, TreeVerifier(budget=3))  # narrower than the drafter's block
     assert [s.label for s in settings(small, adaptive=False)] == ["budget 3"]
-    decoder = SpecDecoder(target, method, capacity=64, adaptive=True)
-    for s in decoder.controller.settings:  # warmed up, plain the clear favourite
+    runner = BatchRunner(target, method, capacity=64, adaptive=True)
+    controller = runner.spec.controller(1)
+    for s in controller.settings:  # warmed up, plain the clear favourite
         s.rounds = s.measured = 5
         s.tokens, s.seconds = (1.0 if s.rows == 1 else 0.5), (1e-4 if s.rows == 1 else 1.0)
-    decoder.controller.current = decoder.controller.settings[0]
-    decoder.start([5, 6, 7], SamplingParams(temperature=0), 40)  # room for full drafts: rounds measured
-    decoder.force_speculation()
-    decoder.step()
-    assert decoder.controller.settings[-1].rounds == 6 and decoder.times.draft > 0
-    decoder.step()  # not forced: the controller's choice, plain
-    assert decoder.controller.settings[0].rounds == 6
-    assert decoder.server_args["speculative_current_setting"] == "plain"
+    controller.current = controller.settings[0]
+    # a /health_generate probe (its first round is forced); room for full drafts: rounds measured
+    steps = scheduler(runner)
+    assert steps.admit(GenerationRequest([5, 6, 7], SamplingParams(temperature=0), StopRule(40), lambda e: None,
+                                         probe=True), 0.0)
+    steps.step()    # the prefill, then the first round
+    assert controller.settings[-1].rounds == 6 and runner.spec.times.draft > 0
+    steps.step()    # not forced: the controller's choice, plain
+    assert controller.settings[0].rounds == 6
+    assert runner.server_args["speculative_current_setting"] == "plain"
 
 
 def five() -> Controller:

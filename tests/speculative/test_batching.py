@@ -96,11 +96,11 @@ def test_answers_in_a_crowd_equal_answers_alone(arch, name, block, budget, tiny_
         if METHODS[name].speculative:   # rounds really committed several tokens, and really ran batched
             assert max(r.usage.accept_length for r in alone) > 1.0
             assert max(r.usage.accept_length for r in together) > 1.0
-            lane = engine.decoder.spec
+            lane = engine.runner.spec
             # a fixed setting: every round speculates; rounds of several sequences ran (their time was
             # spent, whether or not a request's last tokens kept the round from being measured)
             assert any(key > 1 and c.spent > 0 for key, c in lane.controllers.items())
-            assert engine.decoder.prefix.cached_tokens > 0   # the crowd's prompts (and features) came from the cache
+            assert engine.runner.prefix.cached_tokens > 0   # the crowd's prompts (and features) came from the cache
     finally:
         engine.stop()
 
@@ -117,7 +117,7 @@ def test_adaptive_crowd_with_probes_equals_answers_alone(name, tiny_dirs, target
         together = crowd(engine, cases, probes={2, 9})
         assert [(r.token_ids, r.finish_reason) for r in alone] == plain_answers["llama"]
         assert [(r.token_ids, r.finish_reason) for r in together] == plain_answers["llama"]
-        by_batch = engine.decoder.server_args["speculative_settings_by_batch"]
+        by_batch = engine.runner.server_args["speculative_settings_by_batch"]
         assert "1" in by_batch and len(by_batch) > 1      # measured and chosen per batch size
         measured = [s for s in by_batch["1"]["settings"] if s["rounds"] > 0]
         assert len(measured) >= 2   # alone: the controller climbed off plain, so settings switched

@@ -91,11 +91,11 @@ def test_sampled_softmax_training_runs_and_learns(tiny_dirs):
 
 
 def test_reduced_vocabulary_proposes_only_its_tokens_and_stays_lossless(targets, distilled_drafts, tmp_path):
-    from serving.engine.decoder import ARDecoder
+    from serving.engine import StopRule, run_alone
+    from serving.engine.batch import BatchRunner
     from serving.sampling import SamplingParams
     from serving.speculative.base import Method
     from serving.speculative.ddtree import TreeVerifier
-    from serving.speculative.decoder import SpecDecoder
     from serving.speculative.dflash import DRAFT_VOCAB, load_vocab
 
     target = targets["llama"]
@@ -114,17 +114,12 @@ def test_reduced_vocabulary_proposes_only_its_tokens_and_stays_lossless(targets,
     tree = TreeVerifier(budget=8).plan(7, proposal, 9, small.vocab)
     assert set(tree.tokens[1:]) <= set(ids)
     greedy = SamplingParams(temperature=0)
-    spec = SpecDecoder(target, Method("small-vocab", small, TreeVerifier(budget=8)), capacity=128)
-    plain = ARDecoder(target, capacity=128)
+    spec = BatchRunner(target, Method("small-vocab", small, TreeVerifier(budget=8)), capacity=128)
+    plain = BatchRunner(target, capacity=128)
     for prompt in ([5, 9, 13], [40, 2, 77, 301, 8], [11]):
-        runs = []
-        for decoder in (plain, spec):
-            out = decoder.start(prompt, greedy, 24)
-            while len(out) < 24:
-                out += decoder.step()
-            runs.append(out[:24])
-        assert runs[0] == runs[1]
-    assert spec.times.tau > 1.0
+        runs = [run_alone(runner, prompt, greedy, StopRule(24)).token_ids for runner in (plain, spec)]
+        assert runs[0] == runs[1] and len(runs[0]) == 24
+    assert spec.spec.times.tau > 1.0
     (tmp_path / DRAFT_VOCAB).write_text(json.dumps({"token_ids": [3, 3, 100000]}))
     with pytest.raises(PreflightError, match="token_ids must be distinct ids below"):
         load_vocab(tmp_path, target.config.vocab_size)

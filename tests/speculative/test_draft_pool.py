@@ -14,7 +14,6 @@ import sys
 
 import pytest
 
-from serving import memory
 from serving.engine import Engine, Finished
 from serving.engine.batch import BatchRunner
 from serving.engine.stops import StopRule
@@ -39,8 +38,8 @@ def test_a_crowd_filling_the_pool_allocates_no_draft_kv_outside_it(name, tiny_di
     rows = AT_ONCE * (PROMPT + NEW + method.needs.draft_tokens)
     engine = Engine(lambda: BatchRunner(target, method, capacity=128, max_running=8, max_total_tokens=rows),
                     Tokenizer.from_dir(tiny_dirs["llama"]), chunk_tokens=16).start()
-    runner = engine.decoder
-    before = memory.measure(runner)
+    runner = engine.runner
+    before = runner.info().memory
     lent, refused, built = [], [], []
     admit = runner.admit
 
@@ -48,7 +47,7 @@ def test_a_crowd_filling_the_pool_allocates_no_draft_kv_outside_it(name, tiny_di
         if not admit(seq):
             refused.append(seq)
             return False
-        lent.append((seq.state["cache"], seq.state["draft"].cache))
+        lent.append((seq.state.cache, seq.state.draft.cache))
         return True
 
     def build_cache(self, *args, **kwargs):
@@ -62,7 +61,7 @@ def test_a_crowd_filling_the_pool_allocates_no_draft_kv_outside_it(name, tiny_di
         prompts = [[3 + (7 * i + j) % 200 for j in range(PROMPT)] for i in range(CROWD)]
         results = at_once([lambda p=p: engine.generate(p, SamplingParams(temperature=0), StopRule(NEW))
                            for p in prompts])
-        after = memory.measure(runner)
+        after = runner.info().memory
     finally:
         engine.stop()
     assert all(isinstance(r, Finished) and len(r.token_ids) == NEW for r in results)

@@ -13,7 +13,9 @@ from serving.engine import Engine, StopRule
 from serving.engine.batch import BatchRunner
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
-from serving.speculative import SpecOptions, decoder_factory, resolve
+from serving.engine.build import runner_factory
+from serving.speculative import SpecOptions, resolve
+from tests.rounds import rounds as engine_rounds
 from serving.speculative.dflash import load_model as load_draft
 from serving.speculative.dflash import load_vocab
 from serving.tools.drafter import __main__ as cli
@@ -70,18 +72,19 @@ def test_simulated_round_accepts_what_the_engine_accepts(targets, tiny_dirs, dis
     round's committed count, exactly."""
     target, tokenizer = targets["llama"], Tokenizer.from_dir(tiny_dirs["llama"])
     model = load_draft(distilled_drafts["llama"], torch.float32, "cpu")
-    decoder = decoder_factory(resolve("dflash"), target, SpecOptions(draft_path=str(distilled_drafts["llama"])),
-                              capacity=256)()
+    runner = runner_factory(target, 256, resolve("dflash"), SpecOptions(draft_path=str(distilled_drafts["llama"])))()
     head, vocab = target.lm_head_weight, torch.arange(target.lm_head_weight.shape[0])
     block, every = model.cfg.block_size, []
     for request in chat_requests(tokenizer, SamplingParams(temperature=0.0), 40):
         answer = answer_batch(target, [request], model.cfg.target_layer_ids, frozenset())[0]
-        out = decoder.start(request.prompt, request.sampling, request.max_new)
-        anchors, rounds = [], []
-        while len(out) + block <= request.max_new - 1:  # full-depth rounds inside the answer
+        first, *steps = engine_rounds(runner, request.prompt, request.sampling, request.max_new)
+        out, anchors, rounds = first, [], []
+        for step in steps:
+            if len(out) + block > request.max_new - 1:  # full-depth rounds inside the answer only
+                break
             anchors.append(answer.prompt_len + len(out) - 1)  # the bonus token's position
-            rounds.append(len(decoder.step()))
-            out += [0] * rounds[-1]
+            rounds.append(len(step))
+            out = out + step
         simulated = accepted_lengths(model, target, head, vocab, answer, torch.tensor(anchors, dtype=torch.long))
         assert simulated.tolist() == rounds
         every += rounds

@@ -1,4 +1,5 @@
-"""Greedy speculative output equals plain greedy output, token for token, through the real engine.
+"""Greedy speculative output equals plain greedy output, token for token, through the real engine
+(its batch runner, one request at a time).
 
 Llama and Qwen3 tiny fp32 targets with distilled DFlash drafts (so rounds really accept
 several tokens), many prompts and lengths, stop strings, stop ids (EOS) and max_tokens
@@ -12,7 +13,8 @@ from serving.engine import Engine
 from serving.engine.stops import StopRule
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
-from serving.speculative import METHODS, SpecOptions, decoder_factory
+from serving.engine.build import runner_factory
+from serving.speculative import METHODS, SpecOptions
 
 TEXTS = ["The capital of France is", "def fibonacci(n):", "Servers listen on a port,", "A"]
 GREEDY = SamplingParams(temperature=0)
@@ -32,7 +34,7 @@ def prompts(tokenizer) -> list[list[int]]:
 
 def engine_for(spec_name, target, tokenizer, draft, block=None, budget=None, adaptive=False) -> Engine:
     options = SpecOptions(draft_path=str(draft), block_size=block, budget=budget, adaptive=adaptive)
-    return Engine(decoder_factory(METHODS[spec_name], target, options, capacity=512), tokenizer).start()
+    return Engine(runner_factory(target, 512, METHODS[spec_name], options), tokenizer).start()
 
 
 def cases(plain: Engine, tokenizer):
@@ -64,7 +66,8 @@ def test_greedy_speculative_equals_plain(plain_runs, targets, distilled_drafts, 
     arch, tokenizer, runs = plain_runs
     engine = engine_for(name, targets[arch], tokenizer, distilled_drafts[arch], block, budget, adaptive)
     if adaptive:  # explore every round: settings switch all the time (on these tiny targets plain wins)
-        engine.decoder.controller.explore_share, engine.decoder.controller.explore_gap = 1.0, 1
+        controller = engine.runner.spec.controller(1)     # one request at a time: batch size 1
+        controller.explore_share, controller.explore_gap = 1.0, 1
     reasons = set()
     try:
         for prompt, rule, expected in runs:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from serving.speculative import METHODS, Needs, SpecOptions, build, decoder_factory, resolve
+from serving.engine.build import runner_factory
+from serving.speculative import METHODS, Needs, SpecOptions, build, resolve
+from tests.rounds import tokens
 from serving.sampling import SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,12 +61,9 @@ def test_needs_are_the_union_of_the_parts(name, targets, random_drafts):
 def test_runner_captures_exactly_the_needed_layers(name, targets, random_drafts):
     recorder = Recorder(targets["llama"])
     spec = METHODS[name]
-    make = decoder_factory(spec, recorder, SpecOptions(draft_path=str(random_drafts["llama"])), capacity=256)
-    decoder = make()
-    needed = decoder.needs.target_layers if spec.speculative else Needs().target_layers
-    out = decoder.start([5, 6, 7, 8], SamplingParams(temperature=0), 12)
-    while len(out) < 12:
-        out += decoder.step()
+    runner = runner_factory(recorder, 256, spec, SpecOptions(draft_path=str(random_drafts["llama"])))()
+    needed = runner.spec.method.needs.target_layers if spec.speculative else Needs().target_layers
+    assert len(tokens(runner, [5, 6, 7, 8], SamplingParams(temperature=0), 12)) == 12
     assert len(recorder.captures) >= 2
     assert set(recorder.captures) == {needed}
 

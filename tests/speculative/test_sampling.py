@@ -14,13 +14,14 @@ import json
 import pytest
 import torch
 
+from serving.engine import StopRule, run_alone
 from serving.models import inspect_checkpoint, load_model
 from serving.sampling import SamplingParams, logits_to_probs
 from serving.speculative.base import Method
 from serving.speculative.chain import ChainVerifier
 from serving.speculative.ddtree import TreeVerifier
-from serving.speculative import decoder as decoder_module
-from serving.speculative.decoder import SpecDecoder
+from serving.engine.batch import BatchRunner
+from serving.speculative import lane as lane_module
 from serving.speculative.dflash import DFlashDrafter
 from serving.speculative.tree import Tree
 from serving.tools.tiny import random_weights, save_weights
@@ -59,13 +60,10 @@ def exact_distribution(target) -> dict[tuple[int, ...], float]:
     return out
 
 
-def sampled_counts(decoder) -> dict[tuple[int, ...], int]:
+def sampled_counts(runner) -> dict[tuple[int, ...], int]:
     counts: dict[tuple[int, ...], int] = {}
     for _ in range(SAMPLES):
-        out = decoder.start(PROMPT, PARAMS, LENGTH)
-        while len(out) < LENGTH:
-            out += decoder.step()
-        key = tuple(out[:LENGTH])
+        key = tuple(run_alone(runner, PROMPT, PARAMS, StopRule(LENGTH)).token_ids)
         counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -104,11 +102,11 @@ class WalkLog:
                                       TreeVerifier(budget=24)], ids=["chain", "tree4", "tree8", "tree24"])
 def test_speculative_sampling_matches_plain_sampling(pair, verifier, monkeypatch):
     target, drafter = pair
-    log = WalkLog(decoder_module.walk)
-    monkeypatch.setattr(decoder_module, "walk", log)
-    decoder = SpecDecoder(target, Method("under-test", drafter, verifier), capacity=32, seed=11)
-    counts = sampled_counts(decoder)
-    assert decoder.times.tau > 1.2  # drafts are accepted often: the walk is really exercised
+    log = WalkLog(lane_module.walk)
+    monkeypatch.setattr(lane_module, "walk", log)
+    runner = BatchRunner(target, Method("under-test", drafter, verifier), capacity=32, seed=11, prefix_cache=False)
+    counts = sampled_counts(runner)
+    assert runner.spec.times.tau > 1.2  # drafts are accepted often: the walk is really exercised
     assert log.deepest >= 3  # a walk went three drafts deep
     if verifier.needs.tree_attention:
         assert log.compacted  # an accepted path skipped rows: its KV was compacted and reused
@@ -123,7 +121,8 @@ def test_the_test_catches_a_biased_walk(pair, monkeypatch):
             path.append(row)
         return path, choices[row]
 
-    monkeypatch.setattr("serving.speculative.decoder.walk", trust_the_draft)
+    monkeypatch.setattr("serving.speculative.lane.walk", trust_the_draft)
     target, drafter = pair
-    decoder = SpecDecoder(target, Method("biased", drafter, ChainVerifier(block_size=4)), capacity=32, seed=11)
-    assert chi_square_p(sampled_counts(decoder), exact_distribution(target)) < 1e-6
+    runner = BatchRunner(target, Method("biased", drafter, ChainVerifier(block_size=4)), capacity=32, seed=11,
+                         prefix_cache=False)
+    assert chi_square_p(sampled_counts(runner), exact_distribution(target)) < 1e-6

@@ -17,7 +17,9 @@ from safetensors.torch import load_file
 from serving.contract import pairing
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
-from serving.speculative import SpecOptions, decoder_factory, resolve
+from serving.engine.build import runner_factory
+from serving.speculative import SpecOptions, resolve
+from tests.rounds import rounds
 from serving.speculative.dflash import load_vocab
 from serving.tools.draft_vocab import write_vocab
 from serving.tools.vllm_draft import VLLM_FILE, export, vllm_tensors
@@ -43,14 +45,11 @@ def scattered(reduced: torch.Tensor, d2t: torch.Tensor, vocab_size: int) -> torc
 
 def decode(target, draft: Path, prompts: list[list[int]], max_new: int = 24):
     """(tokens, tokens per round) of the bundled runtime's DFlash decoder on each prompt."""
-    decoder = decoder_factory(resolve("dflash"), target, SpecOptions(draft_path=str(draft)), capacity=256)()
+    runner = runner_factory(target, 256, resolve("dflash"), SpecOptions(draft_path=str(draft)))()
     runs = []
     for prompt in prompts:
-        out, rounds = decoder.start(prompt, SamplingParams(temperature=0.0), max_new), []
-        while len(out) < max_new:
-            rounds.append(decoder.step())
-            out += rounds[-1]
-        runs.append((out, [len(r) for r in rounds]))
+        first, *steps = rounds(runner, prompt, SamplingParams(temperature=0.0), max_new)
+        runs.append((first + [t for r in steps for t in r], [len(r) for r in steps]))
     return runs
 
 
