@@ -8,9 +8,10 @@ counters, makes the earlier scrape count as zero). `summary` turns a window into
 
 `errors` (and so `error_ratio`) counts cancelled requests too, generations the client
 abandoned: a canary whose clients give up is not healthy. `cancelled` says how many of the
-errors those were, where the runtime can tell (docs/contracts.md "What each runtime's metrics
-can tell"): the bundled runtime's status 499, vLLM's finished reason "abort" (which also
-covers the engine's own aborts); SGLang's abort counter does not separate them (None).
+errors those were where the runtime can tell (docs/contracts.md "What each runtime's metrics
+can tell"): the bundled runtime's status 499. vLLM 0.32 never counts a request its client
+abandoned (its output processor drops the request before the engine reports it finished) and
+SGLang's abort counter mixes client disconnects with API aborts: for both, None.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from ddops import spec_metrics
 
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
-# vLLM's finish reasons (vllm/v1/engine/__init__.py FinishReason): "abort" (the client went
-# away, or the engine aborted it) and "error" (always answered 500) are failed requests;
-# stop, length and repetition are answers.
+# vLLM's finish reasons (vllm/v1/engine/__init__.py FinishReason): "abort" (aborted by the
+# engine: a client's own abort never reaches this counter, see the docstring) and "error"
+# (always answered 500) are failed requests; stop, length and repetition are answers.
 VLLM_FAILED = ("abort", "error")
-VLLM_CANCELLED = ("abort",)
 CANCELLED_STATUS = "499"        # the bundled runtime: the client left before the answer ended
 
 
@@ -58,10 +58,6 @@ def _generation_cancelled(labels: dict) -> bool:
 
 def _vllm_failed(labels: dict) -> bool:
     return labels.get("finished_reason") in VLLM_FAILED
-
-
-def _vllm_cancelled(labels: dict) -> bool:
-    return labels.get("finished_reason") in VLLM_CANCELLED
 
 
 @dataclass(frozen=True)
@@ -97,7 +93,6 @@ SERIES = {
                      accept_gauge="sglang:spec_accept_length"),
     # vLLM 0.32 (vllm/v1/metrics/loggers.py): every finished request once, by finish reason.
     "vllm": Series(requests=Count("vllm:request_success"), errors=Count("vllm:request_success", _vllm_failed),
-                   cancelled=Count("vllm:request_success", _vllm_cancelled),
                    generated="vllm:generation_tokens", ttft="vllm:time_to_first_token_seconds",
                    itl="vllm:inter_token_latency_seconds", e2e="vllm:e2e_request_latency_seconds",
                    spec_drafts=spec_metrics.DRAFTS, spec_accepted=spec_metrics.ACCEPTED),
