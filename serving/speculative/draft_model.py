@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from serving.contract.drafts import DRAFTS, DraftArch, architecture, draft_arch, draft_value, output_scale
+from serving.contract.drafts import DEFAULT_ARCH, DRAFTS, DraftArch, architecture, draft_arch, draft_value, output_scale
 from serving.models.config import ModelError, RopeConfig, read_rope
 from serving.models.llama import RMSNorm
 from serving.models.rope import apply_rope, cos_sin, inverse_frequencies
@@ -59,7 +59,7 @@ class DraftConfig:
     vocab_size: int
     causal: tuple[bool, ...]  # per layer: block rows see only keys at positions <= theirs
     window: tuple[int | None, ...]  # per layer: sliding window in positions, None = unbounded
-    arch: DraftArch = DRAFTS["DFlashDraftModel"]
+    arch: DraftArch = DRAFTS[DEFAULT_ARCH]
     output_multiplier: float = 1.0
     softcap: float | None = None  # final_logit_softcapping: logits = c * tanh(logits / c)
     embedding_scale: float = 1.0  # input_embedding_scale: noise rows = target embedding * scale

@@ -6,7 +6,8 @@ At every response position of the held-out (greedy) answers, one round is simula
 draft's block there: the chain of argmaxes, the selector's greedy chain (DFlash 2 drafts), and at
 each budget the DDTree the tree verifier plans from the per-row marginals (heap over the draft's
 logits) and, for a selector draft, from its pairwise scores (each child scored given its
-parent's token: `Candidates.tree`). On a greedy answer the target's choice after an accepted
+parent's token: `Candidates.tree`), and the selector's ceiling (rounds end only where the
+answer's token is not among the row's candidates). On a greedy answer the target's choice after an accepted
 prefix is the answer's next token, so a round accepts the longest answer prefix the tree holds,
 plus the bonus. Both trees have the same node budget; the figures are mean tokens per round.
 """
@@ -34,6 +35,18 @@ def accepted(tree, picks: torch.Tensor, start: int) -> int:
     return len(path)   # accepted rows after the root, plus the bonus
 
 
+def ceiling(candidates, picks: torch.Tensor, start: int) -> int:
+    """Tokens a round would commit under a perfect selector: while the answer's next token is
+    among the row's candidates (what no walk over them can exceed), plus the bonus."""
+    n, rows = picks.numel(), candidates.tokens.tolist()
+    run = 0
+    for d, row in enumerate(rows):
+        if start + d >= n or int(picks[start + d]) not in row:
+            break
+        run += 1
+    return run + 1
+
+
 def rounds(model, target, head, vocab, answers, budgets: list[int]) -> dict[str, float]:
     """Mean tokens per round for each proposal rule over every response position."""
     totals: dict[str, int] = {}
@@ -56,6 +69,9 @@ def rounds(model, target, head, vocab, answers, budgets: list[int]) -> dict[str,
                             rules[f"pairwise tree {b}"] = TreeVerifier(b).plan(bonus, candidates, b + 1)
                     for name, tree in rules.items():
                         totals[name] = totals.get(name, 0) + accepted(tree, answer.picks, s)
+                    if candidates is not None:
+                        name = f"top-{candidates.tokens.shape[1]} ceiling"
+                        totals[name] = totals.get(name, 0) + ceiling(candidates, answer.picks, s)
                     count += 1
     return {name: total / count for name, total in totals.items()}
 
