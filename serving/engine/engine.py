@@ -5,8 +5,11 @@ exactly one final `Finished` (or `Failed`). The server bridges those into asynci
 use `Engine.generate` which blocks.
 
 The worker admits queued requests FIFO while the runner has room (running sequences and KV
-rows, serving.engine.scheduler), then runs one scheduler step; a request that does not fit
-waits at the head of the queue, and a full queue refuses new ones with `EngineBusy`. The
+rows, serving.engine.scheduler), then runs one scheduler step; a full queue refuses new ones
+with `EngineBusy`. A request that does not fit yet waits at the head of the queue, and queued
+requests that fit now pass it (a long generation holding most rows must not hold up short
+ones behind a second long one), at most `PASSES` per head, after which nothing passes until
+the head is in (a stream of short requests cannot starve a long one either). The
 runner factory returns the batch runner (serving.engine.batch); the server reads the engine
 through `info()` and the queue, never the runner itself.
 """
@@ -29,6 +32,7 @@ from serving.sampling import SamplingParams
 
 log = logging.getLogger("serving.engine")
 STOP = object()
+PASSES = 32  # queued requests admitted past a waiting head before it must go first
 
 __all__ = ["Delta", "Engine", "EngineBusy", "Failed", "Finished", "GenerationRequest", "RequestTooLarge", "run_alone"]
 
@@ -63,6 +67,7 @@ class Engine:
         self.worker = threading.Thread(target=self._work, name="engine-worker", daemon=True)
         self.runner: Runner | None = None
         self.scheduler: Scheduler | None = None
+        self.passed = 0     # requests admitted past the waiting head
 
     def start(self) -> "Engine":
         self.runner = self.runner_factory()
@@ -116,7 +121,7 @@ class Engine:
         """Admit queued requests FIFO; returns the one that must wait (or STOP, or None)."""
         while True:
             if head is None:
-                if len(self.scheduler.running) >= self.scheduler.runner.max_running:
+                if len(self.scheduler.running) >= self.runner.max_running:
                     return None
                 try:
                     head = self.queue.get_nowait()
@@ -125,8 +130,22 @@ class Engine:
             if head is STOP:
                 return STOP
             if not head.cancelled.is_set() and not self.scheduler.admit(head, head.submitted):
+                self._pass(head)
                 return head
-            head = None
+            head, self.passed = None, 0
+
+    def _pass(self, head: GenerationRequest) -> None:
+        """Admit queued requests that fit now past `head`, which does not, up to PASSES in all."""
+        with self.queue.mutex:
+            for request in list(self.queue.queue):
+                if self.passed >= PASSES or len(self.scheduler.running) >= self.runner.max_running:
+                    break
+                if request is STOP or request.cancelled.is_set():
+                    continue
+                if self.scheduler.admit(request, request.submitted):
+                    self.queue.queue.remove(request)
+                    self.queue.not_full.notify()
+                    self.passed += 1
 
 
 class _NoText:
