@@ -127,7 +127,7 @@ def test_the_scan_sees_relative_and_absolute_imports():
 
 
 def test_no_function_is_longer_than_60_lines():
-    """Short functions named after the domain (STYLE.md): a long one is a job to split."""
+    """Short functions named after the domain: a long one is a job to split."""
     long = [f"{f.relative_to(REPO)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
             for top in ("ddops", "serving") for f in (REPO / top).rglob("*.py")
             for node in ast.walk(ast.parse(f.read_text()))

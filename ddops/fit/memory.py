@@ -1,13 +1,13 @@
 """Per-GPU memory arithmetic of an SGLang launch, as SGLang sizes its pools. Pure.
 
-SGLang (research/deploy.md 1.2-1.3) measures `pre` = free memory before the weights load, loads
-target + draft weights, then keeps `pre * (1 - fraction)` back as headroom for activations and
-CUDA graphs. What is left (`rest = pre * fraction - weights`) holds the per-request token table,
-the linear-attention (mamba) state slots and the KV pool:
+SGLang (docs/references.md, section "SGLang memory") measures `pre` = free memory before the
+weights load, loads target + draft weights, then keeps `pre * (1 - fraction)` back as headroom
+for activations and CUDA graphs. What is left (`rest = pre * fraction - weights`) holds the
+per-request token table, the linear-attention (mamba) state slots and the KV pool:
 
     kv_tokens = floor(kv_budget / cell)    cell = bytes per token over all KV layers, one GPU
 
-then capped by --max-total-tokens when that is lower (research/deploy.md 1.2; a higher cap is
+then capped by --max-total-tokens when that is lower (a higher cap is
 ignored with a warning); a cap below the context length leaves no fraction that works.
 
 The headroom must also cover SGLang's own reserve heuristic, which gives the highest fraction

@@ -1,6 +1,6 @@
 """SGLang launch flags by version: which spelling each release accepts, and what replaced what.
 
-Facts from the released wheels (research/deploy.md section 1.1): 0.5.15 still accepts the old
+Facts from the released wheels (docs/references.md, section "SGLang flags by version"): 0.5.15 still accepts the old
 spellings as deprecated aliases; 0.5.23 removed them (argparse prefix matching turns the old
 `--cuda-graph-max-bs` into "ambiguous option"), except `--disable-cuda-graph`, still a deprecated
 alias in both. DDTree is in no release: it comes from PR #29907, declared as a local version

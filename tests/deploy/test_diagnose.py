@@ -37,7 +37,7 @@ CASES = [
      "draft-target-width-mismatch", "pair the draft"),
     ("OSError: /var/lib/ddops/models/gone does not appear to have a file named config.json.",
      "model-path-missing", "push-model"),
-    # our runtime (serving/__main__), as the journal shows it
+    # our runtime (serving/__main__.py), as the journal shows it
     ("llm[4867]: error: /var/lib/ddops/models/not-pushed: model directory does not exist",
      "model-path-missing", "push-model"),
     ("FileNotFoundError: [Errno 2] No such file or directory: "

@@ -67,7 +67,7 @@ def test_missing_layer_and_mask_outside_vocab(tmp_path):
 
 
 def test_layer_ids_derived_when_config_omits_them():
-    # research/engine.md: L=36, n=5 -> [1, 9, 17, 25, 33]; L=64 -> [1, 16, 31, 46, 61]
+    # docs/references.md, section "DFlash drafts": L=36, n=5 -> [1, 9, 17, 25, 33]; L=64 -> [1, 16, 31, 46, 61]
     assert target_layer_ids({"num_hidden_layers": 5, "num_target_layers": 36}) == [1, 9, 17, 25, 33]
     assert derived_layer_ids(64, 5) == [1, 16, 31, 46, 61]
 

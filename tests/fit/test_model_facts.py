@@ -34,7 +34,7 @@ def test_hybrid_state_geometry_from_the_config(qwen27b):
     s = qwen27b.linear
     assert (s.k_heads, s.v_heads, s.k_head_dim, s.v_head_dim, s.conv_kernel) == (16, 48, 128, 128, 4)
     assert s.ssm_dtype == "float32"
-    assert s.conv_dim == 10240  # 2 x 16 x 128 + 48 x 128 (research/engine.md 1.9)
+    assert s.conv_dim == 10240  # 2 x 16 x 128 + 48 x 128 (docs/references.md, section "Model facts in the fit tests")
 
 
 def test_27b_weights_and_draft_size(qwen27b, qwen27b_draft):

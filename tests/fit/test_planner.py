@@ -42,7 +42,7 @@ def test_27b_bf16_does_not_fit_one_48gb_card_at_any_fraction(qwen27b, qwen27b_dr
 def test_27b_over_two_a6000_fits_with_the_hand_calculated_kv_pool(qwen27b, qwen27b_draft):
     result = assess(balanced(), qwen27b, qwen27b_draft)
     assert result.verdict.fits, result.verdict.reasons
-    # research/deploy.md 1.2-1.3, by hand, per GPU:
+    # docs/references.md, section "SGLang memory", by hand, per GPU:
     pre = 49140 * MIB - 512 * MIB                       # card minus CUDA context
     weights = (26_895_998_464 + 1_730_213_120) * 2 // 2  # bf16 target + draft params, split over 2
     rest = int(pre * 0.85) - weights
@@ -226,7 +226,7 @@ def test_a_bundled_fit_is_the_total_within_the_card_less_its_cuda_context(tmp_pa
 
 
 def test_max_total_tokens_caps_the_sglang_pool_only_below_what_is_profiled(llama8b):
-    """research/deploy.md 1.2: the pool is floor(rest / cell), then capped by --max-total-tokens;
+    """SGLang's pool is floor(rest / cell), then capped by --max-total-tokens;
     a cap above the profiled pool changes nothing (SGLang warns and keeps the profiled value)."""
     profiled = plan(dense(), llama8b)
     assert plan(dense(max_total_tokens=40_000), llama8b).kv_tokens == 40_000 < profiled.kv_tokens

@@ -3,7 +3,7 @@
 State that a resume restores exactly: draft weights, AdamW moments, step, training seconds,
 and the one torch.Generator every random choice (answer, anchors) is drawn from, which is
 also the data cursor. With a fixed --steps schedule and one thread, an interrupted run that
-resumes ends bit-identical to an uninterrupted one (tests/tools/test_drafter.py).
+resumes ends bit-identical to an uninterrupted one (tests/speculative/test_drafter.py).
 
 Schedule: linear warm-up, then cosine from the peak to a tenth of it over the run's progress,
 progress = the larger of step/steps and training seconds/budget (either may be unset).

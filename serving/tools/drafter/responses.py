@@ -5,7 +5,7 @@ response (greedy, or sampled with a seed), the target's features at the draft's 
 after every position, and its greedy pick after every position. Features come from the same
 forwards that generate the response (prefill, then batched decode steps of the runtime's
 `serving.models.batched`), so data costs one target pass per token. Tokens and picks are
-what the runtime's plain decoding gives (tests/tools/test_drafter.py checks it against the
+what the runtime's plain decoding gives (tests/speculative/test_drafter.py checks it against the
 engine); the response's last drawn token is not fed, so every kept token has its features.
 
 Cache: answers are written in shards of 32, each named by a digest of everything it depends
