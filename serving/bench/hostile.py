@@ -171,26 +171,36 @@ class LargeBodies:
         self.results.put(seen)
 
 
-def measure(url: str, args, chars: int) -> tuple[list[float], list[float], Counter]:
+def measure(url: str, args, chars: int, pid: int) -> tuple[list[float], list[float], Counter, float]:
     """Alone and loaded phases of `--per-phase` requests, alternating `--rounds` times, so drift
-    in the machine's own load hits both alike."""
-    alone, loaded = [], []
+    in the machine's own load hits both alike; and the runtime's CPU seconds per large body
+    (its process's user + system time over the loaded phases, normal requests included)."""
+    alone, loaded, cpu = [], [], 0.0
     with LargeBodies(url, args.large, chars, args.large_nice) as large:
         for _ in range(args.rounds):
             large.pause()
             alone += keyed_latencies(url, args.per_phase)
             large.start()
+            began = cpu_seconds(pid)
             loaded += keyed_latencies(url, args.per_phase)
-    return alone, loaded, large.seen
+            cpu += cpu_seconds(pid) - began
+    return alone, loaded, large.seen, cpu / max(1, sum(large.seen.values()))
 
 
-def report(label: str, alone: list[float], loaded: list[float], seen: Counter, args) -> None:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report(label: str, alone: list[float], loaded: list[float], seen: Counter, cpu: float, args) -> None:
     print(f"{label}:")
     print(f"  alone:  p50 {statistics.median(alone):.3f} s  p95 {p95(alone):.3f} s")
     print(f"  loaded: p50 {statistics.median(loaded):.3f} s  p95 {p95(loaded):.3f} s  ({args.large} large-body clients)")
     print(f"  ratio loaded/alone: p50 {statistics.median(loaded) / statistics.median(alone):.2f}  "
           f"p95 {p95(loaded) / p95(alone):.2f} (goal <= 1.5)")
-    print("  large-body answers: " + ", ".join(f"{status}: {n}" for status, n in sorted(seen.items(), key=str)))
+    print("  large-body answers: " + ", ".join(f"{status}: {n}" for status, n in sorted(seen.items(), key=str))
+          + f"; runtime CPU per large body {cpu * 1000:.1f} ms")
 
 
 def framing(port: int) -> int:
@@ -226,9 +236,12 @@ def main(argv=None) -> None:
         bound = context * _longest_token_chars(server.url, headers)
         print(f"target {model['root']}, context {context} tokens; normal request: keyed chat, "
               f"{CHAT['max_tokens']} tokens, {args.per_phase} per phase, {args.rounds} rounds of alone then loaded")
-        report(f"{args.large_bytes}-byte bodies", *measure(server.url, args, args.large_bytes), args)
+        pid = server.server.process.pid
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
+        report(f"{args.large_bytes}-byte bodies", *measure(server.url, args, args.large_bytes, pid), args)
         under = min(args.large_bytes, int(bound * 0.9))
-        report(f"{under}-character bodies (under the length bound, tokenized)", *measure(server.url, args, under), args)
+        report(f"{under}-character bodies (under the length bound, tokenized)",
+               *measure(server.url, args, under, pid), args)
         framing(server.port)
 
 
