@@ -102,7 +102,7 @@ def test_serving_has_no_package_cycles():
 
 
 def test_a_package_cycle_through_submodules_is_found():
-    """install.sync -> lab.errors and lab.lifecycle -> install.runtime: a cycle of packages
+    """install.sync -> lab.errors and lab.lifecycle -> install.bundled: a cycle of packages
     although no two modules import each other."""
     assert cycles({"ddops.install": {"ddops.lab"}, "ddops.lab": {"ddops.install"}}) == [["ddops.install", "ddops.lab"]]
     rows = package_graphs("ddops")

@@ -74,7 +74,7 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
 
 def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
     from ddops.install.many import run_on_hosts
-    from ddops.install.runtime import install_runtime as install
+    from ddops.install.bundled import install_runtime as install
     from ddops.install.wheelhouse import build_bundle
     from ddops.lab.layout import LabLayout
 

@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.install.runtime import installed_distributions, prepare_venv
+from ddops.install.bundled import installed_distributions, prepare_venv
 from ddops.install.sync import sync_files
 from ddops.install.wheelhouse import fresh, normalize, pip, python_tag, wheel_identity
 from ddops.file_lock import file_lock

@@ -140,7 +140,7 @@ def root_host(layout: LabLayout, slot: HostSlot):
 
 def finish_hosts(layout: LabLayout, slots: list[HostSlot], bundle, log: Log) -> None:
     """Wait until systemd inside is up; on runtime hosts install the current project wheel."""
-    from ddops.install.runtime import install_runtime
+    from ddops.install.bundled import install_runtime
     from ddops.remote import connect
     for slot in slots:
         with connect(root_host(layout, slot)) as remote:

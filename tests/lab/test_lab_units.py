@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddops.inventory import load_inventory
-from ddops.install.runtime import missing_wheels
+from ddops.install.bundled import missing_wheels
 from ddops.install.sync import FAST_SHA256, one_packet_request, plan_sync, sha256_lines
 from ddops.install.wheelhouse import Bundle, Wheelhouse, runtime_requirements, wheel_identity
 from ddops.lab import inventory_file

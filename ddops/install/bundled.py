@@ -1,4 +1,5 @@
-"""`install-runtime`: put the bundled runtime into /opt/ddops/venv on a host with no index access.
+"""`install-runtime` of the bundled runtime (`vllm.py` installs vLLM): put it into /opt/ddops/venv
+on a host with no index access.
 
 Only what the host lacks travels: dependency wheels whose name==version is not installed in the
 host's venv yet (none on a lab host booted from the runtime layer), plus the project wheel when
