@@ -5,14 +5,17 @@ reach the deploy engine through one module, and Rich is imported only where the 
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
-from tests.test_boundaries import cycles, imported_modules, module_graph, package_of
+from tests import test_boundaries
+from tests.test_boundaries import cycles, imported_modules, package_of
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = (REPO / "docs/architecture.md").read_text()
 TICKED = re.compile(r"`([^`]+)`")
+module_graph = functools.cache(test_boundaries.module_graph)  # read once for every test here
 
 
 def section(title: str) -> str:

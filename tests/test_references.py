@@ -1,12 +1,11 @@
 """Every repository path the docs, comments and docstrings cite exists, and nothing cites a file
 outside the repository: a reader can follow each reference (docs/references.md holds the public
-sources of facts from other projects)."""
+sources of facts from other projects). Whole files are read, code included: a path in code
+that names a repository file must exist too."""
 
 from __future__ import annotations
 
-import io
 import re
-import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,15 +29,6 @@ def scanned_files() -> list[Path]:
     return files
 
 
-def prose(path: Path) -> str:
-    """What a reader reads: a Python file's comments and strings, any other file whole."""
-    text = path.read_text(errors="replace")
-    if path.suffix != ".py":
-        return text
-    kinds = {tokenize.COMMENT, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
-    return "\n".join(t.string for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type in kinds)
-
-
 def exists(cited: str) -> bool:
     """A cited path exists; `*` and upper-case placeholders (NAME, VERSION) match any name."""
     parts = [re.sub(r"(?<![A-Za-z])[A-Z][A-Z_]+(?![a-z])", "*", part) for part in cited.rstrip("/.").split("/")]
@@ -52,7 +42,7 @@ def cited_paths(text: str) -> list[str]:
 
 def test_every_cited_repository_path_exists():
     dangling = sorted(f"{f.relative_to(REPO)}: {cited}" for f in scanned_files()
-                      for cited in cited_paths(prose(f)) if not exists(cited))
+                      for cited in cited_paths(f.read_text(errors="replace")) if not exists(cited))
     assert dangling == []
 
 
