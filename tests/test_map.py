@@ -147,3 +147,13 @@ def test_rich_is_imported_only_where_the_page_says():
                    if any(m.split(".")[0] == "rich" for m in imported_modules(f.read_text(), package_of(f)))
                    and not any(f == p or p in f.parents for p in allowed))
     assert users == []
+
+
+def importers_of(top_module: str) -> list[str]:
+    return sorted(str(f.relative_to(REPO)) for f in (REPO / "ddops").rglob("*.py")
+                  if any(m.split(".")[0] == top_module for m in imported_modules(f.read_text(), package_of(f))))
+
+
+def test_remote_is_the_only_package_that_imports_fabric_and_paramiko():
+    """The `remote/` row's claim: the SSH boundary is one package."""
+    assert [f for f in importers_of("fabric") + importers_of("paramiko") if not f.startswith("ddops/remote/")] == []
