@@ -18,6 +18,13 @@ TICKED = re.compile(r"`([^`]+)`")
 module_graph = functools.cache(test_boundaries.module_graph)  # read once for every test here
 
 
+@functools.cache
+def ddops_imports() -> dict[str, set[str]]:
+    """Repository path of each ddops file -> every module it may import (lazy imports too)."""
+    return {str(f.relative_to(REPO)): imported_modules(f.read_text(), package_of(f))
+            for f in (REPO / "ddops").rglob("*.py")}
+
+
 def section(title: str) -> str:
     """The page's text from a `## title` heading to the next `## ` heading."""
     start = PAGE.index(f"## {title}")
@@ -132,26 +139,22 @@ def test_every_file_a_row_names_exists_in_its_folders():
 
 
 def test_rollout_reaches_the_deploy_engine_only_through_host_changes():
-    folder = REPO / "ddops/rollout"
-    direct = sorted(str(f.relative_to(REPO)) for f in folder.rglob("*.py") if f.name != "host_changes.py"
-                    and any(m == "ddops.deploy" or m.startswith("ddops.deploy.")
-                            for m in imported_modules(f.read_text(), package_of(f))))
+    direct = sorted(f for f, modules in ddops_imports().items()
+                    if f.startswith("ddops/rollout/") and not f.endswith("/host_changes.py")
+                    and any(m == "ddops.deploy" or m.startswith("ddops.deploy.") for m in modules))
     assert direct == []
+
+
+def importers_of(top_module: str) -> list[str]:
+    return sorted(f for f, modules in ddops_imports().items() if any(m.split(".")[0] == top_module for m in modules))
 
 
 def test_rich_is_imported_only_where_the_page_says():
     claim = PAGE[PAGE.index("Rich is\nimported only by"):PAGE.index("`tests/test_map.py` checks this list")]
     allowed = [REPO / "ddops" / name.rstrip("/") for name in TICKED.findall(claim) if "/" in name]
     assert all(p.exists() for p in allowed), allowed
-    users = sorted(str(f.relative_to(REPO)) for f in (REPO / "ddops").rglob("*.py")
-                   if any(m.split(".")[0] == "rich" for m in imported_modules(f.read_text(), package_of(f)))
-                   and not any(f == p or p in f.parents for p in allowed))
+    users = [f for f in importers_of("rich") if not any(REPO / f == p or p in (REPO / f).parents for p in allowed)]
     assert users == []
-
-
-def importers_of(top_module: str) -> list[str]:
-    return sorted(str(f.relative_to(REPO)) for f in (REPO / "ddops").rglob("*.py")
-                  if any(m.split(".")[0] == top_module for m in imported_modules(f.read_text(), package_of(f))))
 
 
 def test_remote_is_the_only_package_that_imports_fabric_and_paramiko():
