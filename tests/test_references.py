@@ -58,3 +58,21 @@ def test_the_scan_finds_a_dangling_path_and_an_outside_one():
     assert [exists(p) for p in cited_paths(text)] == [True, False]
     assert exists("profiles/NAME.yaml") and exists("ddops/data/vllm-VERSION.json") and not exists("docs/NOPE.txt")
     assert OUTSIDE.search("notes in re" "search/deploy.md") and not OUTSIDE.search("our research, in docs/")
+    assert SECTION.findall('(docs/spec.md, section "Round loop")') == [("docs/spec.md", "Round loop")]
+
+
+SECTION = re.compile(r'(docs/[\w.-]+\.md),? (?:section )?"([^"]+)"')
+
+
+def test_every_cited_section_of_a_doc_is_one_of_its_headings():
+    """`docs/X.md, section "Title"` (or `docs/X.md "Title"`) names a heading of that page, or the
+    start of one; a title may wrap over comment lines."""
+    missing = []
+    for f in scanned_files():
+        for page, wrapped in SECTION.findall(f.read_text(errors="replace")):
+            title = re.sub(r"\s*\n\s*#?\s*", " ", wrapped)
+            headings = [line.lstrip("#").strip() for line in (REPO / page).read_text().splitlines()
+                        if line.startswith("#")] if (REPO / page).is_file() else []
+            if not any(h.startswith(title) for h in headings):
+                missing.append(f"{f.relative_to(REPO)}: {page} \"{title}\"")
+    assert sorted(missing) == []
