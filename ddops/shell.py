@@ -1,5 +1,6 @@
-"""The shell every ddops command runs in: global options, the one mapping from an escaped
-exception to an exit code, and the JSON envelope every `--json` document shares.
+"""The shell every ddops command runs in: global options, the report of an exception that
+escapes a command (its exit code from ddops.exits, the one table), and the JSON envelope every
+`--json` document shares.
 
 Results go to stdout; narration, errors and hints go to stderr (in the JSON channels the error
 is also in the document). A traceback is shown only with the global `--debug`.
@@ -17,15 +18,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import typer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ddops import exits
 
 SCHEMA_VERSION = 1
 
 
-class BadInput(ValueError):
-    """Refused before touching any host: exit 2 with this one line."""
+BadInput = exits.BadInput     # refused before touching any host: exit 2 with its one line
 
 
 @dataclass
@@ -44,8 +44,10 @@ class Envelope(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     ok: bool
-    exit_code: int
-    meaning: str
+    exit_code: int = Field(description="; ".join(f"{code}: {words}" for code, words in exits.MEANING.items()),
+                           json_schema_extra={"enum": sorted(exits.MEANING)})
+    meaning: str = Field(description="the exit code's meaning in words, from the same table (fit says "
+                                     "fits / does not fit, shadow compare verdict passed / failed)")
     error: str | None = None
     hint: str | None = None
 
@@ -94,39 +96,14 @@ def with_events(command: Callable) -> Callable:
     return evented
 
 
-def _error_table() -> list[tuple[type, int, str]]:
-    """(exception type, exit code, hint), first match wins; imported late so `ddops --help` stays fast."""
-    from ddops.deploy.apply import RecoveryFailed
-    from ddops.deploy.lock import LockHeld
-    from ddops.deploy.ops import OpsError
-    from ddops.fit.model import ModelFactsError
-    from ddops.preflight import PreflightError
-    from ddops.profile.yamlfile import ConfigError
-    from ddops.remote import RemoteError
-    from ddops.rollout.shadow.compare import SettingsError
-    from ddops.rollout.fleet.notify import NotifyError
-    from ddops.rollout.shadow.prompts import PromptFileError
-    from ddops.rollout.fleet.waves import PlanError
-    return [
-        (ConfigError, exits.BAD_INPUT, "fix the lines above, then `ddops validate`; `ddops show PROFILE` prints what a profile resolves to"),
-        ((BadInput, OpsError, PreflightError, ModelFactsError, PlanError, PromptFileError, SettingsError,
-          NotifyError),
-         exits.BAD_INPUT, ""),
-        (LockHeld, exits.LOCKED, "wait for the holder to finish: `ddops status --host NAME` shows it"),
-        (RecoveryFailed, exits.NEEDS_OPERATOR, "`ddops status --host NAME`, then `ddops rollback --host NAME`"),
-        (RemoteError, exits.NEEDS_OPERATOR, "the host may be mid-change: `ddops status --host NAME`"),
-    ]
-
-
 def classify(exc: BaseException) -> tuple[int, str, bool]:
-    """Exit code, hint, and whether ddops expects this kind of failure (else: a bug, shown with its type)."""
-    for kinds, code, hint in _error_table():
-        if isinstance(exc, kinds):
-            return code, hint, True
-    code = getattr(exc, "exit_code", None)  # lab and install errors carry their own
-    if isinstance(code, int):
-        return code, "", True
-    return exits.INTERNAL, "a bug in ddops: rerun with --debug for the traceback and report it", False
+    """Exit code, hint, and whether ddops expects this kind of failure (else: a bug, shown with
+    its type). The code comes from the one table, exits.CAUSES."""
+    found = exits.cause_of(exc)
+    if found is None:
+        return exits.INTERNAL, "a bug in ddops: rerun with --debug for the traceback and report it", False
+    code, hint = found
+    return code, hint, True
 
 
 def one_line(exc: BaseException) -> str:
@@ -162,7 +139,7 @@ def report(exc: BaseException, channel: str = "human") -> int:
     message = one_line(exc) if expected else f"{type(exc).__name__}: {one_line(exc)}"
     problems = list(getattr(exc, "problems", None) or [])
     if channel != "human":
-        doc = envelope(code, error=message, hint=hint or None, meaning=getattr(exc, "meaning", None),
+        doc = envelope(code, error=message, hint=hint or None, **getattr(exc, "fields", {}),
                        **({"problems": problems} if problems else {}))
         print(result_event(doc) if channel == "events" else json.dumps(doc, default=str))
     for line in problems or [f"error: {message}"]:

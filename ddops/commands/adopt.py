@@ -9,7 +9,7 @@ import typer
 
 from ddops import exits
 from ddops.deploy import show
-from ddops.deploy.adopt import AdoptError, adopt
+from ddops.deploy.adopt import adopt
 from ddops.deploy.lock import Holder
 from ddops.inventory import load_inventory
 from ddops.profile import load_profile
@@ -31,20 +31,13 @@ def adopt_command(host: str = typer.Option(..., "--host", help="inventory host n
     not touched. Later deploys, rollbacks and halted rollouts can return to it byte for byte."""
     target = load_inventory(inventory).host(host)
     prof = load_profile(profile) if profile else None
-    with connect(target) as remote:
-        try:
-            entry = adopt(remote, unit, Holder.here(f"ddops adopt --host {host} --unit {unit}"), prof)
-        except AdoptError as err:
-            if as_json:
-                print_json(exits.BAD_INPUT, error=str(err))
-            else:
-                show.error(str(err), "")
-            raise typer.Exit(exits.BAD_INPUT)
-    doc = {"host": host, "unit": entry.unit_name, "history_entry": entry.id,
-           "result": entry.meta["result"], "unit_path": entry.meta["unit_path"], "env_path": entry.meta["env_path"],
-           "hash": entry.meta["hash"]}
+    with connect(target) as remote:     # AdoptError (exit 2) reaches the shell's one mapping
+        entry = adopt(remote, unit, Holder.here(f"ddops adopt --host {host} --unit {unit}"), prof)
+    record = entry.record
+    doc = {"host": host, "unit": entry.unit_name, "history_entry": entry.id, "result": record.result,
+           "unit_path": record.unit_path, "env_path": record.env_path, "hash": record.hash}
     if as_json:
         print_json(exits.OK, **doc)
     else:
         show.console.print(f"{host}: {entry.unit_name} adopted as history entry {entry.id} "
-                           f"({entry.meta['unit_path']}, {entry.meta['env_path']})")
+                           f"({record.unit_path}, {record.env_path})")

@@ -9,12 +9,11 @@ from typing import Optional
 import typer
 
 from ddops import exits
-from ddops.deploy import Holder, LockHeld, RecoveryFailed, execute, load_target, read_facts
+from ddops.deploy import Holder, execute, load_target, read_facts
 from ddops.deploy import show
 from ddops.deploy.apply import plan_change, refused
-from ddops.profile.yamlfile import ConfigError
-from ddops.remote import RemoteError, connect
-from ddops.shell import print_json
+from ddops.remote import connect
+from ddops.shell import BadInput, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -25,12 +24,7 @@ def register(app: typer.Typer) -> None:
 def demo() -> None:
     """Lab host up, tiny models pushed, DDTree CPU profile deployed and gated, a request answered."""
     from ddops.deploy import demo as run_demo
-    from ddops.lab.errors import LabError
-    try:
-        code = run_demo.run()
-    except (ConfigError, LabError, RemoteError) as err:
-        _fail(False, exits.BAD_INPUT, str(err))
-    raise typer.Exit(code)
+    raise typer.Exit(run_demo.run())
 
 
 def deploy(
@@ -47,39 +41,18 @@ def deploy(
 ) -> None:
     """Deploy PROFILE to one host: facts -> plan -> confirm -> apply -> gate (revert on failure).
 
-    Exit codes: 0 ok, 1 gate failed and reverted, 2 bad input, 3 revert failed, 4 lock held."""
+    Exit codes: 0 ok, 1 gate failed and reverted, 2 bad input or refused, 3 a revert failed or
+    SSH was lost mid-change, 4 lock held, 6 host unreachable (ddops/exits.py)."""
     say = (lambda *a: None) if as_json else show.stage
     say("loading", f"profile {profile} for host {host}")
-    try:
-        target = load_target(profile, host, profiles_dir=profiles_dir, inventory=inventory,
-                             unit_name=unit, port=port)
-    except ConfigError as err:
-        _fail(as_json, exits.BAD_INPUT, str(err), "`ddops validate` lists every problem")
+    target = load_target(profile, host, profiles_dir=profiles_dir, inventory=inventory, unit_name=unit, port=port)
     if not (yes or dry_run or sys.stdin.isatty()):
-        _fail(as_json, exits.BAD_INPUT, "refusing to deploy without --yes: no terminal to confirm on",
-              "pass --yes (CI) or --dry-run")
+        raise BadInput("refusing to deploy without --yes: no terminal to confirm on; pass --yes (CI) or --dry-run")
     say("connecting", target.host.address)
-    try:
-        remote = connect(target.host)
-    except RemoteError as err:
-        _fail(as_json, exits.BAD_INPUT, str(err))
-    with remote:
-        try:
-            code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile,
-                                force=force)
-        except Exception as err:     # the connection dropped outside the apply phase's own handling
-            if not remote.lost(err):
-                raise
-            why = str(err) if remote.label in str(err) else f"{remote.label}: connection lost ({err})"
-            message = (f"{why}; the host may hold a half-applied deploy: the next `ddops deploy` "
-                       "to it restores the backup first")
-            if not as_json:
-                show.error(message)
-            code, doc = exits.NEEDS_OPERATOR, {"host": target.host.name, "profile": target.desired.profile,
-                                             "exit_code": exits.NEEDS_OPERATOR, "result": "host-error",
-                                             "message": message}
+    with connect(target.host) as remote:
+        code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile, force=force)
     if as_json:
-        print_json(code, **doc)
+        print_json(code, error=None if code == exits.OK else doc.get("message"), **doc)
     raise typer.Exit(code)
 
 
@@ -106,29 +79,10 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
         return exits.BAD_INPUT, {**base, "exit_code": exits.BAD_INPUT, "result": "declined"}
     say("applying", "taking the host lock")
     holder = Holder.here(f"ddops deploy {profile} --host {target.host.name}" + (" --force" if force else ""))
-    try:
-        outcome = execute(remote, desired, target.spec, holder,
-                          progress=(lambda *a: None) if as_json else show.progress,
-                          profile=target.profile, force=force)
-    except LockHeld as err:
-        if not as_json:
-            show.error(str(err))
-        return exits.LOCKED, {**base, "exit_code": exits.LOCKED, "result": "locked", "message": str(err),
-                             "holder": err.holder}
-    except RecoveryFailed as err:
-        if not as_json:
-            show.error(str(err))
-        return exits.NEEDS_OPERATOR, {**base, "exit_code": exits.NEEDS_OPERATOR,
-                                    "result": "revert-failed", "message": str(err)}
+    # LockHeld (exit 4) and RecoveryFailed (exit 3) reach the shell's one mapping
+    outcome = execute(remote, desired, target.spec, holder, progress=(lambda *a: None) if as_json else show.progress,
+                      profile=target.profile, force=force)
     if not as_json:
         show.stage("results")
         show.outcome(outcome)
     return outcome.code, {**base, **outcome.as_dict()}
-
-
-def _fail(as_json: bool, code: int, message: str, hint: str = "") -> None:
-    if as_json:
-        print_json(code, error=message, hint=hint or None, result="error", message=message)
-    else:
-        show.error(message, hint)
-    raise typer.Exit(code)

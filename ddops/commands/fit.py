@@ -32,7 +32,7 @@ from ddops.inventory import load_inventory
 from ddops.preflight import PreflightError
 from ddops.profile import RUNTIMES, ConfigError, load_profile
 
-from ddops.remote import RemoteError, connect
+from ddops.remote import connect
 from ddops.shell import print_json
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT = exits.OK, exits.FAILED, exits.BAD_INPUT
@@ -112,7 +112,7 @@ def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck |
                     return models, None
                 return models, check_flags(profile, installed_version(remote, profile.service.python))
         return read_models(profile, local_reader(models_dir)), None
-    except (PreflightError, ModelFactsError, RemoteError) as exc:
+    except (PreflightError, ModelFactsError) as exc:    # an unreachable host escapes: exit 6
         where = f"on {host.name}" if host is not None and models_dir is None else "locally"
         raise ConfigError([f"fit: cannot read the model configs {where}: {exc}"]) from None
 

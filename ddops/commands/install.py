@@ -43,12 +43,13 @@ def pick_hosts(host: str | None, hosts: str | None, selector: str | None, invent
 
 
 def _summary(outcomes, line, as_json: bool = False) -> None:
-    """One line per host (or the envelope with one entry per host); exit 3 when any host failed."""
+    """One line per host (or the envelope with one entry per host); the exit code is the most
+    serious host's (6 a host could not be reached, 3 a host failed midway)."""
     failed = [o.host for o in outcomes if not o.ok]
-    code = exits.NEEDS_OPERATOR if failed else exits.OK
+    code = exits.worst(o.code for o in outcomes)
     if as_json:
         print_json(code, error=f"failed on {', '.join(failed)}" if failed else None,
-                   hosts=[{"host": o.host, "ok": o.ok, "detail": o.detail,
+                   hosts=[{"host": o.host, "ok": o.ok, "exit_code": o.code, "detail": o.detail,
                            "report": asdict(o.report) if is_dataclass(o.report) else None} for o in outcomes])
     else:
         for outcome in outcomes:

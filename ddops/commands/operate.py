@@ -19,8 +19,7 @@ from ddops.deploy import ops
 from ddops.deploy.facts import journal
 from ddops.diagnose import diagnose as diagnose_text
 from ddops.inventory import load_inventory
-from ddops.profile.yamlfile import ConfigError
-from ddops.remote import RemoteError, connect
+from ddops.remote import RemoteError, Unreachable, connect
 from ddops.shell import BadInput, print_json
 
 HOST = typer.Option(..., "--host", help="inventory host name")
@@ -38,23 +37,14 @@ def register(app: typer.Typer) -> None:
 
 
 def _hosts(names: list[str], inventory: Path | None):
-    try:
-        inv = load_inventory(inventory)
-        return [inv.host(n) for n in names] if names else list(inv.hosts.values())
-    except ConfigError as err:
-        _bad(str(err))
+    inv = load_inventory(inventory)
+    return [inv.host(n) for n in names] if names else list(inv.hosts.values())
 
 
 def _open(name: str, inventory: Path | None):
+    """An open connection to one inventory host (Unreachable, exit 6, when it cannot be opened)."""
     [host] = _hosts([name], inventory)
-    try:
-        return connect(host)
-    except RemoteError as err:
-        _bad(str(err))
-
-
-def _bad(message: str) -> None:
-    raise BadInput(message)
+    return connect(host)
 
 
 def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
@@ -63,22 +53,24 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
            inventory: Optional[Path] = INVENTORY) -> None:
     """Unit state, profile, version, health and accepted length of ddops services.
 
-    Exit 0 when every host answered, 3 when any could not be reached (its row says why)."""
+    Exit 0 when every host answered; else the most serious host's code (6 when one could not be
+    reached, 3 when one failed mid-read; its row says why)."""
     if not host and not all_hosts:
-        _bad("say which hosts: --host NAME or --all")
-    rows = []
+        raise BadInput("say which hosts: --host NAME or --all")
+    rows, failed = [], {}      # failed: exit code -> the first host error with that code
     for h in _hosts([host] if host else [], inventory):
         try:
             with connect(h) as remote:
                 units = [ops.pick_unit(remote, unit)] if unit else ops.units_on(remote)
                 rows += [ops.unit_status(remote, u).as_dict() for u in units]
-        except RemoteError as err:
-            rows.append({"host": h.name, "unit": None, "error": str(err), "unreachable": True})
-        except ops.OpsError as err:
-            rows.append({"host": h.name, "unit": None, "error": str(err), "unreachable": False})
-    code = exits.NEEDS_OPERATOR if any(r.get("unreachable") for r in rows) else exits.OK
+        except (RemoteError, ops.OpsError) as err:
+            if isinstance(err, RemoteError):
+                failed.setdefault(exits.code_of(err), err)
+            rows.append({"host": h.name, "unit": None, "error": str(err), "unreachable": isinstance(err, Unreachable)})
+    code = exits.worst(failed)
     if as_json:
-        print_json(code, units=rows)
+        worst = failed.get(code)
+        print_json(code, error=str(worst) if worst else None, hint=worst and exits.cause_of(worst)[1], units=rows)
         raise typer.Exit(code)
     _status_table(rows)
     raise typer.Exit(code)
@@ -102,10 +94,12 @@ def _status_table(rows: list[dict]) -> None:
 
 def logs(host: str = HOST, lines: int = typer.Option(100, "-n", help="lines to show"),
          follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new lines"),
-         unit: Optional[str] = UNIT, inventory: Optional[Path] = INVENTORY) -> None:
-    """The unit's journal on the host."""
+         unit: Optional[str] = UNIT, as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
+    """The unit's journal on the host (--json: its lines in the envelope's `journal`)."""
+    if follow and as_json:
+        raise BadInput("--follow streams the journal as text: drop --json (or --follow)")
     with _open(host, inventory) as remote:
-        name = _unit(remote, unit)
+        name = ops.pick_unit(remote, unit)
         cmd = ops.logs_command(name, lines, follow)
         if follow:
             try:
@@ -113,7 +107,11 @@ def logs(host: str = HOST, lines: int = typer.Option(100, "-n", help="lines to s
             except KeyboardInterrupt:
                 pass
             return
-        sys.stdout.write(remote.run(cmd, check=False).stdout)
+        text = remote.run(cmd, check=False).stdout
+    if as_json:
+        print_json(exits.OK, host=host, unit=name, journal=text.splitlines())
+        return
+    sys.stdout.write(text)
 
 
 def history(host: str = HOST, unit: Optional[str] = UNIT, as_json: bool = JSON,
@@ -121,10 +119,10 @@ def history(host: str = HOST, unit: Optional[str] = UNIT, as_json: bool = JSON,
     """Deploys recorded on the host, oldest first."""
     with _open(host, inventory) as remote:
         entries = host_history.entries(remote, ops.pick_unit(remote, unit) if unit else None)
-    rows = [{"id": e.id, "unit": e.unit_name, "profile": e.meta.get("profile"),
-             "hash": e.meta.get("hash"), "result": e.meta.get("result"),
-             "finished": e.meta.get("finished"), "by": (e.meta.get("holder") or {}).get("user"),
-             "diagnosis": [d["cause"] for d in e.meta.get("diagnosis", [])]} for e in entries]
+    rows = [{"id": e.id, "unit": e.unit_name, "profile": e.record.profile, "hash": e.record.hash,
+             "result": e.record.result, "finished": e.record.finished,
+             "by": (e.record.holder or {}).get("user"), "command": (e.record.holder or {}).get("command"),
+             "diagnosis": [d.get("cause") for d in e.record.diagnosis]} for e in entries]
     if as_json:
         print_json(exits.OK, host=host, entries=rows)
         return
@@ -133,8 +131,8 @@ def history(host: str = HOST, unit: Optional[str] = UNIT, as_json: bool = JSON,
         table.add_column(col)
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["finished"] or 0))
-        table.add_row(r["id"], r["unit"], r["profile"] or "-", (r["hash"] or "")[:12], r["result"] or "-",
-                      when, ", ".join(r["diagnosis"]))
+        table.add_row(escape(r["id"]), escape(r["unit"]), escape(r["profile"] or "-"), (r["hash"] or "")[:12],
+                      r["result"] or "-", when, escape(", ".join(map(str, r["diagnosis"]))))
     show.console.print(table)
 
 
@@ -146,12 +144,12 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
              as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
     """Deploy an earlier history entry again (gated; reverted if it fails; exit 2 if it cannot start)."""
     if not (yes or sys.stdin.isatty()):
-        _bad("refusing to roll back without --yes: no terminal to confirm on")
+        raise BadInput("refusing to roll back without --yes: no terminal to confirm on")
     with _open(host, inventory) as remote:
         try:
-            back = rollbacks.find(remote, _unit(remote, unit), to, profiles_dir)
-        except (ops.OpsError, FileNotFoundError) as err:
-            _bad(str(err))
+            back = rollbacks.find(remote, ops.pick_unit(remote, unit), to, profiles_dir)
+        except FileNotFoundError as err:
+            raise BadInput(str(err)) from None
         if not as_json:
             show.stage("rollback", f"{back.unit} on {host} to entry {back.entry.id} ({back.desired.profile})")
         if not yes and not typer.confirm("Apply?", default=False):
@@ -171,7 +169,7 @@ def diagnose(host: str = HOST, unit: Optional[str] = UNIT,
              as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
     """Read the unit's journal and name the cause of a failure, with the next step."""
     with _open(host, inventory) as remote:
-        name = _unit(remote, unit)
+        name = ops.pick_unit(remote, unit)
         findings = diagnose_text(journal(remote, name, lines=lines))
     if as_json:
         print_json(exits.OK, host=host, unit=name, findings=[f.as_dict() for f in findings])
@@ -181,10 +179,3 @@ def diagnose(host: str = HOST, unit: Optional[str] = UNIT,
     for f in findings:
         show.console.print(f"[yellow]{f.cause}[/yellow]: {escape(f.summary)}\n  next: "
                            f"{escape(f.next_step)}\n  seen: {escape(f.evidence)}")
-
-
-def _unit(remote, unit: str | None) -> str:
-    try:
-        return ops.pick_unit(remote, unit)
-    except ops.OpsError as err:
-        _bad(str(err))

@@ -28,7 +28,7 @@ from ddops.preflight import (LocalFiles, PreflightError, Problem, RemoteFiles, c
 from ddops.profile import load_profile
 from ddops.profile.runtimes import RUNTIMES
 from ddops.profile.yamlfile import ConfigError
-from ddops.remote import RemoteError, connect
+from ddops.remote import connect
 from ddops.render import command_line
 from ddops.shell import print_json
 
@@ -44,7 +44,8 @@ def preflight(profile: str = typer.Argument(..., help="profile name or YAML path
               as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
               profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir"),
               inventory: Optional[Path] = typer.Option(None, "--inventory", "-i")) -> None:
-    """Draft/target config check and flag check; starts nothing. Exit 0 fits, 2 does not."""
+    """Draft/target config check and flag check; starts nothing. Exit 0 fits, 2 does not, 6 the
+    host cannot be reached."""
     try:
         prof = load_profile(profile, profiles_dir)
         target = load_inventory(inventory).host(host) if host else None
@@ -58,7 +59,7 @@ def preflight(profile: str = typer.Argument(..., help="profile name or YAML path
             with connect(target) as remote:
                 problems = (check_profile(prof, RemoteFiles.of(remote)) + check_flags(remote, argv)
                             + check_load(remote, argv))
-    except (PreflightError, RemoteError) as err:
+    except PreflightError as err:     # an unreachable host is not a problem of the profile: exit 6
         problems = [Problem("files", str(err))]
     _finish(as_json, prof.name, host, problems)
 

@@ -25,9 +25,9 @@ shadow_app = typer.Typer(no_args_is_help=True, help="Run a candidate profile bes
 
 
 def _run(out: Output, body: Callable[[Output], int]) -> None:
-    """Runs a command body and exits with its code. Bad input (exit 2) and an SSH failure after
-    the first contact (exit 3: the host may be mid-change) escape to ddops.shell.guard, which
-    reports them in the command's channel."""
+    """Runs a command body and exits with its code. Bad input (exit 2), an unreachable host
+    (exit 6) and an SSH failure after the first contact (exit 3: the host may be mid-change)
+    escape to ddops.shell.guard, which reports them in the command's channel."""
     raise typer.Exit(body(out))
 
 
@@ -80,18 +80,12 @@ def shadow_compare(
 
 
 def _connector(inventory: Path | None):
-    """host name -> open Remote (a context manager). A host that cannot be reached is bad
-    input (exit 2), as for deploy: the first contact changes nothing."""
+    """host name -> open Remote (a context manager). A host that cannot be reached is
+    Unreachable (exit 6), as for deploy: the first contact changes nothing."""
     from ddops.inventory import load_inventory
-    from ddops.remote import RemoteError, connect
+    from ddops.remote import connect
     hosts = load_inventory(inventory)
-
-    def open_host(name: str):
-        try:
-            return connect(hosts.host(name))
-        except RemoteError as exc:
-            raise BadInput(str(exc)) from None
-    return open_host
+    return lambda name: connect(hosts.host(name))
 
 
 def _progress(out: Output):

@@ -11,18 +11,17 @@ from __future__ import annotations
 import hashlib
 import time
 
+from ddops import exits
 from ddops.deploy import history
 from ddops.deploy.desired import env_file_of, gate_spec, unit_argv
-from ddops.deploy.gate import GateSpec, endpoint
-from ddops.profile.launch import read_launch
 from ddops.deploy.lock import Holder, HostLock
-from ddops.profile.methods import method_for, reported_algorithm
+from ddops.deploy.plan import Desired
 from ddops.render import ENV_DIR, UNIT_DIR
 
 ADOPTED = "adopted"
 
 
-class AdoptError(Exception):
+class AdoptError(exits.BadInput):
     """The unit cannot be adopted (missing, no command line, already has history): exit 2."""
 
 
@@ -43,34 +42,14 @@ def adopt(remote, unit: str, holder: Holder, profile=None) -> history.Entry:
         raise AdoptError(f"{remote.host.name}: {unit_path} has no ExecStart= to gate a return to it")
     env_path = env_file_of(unit_text) or f"{ENV_DIR}/{unit.removesuffix('.service')}.env"
     env_text = remote.read_text(env_path) or ""
-    spec = gate_spec(profile, argv, remote.host.address) if profile else spec_from_argv(argv, remote.host.address)
+    spec = gate_spec(profile, argv, remote.host.address)
     with HostLock(remote, holder):
         existing = history.entries(remote, unit)
         if existing:
             raise AdoptError(f"{remote.host.name}: {unit} already has {len(existing)} history entr"
                              f"{'y' if len(existing) == 1 else 'ies'}; adopt records entry 0 of a unit "
                              "ddops has never deployed")
-        now = time.time()
-        meta = {"profile": profile.name if profile else f"{unit} (hand-written)",
-                "hash": content_hash(unit_text, env_text),
-                "unit": unit, "unit_path": unit_path, "env_path": env_path, "started": now, "finished": now,
-                "holder": holder.as_dict(), "gate_spec": spec.as_dict(), "result": ADOPTED}
-        return history.record(remote, unit, (), unit_text, env_text, meta, number=0)
-
-
-def spec_from_argv(argv: list[str], address: str) -> GateSpec:
-    """The gate a hand-written unit is held to: what its own flags say it serves."""
-    launch = read_launch(argv)
-    method = method_for(launch.method or "none")
-    runtime = launch.table
-    model = launch.get("model.path") or ""
-    capabilities = {} if runtime is None else {
-        "identity": runtime.identity, "acceptance": runtime.acceptance,
-        "generate_path": "/health_generate" if runtime.probe_route else None}
-    return GateSpec(base_url=endpoint(argv, address), model_path=model,
-                    served_model=launch.get("model.served_name") or model.rstrip("/").rsplit("/", 1)[-1],
-                    algorithm=(method.sglang_name if launch.method
-                               else reported_algorithm(launch.get("speculative.algorithm"))),
-                    speculative=method.is_speculative,
-                    draft_path=launch.get("speculative.draft_model_path"),
-                    uses_tree_budget=method.uses_tree_budget, **capabilities)
+        found = Desired(unit, unit_path, unit_text, env_path, env_text,
+                        profile.name if profile else f"{unit} (hand-written)", content_hash(unit_text, env_text))
+        record = history.Record.of(found, holder.as_dict(), time.time(), ADOPTED, gate_spec=spec)
+        return history.record(remote, (), unit_text, env_text, record, number=0)

@@ -28,10 +28,9 @@ from ddops.deploy.tunnel import reachable
 from ddops.deploy.unitwatch import UnitWatch
 from ddops.diagnose import Finding, diagnose
 from ddops import exits, systemd
+from ddops.remote import RemoteError, framing
 
 q = shlex.quote
-SHOWN = "@@shown@@"      # marks where the restart's `systemctl show` starts in its output
-
 
 
 @dataclass
@@ -64,12 +63,18 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
     """The whole apply phase; returns an Outcome whose `code` is the CLI exit code.
 
     `profile` (when the change comes from one) adds the fit prediction to the planning checks;
-    `force` applies a plan with refusals anyway and records them in the history entry."""
+    `force` applies a plan with refusals anyway and records them in the history entry. Raises
+    LockHeld (exit 4) and RecoveryFailed (exit 3); SSH lost or a command failed once the host
+    began changing is the Outcome `host-error` (exit 3), which says what the host may hold."""
     with HostLock(remote, holder) as lock:
         notes = [f"recovered a stale lock left by {describe(lock.stale)}"] if lock.stale else []
         facts = _facts(remote, desired)
         if facts.pending:
-            notes.append(recover(remote, desired, facts, spec.timeout_s, progress))
+            done = _changing(remote, None, lambda: recover(remote, desired, facts, spec.timeout_s, progress))
+            if isinstance(done, Outcome):
+                done.notes[:0] = notes
+                return done
+            notes.append(done)
             facts = _facts(remote, desired)
         plan = plan_change(remote, desired, facts, profile)
         if plan.noop:
@@ -78,18 +83,28 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
                            plan, notes=notes)
         if plan.refused and not force:
             return refused(remote.host.name, plan, notes)
-        try:
-            outcome = _apply(remote, plan, facts, spec, holder, progress)
-        except Exception as err:
-            if not remote.lost(err):
-                raise
-            # the host is somewhere between the old and the new files; pending.json says so
-            why = str(err) if remote.label in str(err) else f"{remote.label}: connection lost ({err})"
-            return Outcome(remote.host.name, exits.NEEDS_OPERATOR, "host-error",
-                           f"{why}; the host may hold a half-applied deploy: the next `ddops deploy` "
-                           "to it restores the backup first", plan, notes=notes)
+        outcome = _changing(remote, plan, lambda: _apply(remote, plan, facts, spec, holder, progress))
         outcome.notes[:0] = notes
         return outcome
+
+
+def _changing(remote, plan: Plan | None, change: Callable):
+    """Run a step that changes the host; SSH lost or a command failed on the way (the host is
+    somewhere between the old and the new files, pending.json says so) is the Outcome `host-error`."""
+    try:
+        return change()
+    except Exception as err:
+        if not (isinstance(err, RemoteError) or remote.lost(err)):
+            raise
+        return half_applied(remote, err, plan)
+
+
+def half_applied(remote, err: BaseException, plan: Plan | None = None) -> Outcome:
+    """The one wording of a change cut short: what failed, and what the next deploy does about it."""
+    why = str(err) if remote.label in str(err) else f"{remote.label}: connection lost ({err})"
+    return Outcome(remote.host.name, exits.NEEDS_OPERATOR, "host-error",
+                   f"{why}; the host may hold a half-applied deploy: the next `ddops deploy` to it "
+                   "restores the backup first", plan)
 
 
 def plan_change(remote, desired: Desired, facts: Facts, profile=None) -> Plan:
@@ -130,18 +145,17 @@ def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=n
     return text
 
 
-class RecoveryFailed(Exception):
-    pass
+class RecoveryFailed(exits.RevertFailed):
+    """An unfinished deploy found on the host could not be undone (exit 3)."""
 
 
 def _record_killed(remote, desired: Desired, facts: Facts, pending: dict) -> None:
     """Audit: the files the killed deploy had pushed, as a history entry of their own."""
     if facts.unit_text is None:
         return
-    meta = {"profile": pending.get("profile"), "hash": pending.get("hash"), "unit": desired.unit_name,
-            "unit_path": desired.unit_path, "env_path": desired.env_path, "started": pending.get("started"),
-            "finished": time.time(), "holder": pending.get("holder"), "result": "killed-recovered"}
-    history.record(remote, desired.unit_name, facts.history_ids, facts.unit_text, facts.env_text or "", meta)
+    killed = replace(desired, profile=pending.get("profile") or "?", profile_hash=pending.get("hash") or "")
+    record = history.Record.of(killed, pending.get("holder"), pending.get("started") or 0.0, "killed-recovered")
+    history.record(remote, facts.history_ids, facts.unit_text, facts.env_text or "", record)
 
 
 def _facts(remote, desired: Desired) -> Facts:
@@ -160,7 +174,7 @@ class _Run:
     pending: dict = field(default_factory=dict)
     since: int = 0                  # the restart's time: diagnosis reads the journal from here
     shown: str | None = None        # `systemctl show` right after the restart: the gate's first state
-    meta: dict = field(default_factory=dict)        # the history entry's meta, from the gate on
+    record: history.Record | None = None            # the history entry, from the gate on
     report: GateReport | None = None
 
     @property
@@ -214,11 +228,11 @@ def _restart(run: _Run, step: Step) -> None:
     # stop and start; a failed start is the gate's to report. The host's clock first, in the same
     # round trip: diagnosis reads the journal from that second. The unit's state after it too: the
     # gate's watch starts from it instead of asking again.
-    shown = unit_show(run.plan.desired.unit_name)
-    done = run.remote.run(f"date +%s; {step.command}; printf '\\n{SHOWN}\\n'; {shown}", check=False,
-                          timeout=run.spec.timeout_s)
-    run.since = int(done.stdout.split("\n", 1)[0])
-    run.shown = done.stdout.partition(f"{SHOWN}\n")[2] or None
+    done = framing.ask(run.remote, framing.output("since", "date +%s"), framing.output("restart", step.command),
+                       framing.output("shown", unit_show(run.plan.desired.unit_name)),
+                       check=False, timeout=run.spec.timeout_s)
+    run.since = int(framing.text(done, "since") or 0)
+    run.shown = framing.text(done, "shown") or None
 
 
 def _gate(run: _Run, step: Step) -> Outcome | None:
@@ -227,20 +241,16 @@ def _gate(run: _Run, step: Step) -> Outcome | None:
     with reachable(remote, run.spec.base_url) as url, watch:
         report = run_gate(replace(run.spec, base_url=url), watch,
                           api_key=api_key_of(desired.env_text), progress=run.progress)
-    run.meta = {"profile": desired.profile, "hash": desired.profile_hash, "unit": desired.unit_name,
-                "unit_path": desired.unit_path, "env_path": desired.env_path,
-                "started": run.pending["started"], "finished": time.time(), "holder": run.holder.as_dict(),
-                "gate_spec": run.spec.as_dict(), "gate": report.as_dict()}
-    if run.plan.refusals:
-        run.meta["forced"] = [r.as_dict() for r in run.plan.refusals]
+    run.record = history.Record.of(desired, run.holder.as_dict(), run.pending["started"], "passed",
+                                   gate_spec=run.spec, gate=report.as_dict(),
+                                   forced=tuple(r.as_dict() for r in run.plan.refusals))
     run.report = report
     return None if report.passed else _fail(run)
 
 
 def _record(run: _Run, step: Step) -> Outcome:
     desired, remote, name = run.plan.desired, run.remote, run.remote.host.name
-    entry = history.record(remote, desired.unit_name, run.facts.history_ids, desired.unit_text,
-                           desired.env_text, {**run.meta, "result": "passed"})
+    entry = history.record(remote, run.facts.history_ids, desired.unit_text, desired.env_text, run.record)
     remote.run(f"rm -f {q(run.pending_path)}")
     return Outcome(name, exits.OK, "deployed", f"{desired.profile} is live on {name} ({run.spec.base_url})",
                    run.plan, run.report, entry=entry.id)
@@ -277,9 +287,8 @@ def _fail(run: _Run) -> Outcome:
     name = remote.host.name
     run.progress("diagnose", "reading the journal")
     findings = diagnose_since(remote, desired.unit_name, run.since)
-    meta = {**run.meta, "diagnosis": [f.as_dict() for f in findings]}
-    entry = history.record(remote, desired.unit_name, run.facts.history_ids, desired.unit_text,
-                           desired.env_text, {**meta, "result": "failed"})
+    failed = replace(run.record, result="failed", diagnosis=tuple(f.as_dict() for f in findings))
+    entry = history.record(remote, run.facts.history_ids, desired.unit_text, desired.env_text, failed)
     why = report.failure.detail if report.failure else "gate did not run"
     cause = f"; cause: {findings[0].summary}" if findings else ""
     if not plan.changed:

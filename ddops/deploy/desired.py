@@ -7,6 +7,7 @@ from __future__ import annotations
 from ddops.deploy.gate import GateSpec, endpoint
 from ddops.deploy.plan import Desired
 from ddops.profile.launch import read_launch
+from ddops.profile.methods import method_for, reported_algorithm
 from ddops.profile.runtimes import RUNTIMES
 from ddops.profile.rules import API_KEY_VARS
 from ddops.unitsyntax import parse_env, setting_value, split_exec
@@ -25,30 +26,44 @@ def desired_from(rendered, profile_name: str) -> Desired:
                    rendered.env_text, profile_name, rendered.content_hash)
 
 
-def gate_spec(profile, argv: list[str], host_address: str) -> GateSpec:
-    method, launch = profile.method, read_launch(argv)
-    runtime = RUNTIMES[profile.runtime]
+def gate_spec(profile, argv: list[str], host_address: str, timeout_s: float | None = None) -> GateSpec:
+    """The one GateSpec builder: what the unit's command line says it serves (read back by the
+    runtime tables, launch.py), with the profile's health and smoke settings where one is known.
+    Without a profile (a hand-written unit, a restored backup, a unit restarted after a refused
+    switch) the GateSpec's defaults stand in. timeout_s: the health wait, instead of the profile's."""
+    launch = read_launch(argv)
+    runtime = RUNTIMES[profile.runtime] if profile else launch.table
+    method = profile.method if profile else method_for(launch.method or "none")
+    model = launch.get("model.path") or (profile.model.path if profile else "")
+    probe = runtime is None or runtime.probe_route
+    settings = _profile_settings(profile) if profile else {}
+    if timeout_s is not None:
+        settings["timeout_s"] = float(timeout_s)
     return GateSpec(
         base_url=endpoint(argv, host_address),
-        model_path=launch.get("model.path") or profile.model.path,
-        served_model=launch.get("model.served_name") or profile.model.served_name,
-        algorithm=method.sglang_name,
+        model_path=model,
+        served_model=launch.get("model.served_name") or (profile.model.served_name if profile
+                                                         else model.rstrip("/").rsplit("/", 1)[-1]),
+        algorithm=(method.sglang_name if profile or launch.method
+                   else reported_algorithm(launch.get("speculative.algorithm"))),
         speculative=method.is_speculative,
         draft_path=launch.get("speculative.draft_model_path") if method.needs_draft else None,
         budget=launch.int("speculative.ddtree_budget") if method.uses_tree_budget else None,
         uses_tree_budget=method.uses_tree_budget,
-        health_path=profile.health.path,
-        generate_path=profile.health.generate_path if runtime.probe_route else None,
-        identity=runtime.identity,
-        acceptance=runtime.acceptance,
-        max_model_len=profile.memory.context_length,
-        timeout_s=float(profile.health.timeout_s),
-        generate_timeout_s=float(profile.health.generate_timeout_s),
-        messages=tuple(m.model_dump() for m in profile.smoke.messages),
-        max_tokens=profile.smoke.max_tokens,
-        temperature=profile.smoke.temperature,
-        top_p=profile.smoke.top_p,
+        generate_path=(profile.health.generate_path if profile else GateSpec.generate_path) if probe else None,
+        **({"identity": runtime.identity, "acceptance": runtime.acceptance} if runtime else {}),
+        max_model_len=profile.memory.context_length if profile else launch.int("memory.context_length"),
+        **settings,
     )
+
+
+def _profile_settings(profile) -> dict:
+    """The gate's settings only a profile says (health path and waits, the smoke request)."""
+    return {"health_path": profile.health.path, "timeout_s": float(profile.health.timeout_s),
+            "generate_timeout_s": float(profile.health.generate_timeout_s),
+            "messages": tuple(m.model_dump() for m in profile.smoke.messages),
+            "max_tokens": profile.smoke.max_tokens, "temperature": profile.smoke.temperature,
+            "top_p": profile.smoke.top_p}
 
 
 def env_value(env_text: str | None, key: str) -> str | None:
@@ -74,11 +89,7 @@ def unit_argv(unit_text: str | None) -> list[str]:
 
 
 def health_spec(unit_text: str | None, host_address: str, timeout_s: float) -> GateSpec | None:
-    """Enough of a GateSpec to confirm a (restored) unit answers /health again."""
+    """The gate of a unit known only by its file (a restored backup): /health, then the probe
+    route where its runtime has one, within timeout_s. None when the file has no command line."""
     argv = unit_argv(unit_text)
-    if not argv:
-        return None
-    runtime = read_launch(argv).table
-    return GateSpec(base_url=endpoint(argv, host_address), model_path="", served_model="",
-                    algorithm=None, speculative=False, timeout_s=timeout_s,
-                    generate_path=None if runtime is not None and not runtime.probe_route else "/health_generate")
+    return gate_spec(None, argv, host_address, timeout_s) if argv else None

@@ -9,12 +9,12 @@ State kept by ddops on the host (all under /var/lib/ddops):
 
 from __future__ import annotations
 
-import base64
 import json
 import shlex
 from dataclasses import dataclass
 
 from ddops import systemd
+from ddops.remote import framing
 
 q = shlex.quote
 
@@ -61,41 +61,24 @@ class Facts:
     host_time: int                # host clock, epoch seconds (journal --since)
 
 
-def _section(name: str, cmd: str) -> str:
-    return f"printf '\\n@@{name}\\n'; {cmd}"
-
-
-def _b64_if_file(path: str) -> str:
-    return f"if [ -f {q(path)} ]; then printf +; base64 -w0 {q(path)}; fi"
-
-
 def read_facts(remote, unit_name: str, unit_path: str, env_path: str) -> Facts:
-    props = " ".join(f"-p {p}" for p in SHOW_PROPS)
-    script = "; ".join([
-        _section("unit", _b64_if_file(unit_path)),
-        _section("env", _b64_if_file(env_path)),
-        _section("show", systemd.show(unit_name, props)),
-        _section("pending", _b64_if_file(f"{deploy_dir(unit_name)}/pending.json")),
-        _section("history", f"ls {q(history_dir(unit_name))} 2>/dev/null || true"),
-        _section("now", "date +%s"),
-    ])
-    return parse_facts(unit_name, remote.run(script).stdout)
+    """Every fact of one unit in one round trip (remote/framing.py frames the answers)."""
+    answers = framing.ask(remote,
+                          framing.file("unit", unit_path), framing.file("env", env_path),
+                          framing.output("show", unit_show(unit_name)),
+                          framing.file("pending", f"{deploy_dir(unit_name)}/pending.json"),
+                          framing.output("history", f"ls {q(history_dir(unit_name))} 2>/dev/null"),
+                          framing.output("now", "date +%s"))
+    return facts_of(unit_name, answers)
 
 
-def parse_facts(unit_name: str, out: str) -> Facts:
-    parts = {}
-    for chunk in out.split("\n@@")[1:]:
-        name, _, body = chunk.partition("\n")
-        parts[name] = body.strip()
-    pending = _decode(parts.get("pending", ""))
-    return Facts(unit_name, _decode(parts.get("unit", "")), _decode(parts.get("env", "")),
-                 UnitState.parse(parts.get("show", "")),
-                 json.loads(pending) if pending else None,
-                 tuple(sorted(parts.get("history", "").split())), int(parts.get("now") or 0))
-
-
-def _decode(text: str) -> str | None:
-    return base64.b64decode(text[1:]).decode() if text.startswith("+") else None
+def facts_of(unit_name: str, answers: dict[str, bytes | None]) -> Facts:
+    """Pure: the Facts in read_facts' answers."""
+    text = lambda name: framing.text(answers, name) or ""  # noqa: E731
+    pending = framing.text(answers, "pending")
+    return Facts(unit_name, framing.text(answers, "unit"), framing.text(answers, "env"),
+                 UnitState.parse(text("show")), json.loads(pending) if pending else None,
+                 tuple(sorted(text("history").split())), int(text("now").strip() or 0))
 
 
 def unit_show(unit_name: str) -> str:

@@ -33,6 +33,7 @@ import httpx
 
 from ddops import server_info, spec_metrics
 from ddops.deploy.facts import UnitState
+from ddops.profile.launch import read_launch
 from ddops.profile.methods import reported_algorithm
 from ddops.server_info import accept_length
 
@@ -227,23 +228,13 @@ def run_health(spec: GateSpec, watch: Watch, progress: Progress = lambda name, t
 
 
 def endpoint(argv: list[str], host_address: str) -> str:
-    """Base URL of the service from its command line (contract section 1 defaults)."""
-    bind, port = "127.0.0.1", "30000"
-    for flag, value in zip(argv, argv[1:]):
-        if flag == "--host":
-            bind = value
-        elif flag == "--port":
-            port = value
+    """Base URL of the service from its command line (contract section 1 defaults), its bind
+    address and port read by the runtime tables' own spellings (launch.py)."""
+    launch = read_launch(argv)
+    bind, port = launch.get("service.host") or "127.0.0.1", launch.get("service.port") or "30000"
     if bind in ("0.0.0.0", "::", ""):
         bind = host_address
     return f"http://[{bind}]:{port}" if ":" in bind else f"http://{bind}:{port}"
-
-
-def flag_value(argv: list[str], *names: str) -> str | None:
-    for flag, value in zip(argv, argv[1:]):
-        if flag in names:
-            return value
-    return None
 
 
 def _wait_health(client: httpx.Client, spec: GateSpec, watch: Watch, progress: Progress,

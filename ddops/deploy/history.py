@@ -1,6 +1,7 @@
 """Deploy history, kept on the host: history/<unit>/NNNN-<timestamp>/ holding the unit file,
-the env file (0600) with each secret replaced by its fingerprint, and meta.json (profile, hash,
-result, gate spec, diagnosis, secret fingerprints). Entry ids are the NNNN part; they only grow.
+the env file (0600) with each secret replaced by its fingerprint, and meta.json: one `Record`
+(profile, hash, result, gate spec, gate report, diagnosis, secret fingerprints). Entry ids are
+the NNNN part; they only grow.
 
 History is kept forever, so it never holds a secret: a rollback takes the key from the env
 file the host has now (the key clients use now) and says so when its fingerprint differs."""
@@ -12,10 +13,12 @@ import json
 import re
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from ddops.deploy.facts import history_dir
+from ddops.deploy.gate import GateSpec
 from ddops.profile.rules import API_KEY_VARS
+from ddops.remote import framing
 from ddops.unitsyntax import env_value, parse_env
 
 SECRET_VARS = API_KEY_VARS  # what ddops writes from service.secrets
@@ -23,10 +26,59 @@ WITHHELD = re.compile(r"^# (\w+)=<withheld, (sha256:[0-9a-f]+)>$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
+class Record:
+    """One entry's meta.json: what was deployed, by whom, and how it ended."""
+    profile: str                # profile name ("?" when unknown; adopt: "<unit> (hand-written)")
+    hash: str                   # the rendered files' content hash (adopt: adopted-<sha256>)
+    unit: str
+    unit_path: str
+    env_path: str
+    holder: dict | None         # lock.Holder.as_dict() of the command that wrote it
+    started: float              # epoch seconds
+    finished: float
+    result: str                 # passed | failed | failed-reverted | revert-failed | killed-recovered | adopted | unreadable
+    gate_spec: GateSpec | None = None   # what a rollback to this entry is gated with
+    gate: dict | None = None            # GateReport.as_dict()
+    diagnosis: tuple[dict, ...] = ()    # Finding.as_dict() of the failed start's journal
+    forced: tuple[dict, ...] = ()       # Refusal.as_dict() of the checks --force overrode
+    revert: str | None = None           # what a revert after a failed gate left, in words
+    secrets: dict = field(default_factory=dict)     # variable -> fingerprint (never the value)
+
+    @classmethod
+    def of(cls, desired, holder: dict | None, started: float, result: str, **details) -> "Record":
+        """The one builder: a deploy's gate, a killed deploy found by the next and an adopted
+        unit all record through it. desired: plan.Desired (unit, paths, profile, hash)."""
+        return cls(desired.profile, desired.profile_hash, desired.unit_name, desired.unit_path,
+                   desired.env_path, holder, started, time.time(), result, **details)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "gate_spec": self.gate_spec.as_dict() if self.gate_spec else None}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: bytes | str, unit: str) -> "Record":
+        """A meta.json as written by any ddops (missing keys take their defaults); one that does
+        not parse is listed as `unreadable` rather than hiding the rest of the history."""
+        try:
+            data = json.loads(text)
+            known = {f.name for f in fields(cls)}
+            values = {k: v for k, v in data.items() if k in known}
+            spec = values.get("gate_spec")
+            values["gate_spec"] = GateSpec.from_dict(spec) if spec else None
+            values.update({k: tuple(values.get(k) or ()) for k in ("diagnosis", "forced")})
+            return cls(**{"profile": "?", "hash": "", "unit": unit, "unit_path": "", "env_path": "",
+                          "holder": None, "started": 0.0, "finished": 0.0, "result": "?", **values})
+        except (ValueError, TypeError, AttributeError) as err:
+            return cls("?", "", unit, "", "", None, 0.0, 0.0, "unreadable", revert=f"meta.json: {err}")
+
+
+@dataclass(frozen=True)
 class Entry:
     unit_name: str
     dirname: str        # NNNN-YYYYmmddTHHMMSSZ
-    meta: dict
+    record: Record
 
     @property
     def id(self) -> str:
@@ -37,7 +89,7 @@ class Entry:
         return f"{history_dir(self.unit_name)}/{self.dirname}"
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "unit": self.unit_name, **self.meta}
+        return {"id": self.id, "unit": self.unit_name, **self.record.as_dict()}
 
 
 def next_dirname(existing: tuple[str, ...], now: float, number: int | None = None) -> str:
@@ -47,13 +99,14 @@ def next_dirname(existing: tuple[str, ...], now: float, number: int | None = Non
     return f"{max(numbers, default=0) + 1 if number is None else number:04d}-{stamp}"
 
 
-def record(remote, unit_name: str, existing: tuple[str, ...], unit_text: str, env_text: str,
-           meta: dict, number: int | None = None) -> Entry:
+def record(remote, existing: tuple[str, ...], unit_text: str, env_text: str, record: Record,
+           number: int | None = None) -> Entry:
+    """Write a new entry for record.unit: its unit file, its env file without secrets, meta.json."""
     env_kept, prints = withhold_secrets(env_text)
-    entry = Entry(unit_name, next_dirname(existing, time.time(), number), {**meta, "secrets": prints})
+    entry = Entry(record.unit, next_dirname(existing, time.time(), number), replace(record, secrets=prints))
     remote.write(f"{entry.path}/unit", unit_text)
     remote.write(f"{entry.path}/env", env_kept, mode=0o600)
-    remote.write(f"{entry.path}/meta.json", json.dumps(entry.meta, indent=1, sort_keys=True))
+    remote.write(f"{entry.path}/meta.json", entry.record.to_json())
     return entry
 
 
@@ -96,23 +149,21 @@ def restore_secrets(env_kept: str, env_now: str | None) -> str:
     return WITHHELD.sub(fill, env_kept)
 
 
-def update_result(remote, entry: Entry, **fields) -> Entry:
-    meta = {**entry.meta, **fields}
-    remote.write(f"{entry.path}/meta.json", json.dumps(meta, indent=1, sort_keys=True))
-    return Entry(entry.unit_name, entry.dirname, meta)
+def update_result(remote, entry: Entry, **changes) -> Entry:
+    """Rewrite an entry's meta.json with some of its Record's fields changed (result, revert)."""
+    done = Entry(entry.unit_name, entry.dirname, replace(entry.record, **changes))
+    remote.write(f"{done.path}/meta.json", done.record.to_json())
+    return done
 
 
 def entries(remote, unit_name: str | None = None) -> list[Entry]:
-    """All entries on the host (or of one unit), oldest first within each unit."""
-    root = history_dir(unit_name) if unit_name else history_dir("")
-    pattern = f"{shlex.quote(root)}/*/meta.json" if unit_name else f"{shlex.quote(root)}*/*/meta.json"
-    script = (f"for f in {pattern}; do [ -f \"$f\" ] || continue; "
-              f"printf '@@%s\\n' \"$f\"; cat \"$f\"; echo; done")
+    """All entries on the host (or of one unit), oldest first within each unit; one round trip."""
+    root = shlex.quote(history_dir(unit_name) if unit_name else history_dir(""))
+    answers = framing.ask(remote, framing.each_file(f"{root}/*/meta.json" if unit_name else f"{root}*/*/meta.json"))
     found = []
-    for chunk in remote.run(script).stdout.split("@@")[1:]:
-        path, _, body = chunk.partition("\n")
-        parts = path.split("/")
-        found.append(Entry(parts[-3], parts[-2], json.loads(body)))
+    for path, body in answers.items():
+        unit, dirname = path.split("/")[-3:-1]
+        found.append(Entry(unit, dirname, Record.from_json(body or b"", unit)))
     return sorted(found, key=lambda e: (e.unit_name, e.dirname))
 
 

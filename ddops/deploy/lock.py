@@ -14,29 +14,36 @@ import base64
 import getpass
 import json
 import os
+import shlex
 import socket
 import time
 from dataclasses import dataclass
 
+from ddops import exits
 from ddops.deploy.facts import STATE
-from ddops.remote import RemoteError
+from ddops.remote import CommandFailed, ConnectionLost, framing
 
 LOCK_DIR = f"{STATE}/lock"
 HELD_EXIT = 75          # flock -E: the lock is held by someone else
 
-_HOLD = f"""mkdir -p {LOCK_DIR} && exec flock -n -E {HELD_EXIT} {LOCK_DIR}/deploy.lock sh -c '
-H={LOCK_DIR}/holder.json
-if [ -s $H ]; then printf "stale "; base64 -w0 < $H; echo; fi
-printf %s "$1" | base64 -d > $H.tmp && mv $H.tmp $H
-echo locked
-read line
-[ "$line" = release ] && rm -f $H
-echo released' sh """
+_HOLDER = f"{LOCK_DIR}/holder.json"
+# Runs under the flock, as long as our channel: reports a dead holder's holder.json (`stale`),
+# writes ours ($1, base64), says `locked`, waits for `release` (or EOF when we die). The lines
+# it writes are remote/framing.py frames, so a holder's command line cannot fake one.
+_UNDER_LOCK = framing.script(
+    framing.file("stale", _HOLDER),
+    f'printf %s "$1" | base64 -d > {_HOLDER}.tmp && mv {_HOLDER}.tmp {_HOLDER}',
+    framing.output("locked", "true"),
+    'read line; [ "$line" = release ] && rm -f ' + _HOLDER,
+    framing.output("released", "true"))
+_HOLD = (f"mkdir -p {LOCK_DIR} && exec flock -n -E {HELD_EXIT} {LOCK_DIR}/deploy.lock "
+         f"sh -c {shlex.quote(_UNDER_LOCK)} sh ")
 
 
-class LockHeld(Exception):
+class LockHeld(exits.Locked):
     def __init__(self, host: str, holder: dict | None):
         self.holder = holder
+        self.fields = {"host": host, "result": "locked", "holder": holder}
         super().__init__(f"{host} is locked by {describe(holder)}; try again when it finishes")
 
 
@@ -78,20 +85,21 @@ class HostLock:
         try:
             chan = self.remote.open_channel(_HOLD + payload)
             for line in chan.makefile("r"):
-                if line.startswith("stale "):
-                    self.stale = json.loads(base64.b64decode(line[6:].strip()) or b"null")
-                elif line.strip() == "locked":
+                name, body = framing.parse_line(line)
+                if name == "stale" and body:
+                    self.stale = _parsed(body) or {"command": "(holder.json unreadable)"}
+                elif name == "locked":
                     self._chan = chan
                     return self
             status = chan.recv_exit_status()
             chan.close()
         except Exception as exc:
             if self.remote.lost(exc):
-                raise RemoteError(f"{self.remote.label}: taking the deploy lock: connection lost") from None
+                raise ConnectionLost(f"{self.remote.label}: taking the deploy lock: connection lost") from None
             raise
         if status == HELD_EXIT:
             raise LockHeld(self.remote.host.name, _read_holder(self.remote))
-        raise RuntimeError(f"{self.remote.label}: cannot take the deploy lock (flock exited {status})")
+        raise CommandFailed(f"{self.remote.label}: cannot take the deploy lock (flock exited {status})")
 
     def __exit__(self, *exc) -> None:
         self.release()
@@ -113,11 +121,15 @@ class HostLock:
 
 
 def _read_holder(remote) -> dict | None:
-    out = remote.run(f"cat {LOCK_DIR}/holder.json 2>/dev/null || true").stdout.strip()
+    return _parsed(remote.run(f"cat {_HOLDER} 2>/dev/null || true").stdout.strip())
+
+
+def _parsed(text: bytes | str) -> dict | None:
     try:
-        return json.loads(out) if out else None
-    except json.JSONDecodeError:
+        found = json.loads(text) if text else None
+    except ValueError:
         return None
+    return found if isinstance(found, dict) else None
 
 
 def current_holder(remote) -> dict | None:

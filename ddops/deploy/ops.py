@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
+from ddops import exits, systemd
 from ddops.deploy import history
-from ddops import systemd
 from ddops.deploy.desired import api_key_of, env_file_of, unit_argv
 from ddops.deploy.facts import STATE, UnitState, unit_state
 from ddops import server_info, spec_metrics
@@ -22,7 +22,7 @@ from ddops.deploy.tunnel import reachable
 from ddops.render import read_header
 
 
-class OpsError(Exception):
+class OpsError(exits.BadInput):
     """Bad input for an operation (unknown unit, no such history entry): exit 2."""
 
 
@@ -151,21 +151,24 @@ GOOD = ("passed", "adopted")   # results a rollback may return to (adopted: hand
 def previous_good(entries: list[history.Entry], current_hash: str | None) -> history.Entry | None:
     """Pure: the newest entry that passed its gate (or was adopted) and is not what runs now."""
     for entry in reversed(entries):
-        if entry.meta.get("result") in GOOD and entry.meta.get("hash") != current_hash:
+        if entry.record.result in GOOD and entry.record.hash != current_hash:
             return entry
     return None
 
 
 def desired_of(remote, entry: history.Entry) -> tuple[Desired, GateSpec]:
     unit_text, env_kept = history.files(remote, entry)
-    meta = entry.meta
+    record = entry.record
+    if record.gate_spec is None:
+        raise OpsError(f"{remote.host.name}: history entry {entry.id} of {entry.unit_name} ({record.result}) "
+                       "holds no gate spec to gate a return to it with")
     try:    # history keeps fingerprints, not keys: the key comes from the host's env file now
-        env_text = history.restore_secrets(env_kept, remote.read_text(meta["env_path"]))
+        env_text = history.restore_secrets(env_kept, remote.read_text(record.env_path))
     except history.SecretMissing as err:
         raise OpsError(f"{remote.host.name}: history entry {entry.id} of {entry.unit_name}: {err}") from None
-    desired = Desired(entry.unit_name, meta["unit_path"], unit_text, meta["env_path"], env_text,
-                      meta.get("profile", "?"), meta.get("hash", ""))
-    return desired, GateSpec.from_dict(meta["gate_spec"])
+    desired = Desired(entry.unit_name, record.unit_path, unit_text, record.env_path, env_text,
+                      record.profile, record.hash)
+    return desired, record.gate_spec
 
 
 def logs_command(unit: str, lines: int, follow: bool) -> str:

@@ -54,7 +54,7 @@ def find(remote, unit: str, to: str | None, profiles_dir: Path | None = None) ->
 def profile_of(entry: history.Entry, unit_text: str, host, profiles_dir: Path | None = None
                ) -> tuple[Profile | None, str | None]:
     """(the profile that rendered the entry's unit, None) or (None, why it is not known)."""
-    name = entry.meta.get("profile")
+    name = entry.record.profile
     if not name or name == "?":
         return None, f"entry {entry.id} names no profile"
     port = read_launch(unit_argv(unit_text)).get("service.port")
@@ -63,6 +63,6 @@ def profile_of(entry: history.Entry, unit_text: str, host, profiles_dir: Path | 
         rendered = render(profile, host, unit_name=entry.unit_name, port=int(port) if port else None)
     except (ConfigError, ValueError) as err:
         return None, f"profile {name} of entry {entry.id} cannot be rendered here ({str(err).splitlines()[0]})"
-    if rendered.content_hash != entry.meta.get("hash"):
+    if rendered.content_hash != entry.record.hash:
         return None, f"profile {name} has changed since entry {entry.id} was deployed"
     return profile, None

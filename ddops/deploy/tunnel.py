@@ -59,7 +59,7 @@ def reachable(remote, base_url: str) -> Iterator[str]:
 @contextlib.contextmanager
 def dialable(host, url: str) -> Iterator[str]:
     """url itself when this machine can dial it; else, while the context lasts, a local URL
-    tunnelled through an SSH connection to host opened here. RemoteError when the host cannot
+    tunnelled through an SSH connection to host opened here. Unreachable when the host cannot
     be reached. A host at 127.0.0.1 is this machine: its loopback URLs are dialed as they are."""
     this_machine = is_loopback(url) and is_loopback(f"http://{host.address}")
     if this_machine or not needs_tunnel(url, behind_ssh(host)):

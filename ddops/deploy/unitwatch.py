@@ -6,7 +6,7 @@ from the last state ddops saw, or after WAIT_S with the same state. The gate kee
 meanwhile (the poll runs on its own SSH channel), so a service that turns healthy is gated as
 fast as before, a crash or restart is seen within STEP_S plus a round trip, and a quiet unit
 costs one command per WAIT_S. A poll that does not answer within WAIT_S + GRACE_S means the
-connection is gone: RemoteError, as for any command.
+connection is gone: ConnectionLost, as for any command.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from ddops import systemd
 from ddops.deploy.facts import UnitState, unit_show
 from ddops.remote.become import collect
-from ddops.remote.session import LOST, RemoteError
+from ddops.remote.session import LOST, CommandFailed, ConnectionLost
 
 WAIT_S = 4.0     # longest a poll stays on the host with nothing changed
 STEP_S = 0.2     # how often the host re-reads the state
@@ -63,7 +63,7 @@ class UnitWatch:
             self._take(self._collect())
             self._start()
         elif time.monotonic() - self._since > self.wait_s + GRACE_S:
-            raise RemoteError(f"{self.remote.label}: watching {self.unit}: no answer in "
+            raise ConnectionLost(f"{self.remote.label}: watching {self.unit}: no answer in "
                               f"{self.wait_s + GRACE_S:.0f} s: connection lost")
         return self._state
 
@@ -88,9 +88,9 @@ class UnitWatch:
             if chan.exit_status_ready():
                 return True
             if chan.closed or not chan.get_transport().is_active():
-                raise RemoteError(f"{self.remote.label}: watching {self.unit}: connection lost")
+                raise ConnectionLost(f"{self.remote.label}: watching {self.unit}: connection lost")
         except LOST as exc:
-            raise RemoteError(f"{self.remote.label}: watching {self.unit}: connection lost: {exc}") from None
+            raise ConnectionLost(f"{self.remote.label}: watching {self.unit}: connection lost: {exc}") from None
         return False
 
     def _collect(self) -> str:
@@ -101,5 +101,5 @@ class UnitWatch:
             chan.close()
         if status != 0:
             reason = err.strip().splitlines()[-1:] or ["(no output)"]
-            raise RemoteError(f"{self.remote.label}: watching {self.unit}: exited {status}: {reason[0]}")
+            raise CommandFailed(f"{self.remote.label}: watching {self.unit}: exited {status}: {reason[0]}")
         return out

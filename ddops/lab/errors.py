@@ -1,22 +1,17 @@
-"""Errors of the lab and install parts: one line naming what failed and why."""
+"""Errors of the lab and install parts: one line naming what failed and why. Their exit codes
+come from their causes (ddops.exits): a lab host or an install step that failed needs an
+operator (3); a bad count, host name or setting, or not being root, is bad input (2)."""
+
+from ddops import exits
 
 
-class LabError(Exception):
+class LabError(exits.HostFailed):
     """A lab operation failed; the message is one line with the cause and, where useful, a hint."""
 
-    exit_code = 1
-    meaning = "lab or install operation failed"
 
-
-class NotRootError(LabError):
-    """The lab creates namespaces, bridges and containers: only root may do that."""
-
-    exit_code = 2
-    meaning = None  # the exit code's own meaning (ddops.exits)
-
-
-class LabUsageError(LabError):
+class LabUsageError(exits.BadInput, LabError):
     """Bad input (a host name, a count, a lab setting): nothing was touched."""
 
-    exit_code = 2
-    meaning = None  # the exit code's own meaning (ddops.exits)
+
+class NotRootError(LabUsageError):
+    """The lab creates namespaces, bridges and containers: only root may do that."""

@@ -4,14 +4,17 @@
 a Remote as an argument and runs commands and file operations as root through it (directly, or
 through sudo when the inventory says `become: sudo`).
 
-  session.py    Remote: run, read, write (atomic, mode and owner), channels
+  session.py    Remote: run, read, write (atomic, mode and owner), channels; its errors, one
+                class per cause (Unreachable, ConnectionLost, CommandFailed, BadSetup)
+  framing.py    several answers in one remote read, which no content can confuse
   become.py     sudo wrapping, password on stdin only
   sshconfig.py  inventory + ~/.ssh/config (alias, HostName, Port, User, IdentityFile, ProxyJump)
   connect.py    keys and agent, host-key checking, `hosts trust` support
 """
 
 from ddops.remote.connect import connect, fingerprint, host_key, known_hosts_of, recorded_keys
-from ddops.remote.session import Remote, RemoteError, Result, last_line, short
+from ddops.remote.session import (BadSetup, CommandFailed, ConnectionLost, Remote, RemoteError, Result,
+                                  Unreachable, last_line, short)
 
-__all__ = ["Remote", "RemoteError", "Result", "connect", "fingerprint", "host_key", "known_hosts_of",
-           "last_line", "recorded_keys", "short"]
+__all__ = ["BadSetup", "CommandFailed", "ConnectionLost", "Remote", "RemoteError", "Result", "Unreachable",
+           "connect", "fingerprint", "host_key", "known_hosts_of", "last_line", "recorded_keys", "short"]

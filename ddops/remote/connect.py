@@ -17,30 +17,31 @@ import fabric
 import paramiko
 
 from ddops.remote.become import BecomeError, become_of
-from ddops.remote.session import Remote, RemoteError
+from ddops.remote.session import BadSetup, Remote, Unreachable
 from ddops.remote.sshconfig import Endpoint, endpoint
 
 
 # AES-GCM first: one AEAD call per packet instead of AES-CTR plus a separate HMAC, which costs
-# paramiko ~25% of its CPU per byte sent (ddops.install.bench_push measures it). The rest of
+# paramiko ~25% of its CPU per byte sent (ddops.lab.bench_push measures it). The rest of
 # paramiko's list follows, so a server without GCM still negotiates.
 FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 
 
 def connect(host, connect_timeout: float = 15, ciphers: tuple[str, ...] = FAST_CIPHERS) -> Remote:
-    """Open a host-key-verified connection to host; RemoteError (one line) when that is not possible.
+    """Open a host-key-verified connection to host. Unreachable (one line) when the host cannot be
+    reached or refuses us, BadSetup when this machine's side is missing (keys, known_hosts, become).
     ciphers: offered before paramiko's own order (which follows them)."""
     label = f"{host.name} ({host.address})"
     try:
         where = endpoint(host)
         become = become_of(host)
     except (OSError, BecomeError) as exc:
-        raise RemoteError(f"{label}: {exc}") from None
+        raise BadSetup(f"{label}: {exc}") from None
     for key in where.keys:
         if not os.path.isfile(key):
-            raise RemoteError(f"{label}: ssh key {key}: no such file")
+            raise BadSetup(f"{label}: ssh key {key}: no such file")
     if host.known_hosts and not os.path.isfile(host.known_hosts):
-        raise RemoteError(f"{label}: known_hosts {host.known_hosts}: no such file (lab hosts: run `ddops lab up`)")
+        raise BadSetup(f"{label}: known_hosts {host.known_hosts}: no such file (lab hosts: run `ddops lab up`)")
     gateway = _connection(where.jump, host, connect_timeout, ciphers=ciphers) if where.jump else None
     connection = _connection(where, host, connect_timeout, gateway, ciphers)
     remote = Remote(host, connection, become)
@@ -48,16 +49,16 @@ def connect(host, connect_timeout: float = 15, ciphers: tuple[str, ...] = FAST_C
     try:
         open_or_close(connection)
     except paramiko.BadHostKeyException:
-        raise RemoteError(f"{remote.label}: host key does not match {known_hosts_of(host)}; refusing to connect "
+        raise Unreachable(f"{remote.label}: host key does not match {known_hosts_of(host)}; refusing to connect "
                           "(if the host was re-created, run `ddops lab up` again or `ddops hosts trust`)") from None
     except paramiko.AuthenticationException as exc:
         keys = ", ".join(where.keys) or "agent and default keys"
-        raise RemoteError(f"{remote.label}: {keys} refused for {where.label}: {exc}") from None
+        raise Unreachable(f"{remote.label}: {keys} refused for {where.label}: {exc}") from None
     except paramiko.SSHException as exc:
-        raise RemoteError(f"{remote.label}: {exc} ({where.label}; known_hosts: {known_hosts_of(host)}; "
+        raise Unreachable(f"{remote.label}: {exc} ({where.label}; known_hosts: {known_hosts_of(host)}; "
                           f"`ddops hosts trust {host.name}` records a new host's key)") from None
     except (OSError, socket.timeout, EOFError) as exc:
-        raise RemoteError(f"{remote.label}: cannot connect to port {where.port} ({where.label}): {exc}") from None
+        raise Unreachable(f"{remote.label}: cannot connect to port {where.port} ({where.label}): {exc}") from None
     return remote
 
 
@@ -107,22 +108,25 @@ def trust(client: paramiko.SSHClient, host) -> None:
 
 
 def host_key(host, timeout: float = 15) -> tuple[str, str, str]:
-    """(known_hosts name, key type, base64 key) the host presents, read without authenticating.
-    A jump host must already be trusted (the key is read through it)."""
+    """(known_hosts name, key type, base64 key) the host presents, read without authenticating;
+    Unreachable when it presents none. A jump host must already be trusted (the key is read through it)."""
     where = endpoint(host)
-    sock = None
-    if where.jump:
-        gateway = _connection(where.jump, host, timeout)
-        open_or_close(gateway)
-        sock = gateway.transport.open_channel("direct-tcpip", (where.hostname, where.port), ("", 0))
-    else:
-        sock = socket.create_connection((where.hostname, where.port), timeout=timeout)
-    transport = paramiko.Transport(sock)
     try:
-        transport.start_client(timeout=timeout)
-        key = transport.get_remote_server_key()
-    finally:
-        transport.close()
+        if where.jump:
+            gateway = _connection(where.jump, host, timeout)
+            open_or_close(gateway)
+            sock = gateway.transport.open_channel("direct-tcpip", (where.hostname, where.port), ("", 0))
+        else:
+            sock = socket.create_connection((where.hostname, where.port), timeout=timeout)
+        transport = paramiko.Transport(sock)
+        try:
+            transport.start_client(timeout=timeout)
+            key = transport.get_remote_server_key()
+        finally:
+            transport.close()
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise Unreachable(f"{host.name} ({host.address}): cannot read its host key on port {where.port} "
+                          f"({where.label}): {exc or type(exc).__name__}") from None
     name = where.hostname if where.port == 22 else f"[{where.hostname}]:{where.port}"
     return name, key.get_name(), key.get_base64()
 

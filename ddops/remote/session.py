@@ -9,7 +9,6 @@ never sits in a file readable by others.
 
 from __future__ import annotations
 
-import base64
 import logging
 import posixpath
 import shlex
@@ -24,7 +23,8 @@ import fabric
 import invoke
 import paramiko
 
-from ddops.remote import sshconfig
+from ddops import exits
+from ddops.remote import framing, sshconfig
 from ddops.remote.become import Become, run_channel
 
 LOST = (paramiko.SSHException, OSError, EOFError)
@@ -33,7 +33,29 @@ log = logging.getLogger("ddops.remote")     # `ddops --debug` prints it (ddops.c
 
 
 class RemoteError(Exception):
-    """An SSH operation failed; one line naming the host, what was attempted and why."""
+    """An SSH operation failed; one line naming the host, what was attempted and why. Raised as
+    one of the four causes below, each an exits cause of its own."""
+
+
+class BadSetup(RemoteError, exits.BadInput):
+    """This machine's side cannot connect: an ssh key or known_hosts file missing, become unusable."""
+
+
+class Unreachable(RemoteError, exits.Unreachable):
+    """The connection could not be opened: no route, refused, host key, login. Nothing ran."""
+
+
+class ConnectionLost(RemoteError, exits.ConnectionLost):
+    """The connection dropped after it opened (a command in flight may have run or not)."""
+
+
+class CommandFailed(RemoteError, exits.HostFailed):
+    """A command exited non-zero (`result` holds it) or ran past its time (`result` is None), or a
+    file operation failed, on a connection that is still up."""
+
+    def __init__(self, message: str, result: "Result | None" = None):
+        super().__init__(message)
+        self.result = result
 
 
 @dataclass(frozen=True)
@@ -78,15 +100,15 @@ class Remote:
         try:
             status, out, err = self._execute(command, timeout, stream)
         except (invoke.CommandTimedOut, TimeoutError):
-            raise RemoteError(f"{self.label}: `{short(command)}` still running after {timeout} s") from None
+            raise CommandFailed(f"{self.label}: `{short(command)}` still running after {timeout} s") from None
         except LOST as exc:
-            raise RemoteError(f"{self.label}: `{short(command)}`: connection lost: {exc}") from None
+            raise ConnectionLost(f"{self.label}: `{short(command)}`: connection lost: {exc}") from None
         if status == -1 and not self.alive():    # the channel closed without an exit status
-            raise RemoteError(f"{self.label}: `{short(command)}`: connection lost")
+            raise ConnectionLost(f"{self.label}: `{short(command)}`: connection lost")
         result = Result(command, status, out, err)
         if check and not result.ok:
             reason = last_line(result.stderr) or last_line(result.stdout) or "(no output)"
-            raise RemoteError(f"{self.label}: `{short(command)}` exited {result.exit_code}: {reason}")
+            raise CommandFailed(f"{self.label}: `{short(command)}` exited {result.exit_code}: {reason}", result)
         return result
 
     def _execute(self, command: str, timeout: float | None, stream: bool) -> tuple[int, str, str]:
@@ -108,14 +130,13 @@ class Remote:
             if stdin:
                 chan.sendall(stdin)
         except LOST as exc:
-            raise RemoteError(f"{self.label}: `{short(command)}`: connection lost: {exc}") from None
+            raise self.failed(f"`{short(command)}`", exc) from None
         return chan
 
     def read(self, path: str) -> bytes | None:
         """The file's bytes, or None when it does not exist."""
         if self.become.active:
-            out = self.run(f"if [ -f {q(path)} ]; then printf +; base64 -w0 {q(path)}; fi").stdout.strip()
-            return base64.b64decode(out[1:]) if out.startswith("+") else None
+            return framing.ask(self, framing.file("file", path))["file"]
         self.trips["file reads"] += 1
         try:
             with self.sftp().open(path, "rb") as handle:
@@ -123,13 +144,12 @@ class Remote:
         except FileNotFoundError:
             return None
         except LOST as exc:
-            raise RemoteError(f"{self.label}: read {path}: {exc or 'connection lost'}") from None
+            raise self.failed(f"read {path}", exc) from None
 
     def read_all(self, *paths: str) -> list[bytes | None]:
         """Several files in one round trip: each one's bytes, or None where it does not exist."""
-        script = "; ".join(f"if [ -f {q(p)} ]; then printf +; base64 -w0 {q(p)} || exit 1; fi; echo" for p in paths)
-        lines = self.run(script).stdout.split("\n")[:len(paths)]
-        return [base64.b64decode(line[1:]) if line.startswith("+") else None for line in lines]
+        answers = framing.ask(self, *(framing.file(str(i), p) for i, p in enumerate(paths)))
+        return [answers[str(i)] for i in range(len(paths))]
 
     def read_text(self, path: str) -> str | None:
         data = self.read(path)
@@ -145,7 +165,7 @@ class Remote:
         except FileNotFoundError:
             return False
         except LOST as exc:
-            raise RemoteError(f"{self.label}: stat {path}: {exc or 'connection lost'}") from None
+            raise self.failed(f"stat {path}", exc) from None
 
     def write(self, path: str, data: bytes | str, mode: int = 0o644, owner: str | None = None) -> None:
         """Replace path atomically with data (parent directories are created); owner: user[:group]."""
@@ -189,7 +209,7 @@ class Remote:
                 sftp.remove(tmp)
             except LOST:
                 pass
-            raise RemoteError(f"{self.label}: write {path}: {exc}") from None
+            raise self.failed(f"write {path}", exc) from None
 
     def _place_as_root(self, path: str, tmp: str, mode: int, owner: str | None, upload) -> None:
         staged = f"/tmp/.ddops-upload-{uuid.uuid4().hex}"     # the SSH user's own file, 0600
@@ -198,7 +218,7 @@ class Remote:
                 handle.chmod(0o600)
                 upload(handle)
         except LOST as exc:
-            raise RemoteError(f"{self.label}: upload for {path}: {exc}") from None
+            raise self.failed(f"upload for {path}", exc) from None
         user, _, group = (owner or "root").partition(":")
         parent = posixpath.dirname(path) or "/"
         self.run(f"mkdir -p -m 755 {q(parent)} && install -m {mode:o} -o {q(user)} -g {q(group or user)} "
@@ -206,17 +226,25 @@ class Remote:
                  "exit $status")
 
     def lost(self, exc: BaseException, settle_s: float = 2.0) -> bool:
-        """Whether exc means this connection is gone (a RemoteError, or a socket/SSH error raised
-        by a channel of a transport that is no longer active). A channel may see its socket closed
-        a moment before the transport's reader thread marks the transport inactive: wait for it."""
+        """Whether exc means this connection is gone: a ConnectionLost, or a socket/SSH error raised
+        by a channel of a transport that is no longer active; never a command that exited non-zero
+        (CommandFailed). A channel may see its socket closed a moment before the transport's
+        reader thread marks the transport inactive: wait for it."""
         if isinstance(exc, RemoteError):
-            return True
+            return isinstance(exc, ConnectionLost)
         if not isinstance(exc, LOST):
             return False
         deadline = time.monotonic() + settle_s
         while self.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         return not self.alive()
+
+    def failed(self, what: str, exc: BaseException) -> RemoteError:
+        """The error for a socket/SFTP error while doing `what`: ConnectionLost when the connection
+        went with it, else CommandFailed (a permission denied, a full disk)."""
+        if self.lost(exc):
+            return ConnectionLost(f"{self.label}: {what}: connection lost: {exc or type(exc).__name__}")
+        return CommandFailed(f"{self.label}: {what}: {exc or type(exc).__name__}")
 
     def alive(self) -> bool:
         transport = self.connection.client.get_transport()
@@ -226,7 +254,7 @@ class Remote:
         try:
             return self.connection.sftp()
         except LOST as exc:
-            raise RemoteError(f"{self.label}: sftp: connection lost: {exc}") from None
+            raise self.failed("sftp", exc) from None
 
     def close(self) -> None:
         if self.trips:

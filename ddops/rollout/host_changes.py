@@ -22,10 +22,10 @@ from ddops.deploy.ops import pick_unit, unit_status, units_on
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
 from ddops.deploy.adopt import content_hash
-from ddops.deploy.desired import api_key_of, env_file_of, unit_argv
+from ddops.deploy.desired import api_key_of, env_file_of, health_spec
 from ddops.deploy.facts import unit_state
 from ddops.deploy.tunnel import dialable, reachable
-from ddops.deploy.gate import GateSpec, endpoint, run_health
+from ddops.deploy.gate import GateSpec, run_health
 from ddops.deploy.unitwatch import UnitWatch
 from ddops.render import ENV_DIR, UNIT_DIR, read_header
 
@@ -88,7 +88,7 @@ def _entry_running(remote, unit: str, text: str, env_text) -> str | None:
     if current is None:
         current = content_hash(text, env_text() or "")
     for entry in reversed(history.entries(remote, unit)):
-        if entry.meta.get("hash") == current and entry.meta.get("result") in ops.GOOD:
+        if entry.record.hash == current and entry.record.result in ops.GOOD:
             return entry.id
     return None
 
@@ -149,11 +149,7 @@ def start_unit(remote, unit: str, command: str, timeout_s: float = 300) -> Resul
 
 
 def health_of(remote, unit: str, timeout_s: float) -> GateSpec | None:
-    argv = unit_argv(remote.read_text(unit_paths(unit)[0]))
-    if not argv:
-        return None
-    return GateSpec(base_url=endpoint(argv, remote.host.address), model_path="", served_model="",
-                    algorithm=None, speculative=False, timeout_s=timeout_s)
+    return health_spec(remote.read_text(unit_paths(unit)[0]), remote.host.address, timeout_s)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ def test_status_needs_a_host_or_all():
     assert done.returncode == 2 and "--host NAME or --all" in done.stderr
 
 
-def test_status_exits_3_when_a_host_cannot_be_reached_and_keeps_paramiko_quiet(tmp_path):
+def test_status_exits_6_when_a_host_cannot_be_reached_and_keeps_paramiko_quiet(tmp_path):
     """One host refuses the connection, one answers with a broken SSH banner and hangs up (paramiko
     logs its own 'Error reading SSH protocol banner' unless told not to)."""
     import socket
@@ -73,10 +73,11 @@ def test_status_exits_3_when_a_host_cannot_be_reached_and_keeps_paramiko_quiet(t
         plain = ddops("status", "--all", inventory=path)
     finally:
         server.close()
-    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.returncode == 6, done.stdout + done.stderr
     doc = json.loads(done.stdout)
+    assert (doc["exit_code"], doc["meaning"]) == (6, "host unreachable, nothing changed")
     assert [(r["host"], r["unreachable"]) for r in doc["units"]] == [("closed", True), ("garbled", True)]
-    assert plain.returncode == 3 and "unreachable" in plain.stdout
+    assert plain.returncode == 6 and "unreachable" in plain.stdout
     for out in (done.stderr, plain.stderr):
         assert "Traceback" not in out and "Exception" not in out and "paramiko" not in out, out
 

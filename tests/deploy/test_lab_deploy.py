@@ -2,13 +2,15 @@
 nspawn container, real sshd, the bundled runtime with tiny real models).
 
 The tests run in file order and share one host and one unit, like an operator's day:
-fresh deploy -> no-op re-deploy -> DDTree deploy -> broken deploy reverted -> preflight ->
-lock contention -> rollback -> killed deploy recovered -> secrets."""
+fresh deploy -> no-op re-deploy -> DDTree deploy -> broken deploys reverted -> preflight ->
+lock contention -> rollback -> killed deploy recovered -> `@@` in every recorded field -> secrets
+-> rollback to the `@@` entry."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,10 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from ddops.deploy.facts import unit_state
 from ddops.deploy.lock import Holder, HostLock
-from ddops.remote import connect
+from ddops.remote import CommandFailed, connect
 from tests.conftest import TEST_API_KEY
 from tests.deploy.models import tiny_pair, wide_draft
 
@@ -34,6 +37,8 @@ MISSING_MODEL = str(HERE / "profiles" / "cpu-ar-missing-model.yaml")
 UNIT, PORT = "ddtest.service", "30100"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 ENV_PATH = "/etc/ddops/ddtest.env"
+HISTORY = f"/var/lib/ddops/history/{UNIT}"
+MODELS = "/var/lib/ddops/models"
 TARGET = ("--unit", UNIT, "--port", PORT)
 
 
@@ -172,9 +177,16 @@ def test_second_deploy_is_refused_while_the_lock_is_held(site):
     holder = Holder("alice", "ci-runner-7", 4242, "ddops deploy cpu-ar --host x", time.time())
     with connect(site.host) as remote, HostLock(remote, holder):
         code, out = site.deploy("cpu-dflash")
-    assert code == 4, out
-    assert "alice@ci-runner-7 pid 4242" in out["message"]
+    assert (code, out["meaning"], out["result"]) == (4, "lock held", "locked"), out
+    assert "alice@ci-runner-7 pid 4242" in out["error"] and out["holder"]["user"] == "alice"
     assert site.unit_bytes() == before
+
+
+def test_a_command_that_exits_non_zero_is_not_a_lost_connection(site):
+    with pytest.raises(CommandFailed) as failed:
+        site.remote.run("echo no >&2; exit 3")
+    assert failed.value.result.exit_code == 3 and "exited 3: no" in str(failed.value)
+    assert not site.remote.lost(failed.value) and site.remote.run("echo up").stdout == "up\n"
 
 
 def test_rollback_to_an_earlier_history_entry(site):
@@ -244,6 +256,32 @@ def test_a_failed_revert_exits_3_and_says_what_the_host_holds(site):
     assert site.chat().status_code == 200
 
 
+def test_a_history_holding_at_signs_and_frame_separators_lists(site, tmp_path):
+    """`@@` and the history framing's own separators (space, +, -) in every field a deploy records
+    that may hold them: the model path (gate spec, the forced refusals and the diagnosis's journal
+    evidence of the MISSING_MODEL entry above, the gate's details), the smoke message (gate spec),
+    the profile's path (the holder's command) and name (+ and -). (The tiny model answers a smoke
+    message holding a newline with newlines only; newlines and NULs in every field:
+    tests/ops/test_framing.py.) The last test rolls back to this entry."""
+    odd = tmp_path / "odd@@ +-"
+    odd.mkdir()
+    model = f"{MODELS}/tiny@@ +-llama"
+    site.remote.run(f"rm -rf {shlex.quote(model)} && cp -r {MODELS}/tiny-llama {shlex.quote(model)}")
+    (odd / "cpu-ar+-odd.yaml").write_text(yaml.safe_dump({"extends": "cpu-ar", "model": {"path": model}, "smoke": {
+        "messages": [{"role": "user", "content": "Count from one to ten in words. @@ +-"}]}}))
+    code, out = site.deploy(str(odd / "cpu-ar+-odd.yaml"))
+    assert code == 0, out
+    listed = site.ddops("history", "--host", site.name, "--unit", UNIT, "--json")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    entries = {e["id"]: e for e in json.loads(listed.stdout)["entries"]}
+    assert "odd@@ +-/cpu-ar+-odd.yaml" in entries[out["history_entry"]]["command"]
+    gone = next(e for e in entries.values() if e["profile"] == "cpu-ar-missing-model")
+    assert (gone["result"], gone["diagnosis"]) == ("failed-reverted", ["model-path-missing"])
+    meta = json.loads(site.remote.run(f"cat {HISTORY}/{gone['id']}-*/meta.json").stdout)
+    assert "@@ +-/not-pushed" in meta["forced"][0]["reason"] and "@@ +-" in meta["diagnosis"][0]["evidence"]
+    site.odd_entry, site.odd_model = out["history_entry"], model
+
+
 def test_secrets_reach_only_the_0600_env_file(site):
     key = "sk-ddtest-4f1d9c"
     code, out = site.deploy(WITH_KEY, env={"DDTEST_API_KEY": key})
@@ -257,3 +295,11 @@ def test_secrets_reach_only_the_0600_env_file(site):
     listing = site.ddops("history", "--host", site.name, "--unit", UNIT, "--json").stdout
     logs = site.ddops("logs", "--host", site.name, "--unit", UNIT, "-n", "300").stdout
     assert key not in listing and key not in logs
+
+
+
+def test_a_rollback_to_an_entry_holding_at_signs_passes_its_gate(site):
+    back = site.ddops("rollback", "--host", site.name, "--unit", UNIT, "--to", site.odd_entry, "--yes", "--json")
+    assert back.returncode == 0, back.stdout + back.stderr
+    gate = json.loads(back.stdout)["gate"]      # the key is the one the secrets test left on the host
+    assert gate["passed"] and site.odd_model in gate["checks"][-1]["detail"], gate

@@ -35,7 +35,7 @@ def test_hosts_trust_shows_the_fingerprint_and_records_only_when_confirmed(deplo
     pub = host.known_hosts.parent / "hosts" / host.name / "ssh_host_ed25519_key.pub"
     expected = subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True).stdout.split()[1]
     unknown = ddops("status", "--host", host.name, "--inventory", inv)
-    assert unknown.returncode == 3                            # never trusted on first use
+    assert unknown.returncode == 6                            # never trusted on first use: unreachable
     asked = ddops("hosts", "trust", host.name, "--inventory", inv)
     assert asked.returncode == 2 and expected in asked.stdout and not known.exists()
     done = ddops("hosts", "trust", host.name, "--inventory", inv, "--yes")
@@ -67,7 +67,7 @@ def test_a_host_alias_of_an_ssh_config_and_the_agent_reach_the_host(deploy_lab, 
     env = dict(part.split("=", 1) for part in agent.replace(";", "\n").split() if "=" in part)
     try:
         no_agent = ddops("status", "--host", "far", "--inventory", inv, env={"SSH_AUTH_SOCK": ""})
-        assert no_agent.returncode == 3                       # no key file named, no agent: refused
+        assert no_agent.returncode == 6                       # no key file named, no agent: refused
         subprocess.run(["ssh-add", str(host.ssh_key)], env={**os.environ, **env}, check=True,
                        capture_output=True)
         with_agent = ddops("status", "--host", "far", "--inventory", inv, "--json", env=env)

@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+from ddops import exits
 from tests.deploy.cutting_proxy import CuttingProxy
 from tests.deploy.models import tiny_pair
 from tests.deploy.test_lab_deploy import HERE
@@ -58,7 +59,9 @@ def test_a_deploy_losing_its_connection_exits_3_with_json(cut_inventory, cut_aft
     assert proxy.cuts >= 1
     assert done.returncode == 3, done.stdout + done.stderr
     doc = json.loads(done.stdout)
-    assert doc["exit_code"] == 3 and doc["result"] in ("host-error", "revert-failed")
+    # cut before the change began: the shell's envelope; once it began: the deploy's own document
+    assert (doc["exit_code"], doc["meaning"]) == (3, exits.MEANING[3]) and doc["error"], doc
+    assert doc.get("result", "host-error") in ("host-error", "revert-failed"), doc
     assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
 
 

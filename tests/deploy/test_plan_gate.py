@@ -1,11 +1,11 @@
 """Pure cores of deploy: facts parsing, planning (diffs, masking, no-change), gate decisions."""
 
-import base64
+import json
 
 import httpx
 
 from ddops.deploy.desired import env_value, unit_argv
-from ddops.deploy.facts import Facts, UnitState, parse_facts
+from ddops.deploy.facts import Facts, UnitState, facts_of
 from ddops.deploy.gate import (GateSpec, _acceptance, check_acceptance, check_server_info, check_smoke,
                                check_unit, endpoint)
 from ddops.deploy.history import next_dirname
@@ -72,11 +72,11 @@ def test_unfinished_deploy_is_recovered_first():
     assert [s.action for s in plan.steps] == ["recover"]
 
 
-def test_parse_facts_keeps_bytes_and_tells_missing_from_empty():
-    b64 = lambda t: "+" + base64.b64encode(t.encode()).decode()  # noqa: E731
-    out = (f"\n@@unit\n{b64(UNIT)}\n@@env\n+\n@@show\nActiveState=active\nSubState=running\n"
-           "NRestarts=2\nExecMainStartTimestampMonotonic=123\n@@pending\n\n@@history\n0001-a\n0002-b\n@@now\n17\n")
-    f = parse_facts("llm.service", out)
+def test_facts_keep_bytes_and_tell_missing_from_empty():
+    answers = {"unit": UNIT.encode(), "env": b"", "pending": None, "now": b"17\n",
+               "show": b"ActiveState=active\nSubState=running\nNRestarts=2\nExecMainStartTimestampMonotonic=123\n",
+               "history": b"0001-a\n0002-b\n"}
+    f = facts_of("llm.service", answers)
     assert f.unit_text == UNIT and f.env_text == "" and f.pending is None
     assert f.state.active == "active" and f.state.restarts == 2 and f.state.started_us == 123
     assert f.history_ids == ("0001-a", "0002-b") and f.host_time == 17
@@ -145,9 +145,10 @@ def test_history_ids_grow():
 
 
 def test_rollback_default_is_the_newest_passed_entry_unlike_the_current_one():
-    from ddops.deploy.history import Entry
+    from ddops.deploy.history import Entry, Record
     from ddops.deploy.ops import previous_good
-    e = lambda n, h, r: Entry("llm.service", f"{n:04d}-x", {"hash": h, "result": r})  # noqa: E731
+    e = lambda n, h, r: Entry("llm.service", f"{n:04d}-x", Record.from_json(json.dumps({"hash": h, "result": r}),  # noqa: E731
+                                                                           "llm.service"))
     entries = [e(1, "a", "passed"), e(2, "b", "passed"), e(3, "c", "failed-reverted"), e(4, "b", "passed")]
     assert previous_good(entries, "b").id == "0001"
     assert previous_good(entries, "a").id == "0004"

@@ -3,9 +3,10 @@ exactly (the lab test in test_lab_refuse.py runs the refusal on a real host)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from ddops.deploy.history import Entry
+from ddops.deploy.history import Entry, Record
 from ddops.deploy.rollback import profile_of
 from ddops.inventory import Gpu, Host
 from ddops.profile import load_profile
@@ -18,7 +19,8 @@ HOST = Host(name="g1", address="10.0.0.5", gpu=Gpu(kind="RTX A6000", count=1, me
 def entry_for(name: str, **change) -> tuple[Entry, str]:
     rendered = render(load_profile(name, PROFILES), HOST, unit_name="ddx.service", port=30110)
     meta = {"profile": name, "hash": rendered.content_hash, **change}
-    return Entry("ddx.service", "0003-20260101T000000Z", meta), rendered.unit_text
+    return Entry("ddx.service", "0003-20260101T000000Z", Record.from_json(json.dumps(meta), "ddx.service")), \
+        rendered.unit_text
 
 
 def test_the_entrys_profile_is_used_while_it_renders_the_same_unit():

@@ -1,5 +1,6 @@
 """CI-mode contract of the mutating commands: bad input and missing consent exit 2 before any
-host is contacted (the inventory's host address has nothing listening)."""
+host is contacted (the inventory's host address has nothing listening); a host that cannot be
+reached exits 6."""
 
 import json
 
@@ -81,7 +82,8 @@ def test_shadow_start_with_unknown_host_is_bad_input(env):
     assert result.exit_code == 2 and "web-7" in doc["error"]
 
 
-def test_unreachable_host_is_bad_input_and_nothing_changed(env):
+def test_unreachable_host_exits_6_and_nothing_changed(env):
     result, doc = invoke("switch", "cpu-ar", "--host", "closed", "--yes", "--json")
-    assert result.exit_code == 2 and "cannot connect to port 1" in doc["error"]
+    assert result.exit_code == 6 and "cannot connect to port 1" in doc["error"]
+    assert doc["meaning"] == "host unreachable, nothing changed"
     assert not (env / "state" / "results").exists()
