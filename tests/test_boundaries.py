@@ -6,6 +6,7 @@ project modules import each other, directly or around a loop; no function over 6
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def test_the_contract_needs_only_the_standard_library():
     assert offenders("serving/contract", allowed) == []
 
 
+@functools.cache  # read once per session: tests/test_map.py reads it too
 def module_graph() -> dict[str, set[str]]:
     """Project module -> project modules it imports. `from pkg import submodule` depends on the
     submodule, not on the package's __init__."""

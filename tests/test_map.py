@@ -9,13 +9,11 @@ import functools
 import re
 from pathlib import Path
 
-from tests import test_boundaries
-from tests.test_boundaries import cycles, imported_modules, package_of
+from tests.test_boundaries import cycles, imported_modules, module_graph, package_of
 
 REPO = Path(__file__).resolve().parent.parent
 PAGE = (REPO / "docs/architecture.md").read_text()
 TICKED = re.compile(r"`([^`]+)`")
-module_graph = functools.cache(test_boundaries.module_graph)  # read once for every test here
 
 
 @functools.cache
