@@ -12,9 +12,9 @@ through sudo when the inventory says `become: sudo`).
   connect.py    keys and agent, host-key checking, `hosts trust` support
 """
 
-from ddops.remote.connect import connect, fingerprint, host_key, known_hosts_of, recorded_keys
+from ddops.remote.connect import connect, fingerprint, host_key, known_hosts_of, recorded_keys, setup
 from ddops.remote.session import (BadSetup, CommandFailed, ConnectionLost, Remote, RemoteError, Result,
                                   Unreachable, last_line, short)
 
 __all__ = ["BadSetup", "CommandFailed", "ConnectionLost", "Remote", "RemoteError", "Result", "Unreachable",
-           "connect", "fingerprint", "host_key", "known_hosts_of", "last_line", "recorded_keys", "short"]
+           "connect", "fingerprint", "host_key", "known_hosts_of", "last_line", "recorded_keys", "setup", "short"]

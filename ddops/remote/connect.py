@@ -31,17 +31,7 @@ def connect(host, connect_timeout: float = 15, ciphers: tuple[str, ...] = FAST_C
     """Open a host-key-verified connection to host. Unreachable (one line) when the host cannot be
     reached or refuses us, BadSetup when this machine's side is missing (keys, known_hosts, become).
     ciphers: offered before paramiko's own order (which follows them)."""
-    label = f"{host.name} ({host.address})"
-    try:
-        where = endpoint(host)
-        become = become_of(host)
-    except (OSError, BecomeError) as exc:
-        raise BadSetup(f"{label}: {exc}") from None
-    for key in where.keys:
-        if not os.path.isfile(key):
-            raise BadSetup(f"{label}: ssh key {key}: no such file")
-    if host.known_hosts and not os.path.isfile(host.known_hosts):
-        raise BadSetup(f"{label}: known_hosts {host.known_hosts}: no such file (lab hosts: run `ddops lab up`)")
+    where, become = setup(host)
     gateway = _connection(where.jump, host, connect_timeout, ciphers=ciphers) if where.jump else None
     connection = _connection(where, host, connect_timeout, gateway, ciphers)
     remote = Remote(host, connection, become)
@@ -60,6 +50,23 @@ def connect(host, connect_timeout: float = 15, ciphers: tuple[str, ...] = FAST_C
     except (OSError, socket.timeout, EOFError) as exc:
         raise Unreachable(f"{remote.label}: cannot connect to port {where.port} ({where.label}): {exc}") from None
     return remote
+
+
+def setup(host) -> tuple[Endpoint, object]:
+    """What this machine needs to connect to host (its endpoint and become settings), checked
+    without touching the network: BadSetup (bad input) when a key, known_hosts or become is missing."""
+    label = f"{host.name} ({host.address})"
+    try:
+        where = endpoint(host)
+        become = become_of(host)
+    except (OSError, BecomeError) as exc:
+        raise BadSetup(f"{label}: {exc}") from None
+    for key in where.keys:
+        if not os.path.isfile(key):
+            raise BadSetup(f"{label}: ssh key {key}: no such file")
+    if host.known_hosts and not os.path.isfile(host.known_hosts):
+        raise BadSetup(f"{label}: known_hosts {host.known_hosts}: no such file (lab hosts: run `ddops lab up`)")
+    return where, become
 
 
 def _connection(where: Endpoint, host, timeout: float, gateway=None,

@@ -34,6 +34,7 @@ HOST_COMMANDS = {   # name -> argv with {h} for the host; --json is added where 
     "switch": ["switch", "cpu-ar", "--host", "{h}", "--yes"],
     "shadow start": ["shadow", "start", "cpu-ar", "--host", "{h}", "--yes"],
     "hosts trust": ["hosts", "trust", "{h}", "--yes"],
+    "rollout": ["rollout", "{plan}", "--yes"],
 }
 NO_JSON = {"hosts trust"}
 CAUSES = {          # cause -> (inventory host, exit code)
@@ -53,13 +54,15 @@ def world(tmp_path_factory):
     closed = {"address": "127.0.0.1", "ssh_port": 1}
     (folder / "inventory.yaml").write_text(yaml.safe_dump({"hosts": {
         "closed": closed, "keyless": {**closed, "ssh_key": str(folder / "no-such-key")}}}))
+    for host, _ in CAUSES.values():
+        (folder / f"plan-{host}.yaml").write_text(yaml.safe_dump({"profile": "cpu-ar", "hosts": [host]}))
     return folder
 
 
 def run(world, monkeypatch, command: str, host: str, as_json: bool):
     monkeypatch.setenv("DDOPS_INVENTORY", str(world / "inventory.yaml"))
     monkeypatch.setenv("DDOPS_STATE", str(world / "state"))
-    argv = [a.format(h=host, models=world / "model") for a in HOST_COMMANDS[command]]
+    argv = [a.format(h=host, models=world / "model", plan=world / f"plan-{host}.yaml") for a in HOST_COMMANDS[command]]
     return runner.invoke(app, [*argv, *(["--json"] if as_json else [])], input="")
 
 
@@ -80,9 +83,10 @@ def test_every_host_command_exits_with_its_causes_code(world, monkeypatch, comma
     envelope = json.loads(doc.stdout)     # one document, nothing else on stdout
     Envelope.model_validate(envelope)
     assert (envelope["exit_code"], envelope["ok"], envelope["meaning"]) == (code, False, exits.MEANING[code])
-    assert envelope["error"], envelope
+    # one line says why: the error, or for a rollout each host's detail
+    assert envelope["error"] or all(h["detail"] for h in envelope["hosts"].values()), envelope
     if code == exits.UNREACHABLE:
-        assert "cannot connect to port 1" in envelope["error"] or "port 1" in json.dumps(envelope)
+        assert "cannot connect to port 1" in json.dumps(envelope)
 
 
 def causes_raised() -> list[tuple[BaseException, int]]:

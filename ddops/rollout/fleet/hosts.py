@@ -13,12 +13,12 @@ from ddops import exits
 from ddops.inventory import load_inventory
 from ddops.profile import load_profile
 from ddops.profile.analysis import AnalysisSpec
-from ddops.remote import RemoteError, connect
+from ddops.remote import RemoteError, Unreachable, connect, setup
 from ddops.rollout import host_changes
 from ddops.rollout.fleet.bake import Endpoint
 from ddops.rollout.fleet.loop import Limits, MAX_WORKERS, Outcome
 from ddops.rollout.fleet.notify import NotifyError, webhooks
-from ddops.rollout.fleet.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, HostState,
+from ddops.rollout.fleet.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, UNREACHABLE, HostState,
                                  PlanError, RolloutPlan)
 
 RESULT_STATUS = {"deployed": DONE, "unchanged": DONE, "locked": LOCKED, "refused": FAILED,
@@ -53,6 +53,8 @@ def resolve(plan: RolloutPlan, inventory_path: Path | None) -> Fleet:
         if not names:
             raise PlanError(f"{plan.source}: selector: no inventory host has labels {dict(plan.selector)}")
     targets = {h: host_changes.load_target(plan.profile, h, inventory=inventory_path) for h in names}
+    for target in targets.values():
+        setup(target.host)      # a missing ssh key or known_hosts file is bad input, found before any host
     policy = profile.rollout
     pick = lambda own, default: default if own is None else own  # noqa: E731
     wave_size = pick(plan.wave_size, policy.wave_size)
@@ -109,8 +111,9 @@ def deployer(fleet: Fleet, command: str, force: bool = False):
             with connect(target.host) as remote:
                 before = host_changes.version_before(remote, target.desired.unit_name)
                 result = host_changes.deploy(remote, target, command, force=force)
-        except RemoteError as err:
-            return Outcome(FAILED, changed=False, detail=f"unreachable: {err}")
+        except RemoteError as err:     # never connected (Unreachable), or lost before the change began
+            return Outcome(UNREACHABLE if isinstance(err, Unreachable) else FAILED, changed=False,
+                           detail=f"unreachable: {err}" if isinstance(err, Unreachable) else str(err))
         status = RESULT_STATUS.get(result.result, FAILED if result.code == exits.FAILED else
                                    DONE if result.code == exits.OK else REVERT_FAILED)
         return Outcome(status, changed=result.result == "deployed", detail=result.message,

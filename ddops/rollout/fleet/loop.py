@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ddops.rollout.fleet.waves import (DONE, FAILED, PENDING, REVERT_FAILED, REVERTED, RUNNING,
+from ddops.rollout.fleet.waves import (DONE, FAILED, NOT_DONE, PENDING, REVERT_FAILED, REVERTED, RUNNING,
                                  RolloutPlan, RolloutState)
 
 MAX_WORKERS = 8
@@ -26,7 +26,7 @@ MAX_WORKERS = 8
 class Outcome:
     """What deploying (or reverting) one host did."""
 
-    status: str  # done, failed, locked, revert_failed (deploy) / reverted, revert_failed (revert)
+    status: str  # done, failed, locked, unreachable, revert_failed (deploy) / reverted, revert_failed (revert)
     changed: bool = False
     detail: str = ""
     before: str | None = None  # the host's version before the deploy (for a later revert)
@@ -107,7 +107,7 @@ class Rollout:
                     return self._halt(f"more than {self.limits.max_failures} failed host(s)")
             if index in self.pause_after and index not in self.state.approved:
                 return self._pause(index)
-        failed = self.state.count(FAILED, "locked", REVERT_FAILED)
+        failed = self.state.count(*NOT_DONE)
         return self._finish("failed" if failed else "succeeded")
 
     def approve(self) -> None:

@@ -21,6 +21,8 @@ from ddops.profile.yamlfile import load_data
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 REVERTED, REVERT_FAILED, LOCKED = "reverted", "revert_failed", "locked"
+UNREACHABLE = "unreachable"     # no connection opened: nothing on the host changed
+NOT_DONE = (FAILED, LOCKED, REVERT_FAILED, UNREACHABLE)    # each counts against max_failures
 PAUSED = "paused"
 PLAN_KEYS = {"profile", "hosts", "selector", "canary", "wave_size", "max_failures", "bake_s",
              "analysis", "pause_after", "notify"}
@@ -233,7 +235,7 @@ class RolloutState:
         return [w for w in todo if w]
 
     def must_halt(self, max_failures: int) -> bool:
-        return self.count(FAILED, LOCKED, REVERT_FAILED) > max_failures
+        return self.count(*NOT_DONE) > max_failures
 
     def to_revert(self) -> list[str]:
         """Hosts this rollout changed and left on the new profile."""
@@ -257,11 +259,13 @@ class RolloutState:
 
 def exit_code(state: RolloutState) -> int:
     """The CI contract: 0 all done, 1 failures reverted (or aborted), 3 a host needs an operator,
-    4 lock held, 5 paused for approval."""
+    4 lock held, 5 paused for approval, 6 a host could not be reached (and none needs an operator)."""
     if state.count(REVERT_FAILED):
         return 3
     if state.status == PAUSED:
         return exits.PAUSED
+    if state.count(UNREACHABLE):
+        return exits.UNREACHABLE
     if state.count(FAILED):
         return 1
     if state.count(LOCKED):
