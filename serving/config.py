@@ -48,6 +48,7 @@ class ServerArgs:
     health_generate_timeout: float = 30.0
     health_generate_interval: float = 5.0
     metrics_require_api_key: bool = False
+    enable_mirror: bool = False
     timeout_keep_alive: float = 5.0
     timeout_request_headers: float = 10.0
     timeout_request_body: float = 30.0
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "after the last; callers share them, so unkeyed probes cannot crowd out requests")
     p.add_argument("--metrics-require-api-key", action="store_true",
                    help="/metrics needs the API key too (default: open, for scrapers)")
+    p.add_argument("--enable-mirror", action="store_true",
+                   help="allow PUT /mirror to copy finished requests to a shadow (docs/mirror.md)")
     p.add_argument("--timeout-keep-alive", type=_positive_float, default=5.0,
                    help="close a keep-alive connection idle this many seconds")
     p.add_argument("--timeout-request-headers", type=_positive_float, default=10.0,

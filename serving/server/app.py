@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from serving import __version__, memory
 from serving.engine import Delta, Engine, Failed, StopRule
 from serving.sampling import SamplingParams
-from serving.server import openapi
+from serving.server import mirror, openapi
 from serving.server import responses as R
 from serving.server.faults import Faults
 from serving.server.generation import Admitted, HealthProbe
@@ -42,6 +42,8 @@ class AppState:
     faults: Faults = field(default_factory=Faults)  # injected by tests only (serving.server.faults)
     prompts: Prompts | None = None     # set by create_app
     started: float = field(default_factory=time.time)
+    mirror_tap: object = None          # serving.server.mirror.Tap once PUT /mirror set a target
+    mirror_sink: object = None         # serving.server.mirror.Sink once a record arrived
 
     @property
     def ready(self) -> bool:
@@ -72,6 +74,7 @@ def create_app(state: AppState) -> FastAPI:
                                        code="not_found" if e.status_code == 404 else None))
 
     _install_routes(app, state)
+    mirror.install(app, state)
     openapi.install(app)
     return app
 
@@ -169,7 +172,8 @@ async def _complete(state: AppState, request: Request, kind: str):
     model = state.args.served_model_name
     # admitted before any response starts: a full queue is a 503, never a 200 with an empty stream
     admitted = Admitted(state.engine, prompt_ids, spec.sampling, rule, request.receive,
-                        arrival=request.scope.get(ARRIVAL), record=state.metrics.observe)
+                        arrival=request.scope.get(ARRIVAL),
+                        record=mirror.recorder(state, prompt_ids, spec.sampling, rule))
     if spec.stream:
         return StreamingResponse(_stream(state, spec, admitted, model), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,87 @@
+"""Mirroring between real runtime processes on loopback: production (plain, --enable-mirror)
+copies its finished requests to a DDTree shadow of the same tiny model, which regenerates and
+compares token by token (docs/mirror.md)."""
+
+import time
+
+import httpx
+import pytest
+
+from tests.rollout.serving_pair import Server, make_checkpoints
+
+KEY = "mirror-test-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mirror")
+    paths = make_checkpoints(root)
+    started = {
+        "production": Server(paths["target"], root / "production.log", "--enable-mirror", api_key=KEY),
+        "shadow": Server(paths["target"], root / "shadow.log", "--speculative-algorithm", "DDTREE",
+                         "--speculative-draft-model-path", str(paths["draft"]), api_key=KEY),
+    }
+    try:
+        yield {name: s.wait_ready() for name, s in started.items()}
+    finally:
+        for s in started.values():
+            s.stop()
+
+
+def chat(url: str, text: str, **extra) -> httpx.Response:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 12, **extra}
+    return httpx.post(url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
+
+
+def settled(url: str, count: int, timeout_s: float = 60.0) -> dict:
+    """The shadow's stats once `count` records are compared or failed (polling, not timing)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = httpx.get(url + "/mirror/stats", headers=AUTH, timeout=5).json()
+        if stats["compared"] + stats["failed"] + stats["dropped"] >= count or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.1)
+
+
+def test_mirrored_greedy_requests_are_equal_token_by_token(pair):
+    prod, shadow = pair["production"].url, pair["shadow"].url
+    before = httpx.get(shadow + "/mirror/stats", headers=AUTH).json()["compared"]
+    tap = httpx.put(prod + "/mirror", json={"url": shadow, "api_key": KEY, "sample": 1.0}, headers=AUTH)
+    assert tap.status_code == 200 and tap.json()["target"] == shadow
+    texts = [f"Tell me about the number {i}. My key is sk-abcdefghijklmnop" for i in range(6)]
+    for text in texts:
+        assert chat(prod, text, temperature=0).status_code == 200
+    assert chat(prod, "Sample freely", temperature=1.0).status_code == 200
+    stats = settled(shadow, before + 7)
+    det = stats["deterministic"]
+    assert det["requests"] >= 6 and det["equal"] == det["requests"] and det["token_equality"] == 1.0
+    assert det["compared_tokens"] > 0
+    assert stats["distribution"]["shadow"]["requests"] >= 1          # the T=1 request: by distribution
+    assert stats["shadow"]["accept_length"] >= 1.0 and stats["shadow"]["ttft_p50_s"] > 0
+    assert stats["samples"] and all("sk-abcdefghijklmnop" not in s["prompt"] for s in stats["samples"])
+    assert any("[redacted]" in s["prompt"] for s in stats["samples"])
+    counts = httpx.get(prod + "/mirror", headers=AUTH).json()
+    assert counts["offered"] == 7 and counts["sent"] == 7
+
+
+def test_a_stopped_shadow_costs_production_no_errors(pair):
+    prod = pair["production"].url
+    nothing = "http://127.0.0.1:9"            # discard port: the shadow is down
+    httpx.put(prod + "/mirror", json={"url": nothing, "api_key": KEY}, headers=AUTH).raise_for_status()
+    answers = [chat(prod, f"Still serving {i}?", temperature=0) for i in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5
+    counts = httpx.get(prod + "/mirror", headers=AUTH).json()
+    assert counts["offered"] == 5 and counts["sent"] == 0
+    assert counts["failed"] + counts["dropped_backoff"] + counts["queued"] == 5
+    httpx.delete(prod + "/mirror", headers=AUTH).raise_for_status()
+
+
+def test_mirroring_is_opt_in_and_records_are_checked(pair):
+    shadow = pair["shadow"].url                 # started without --enable-mirror
+    refused = httpx.put(shadow + "/mirror", json={"url": shadow}, headers=AUTH)
+    assert refused.status_code == 403 and "--enable-mirror" in refused.json()["error"]["message"]
+    bad = httpx.post(shadow + "/mirror/records", json={"prompt_ids": "x"}, headers=AUTH)
+    assert bad.status_code == 400
+    assert httpx.get(shadow + "/mirror/stats").status_code == 401       # keyed like the API
+    assert httpx.get(shadow + "/health").status_code == 200             # and still serving

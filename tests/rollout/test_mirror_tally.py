@@ -1,0 +1,54 @@
+"""The shadow's tally of mirrored records (serving.server.mirror_tally): pure, milliseconds."""
+
+from serving.engine.stats import Usage
+from serving.server.mirror_tally import MAX_REASONS, MAX_SAMPLES, WINDOW, Tally, redact
+
+
+def usage(tokens: int, rounds: int = 2, accepted: int = 6) -> Usage:
+    return Usage(prompt_tokens=4, completion_tokens=tokens, rounds=rounds, accepted=accepted,
+                 ttft_s=0.01, total_s=0.01 + 0.002 * (tokens - 1))
+
+
+def test_deterministic_answers_compare_as_common_prefix_of_ids():
+    tally = Tally()
+    assert tally.add(True, (1, 2, 3, 4), "length", (1, 2, 3, 4), "length", usage(4))
+    assert not tally.add(True, (1, 2, 3, 4), "length", (1, 2, 9, 4, 5), "length", usage(5))
+    det = tally.to_dict()["deterministic"]
+    assert det == {"requests": 2, "equal": 1, "matched_tokens": 6, "compared_tokens": 9,
+                   "token_equality": 6 / 9}
+
+
+def test_sampled_answers_compare_by_length_and_finish_reason():
+    tally = Tally()
+    tally.add(False, (1, 2), "stop", (1, 2, 3, 4), "length", usage(4))
+    dist = tally.to_dict()["distribution"]
+    assert dist["production"] == {"requests": 1, "mean_length": 2.0, "finish_reasons": {"stop": 1}}
+    assert dist["shadow"]["finish_reasons"] == {"length": 1}
+    assert tally.to_dict()["deterministic"]["token_equality"] is None     # nothing deterministic yet
+
+
+def test_shadow_figures_come_from_its_usage():
+    tally = Tally()
+    tally.add(True, (1,) * 5, "length", (1,) * 5, "length", usage(5, rounds=2, accepted=4))
+    shadow = tally.to_dict()["shadow"]
+    assert shadow["accept_length"] == 2.0 and shadow["ttft_p50_s"] == 0.01
+    assert abs(shadow["itl_p50_s"] - 0.002) < 1e-9 and shadow["tokens_per_s"] > 0
+
+
+def test_memory_is_bounded_however_many_records_arrive():
+    tally = Tally()
+    for i in range(5 * WINDOW):
+        tally.add(i % 2 == 0, (1, 2), f"reason-{i}", (1, 2), f"reason-{i}", usage(2))
+        tally.keep_sample("p", "a", "b", ())
+    assert len(tally.ttft) == len(tally.itl) == WINDOW and len(tally.samples) == MAX_SAMPLES
+    assert len(tally.production.reasons) == MAX_REASONS + 1               # the cap, then "other"
+
+
+def test_samples_are_redacted_and_cut():
+    assert redact("key sk-abcdefghijklmnopq here") == "key [redacted] here"
+    assert redact("Authorization: Bearer abc.def-123") == "Authorization: [redacted]"
+    assert redact('{"api_key": "hunter2"}') == '{"[redacted]"}'
+    assert redact("the server key s3cret-value", ("s3cret-value",)) == "the server key [redacted]"
+    tally = Tally()
+    tally.keep_sample("x" * 10_000, "a", "b", ())
+    assert len(tally.samples[0]["prompt"]) == 2000
