@@ -88,20 +88,22 @@ def main(argv=None) -> int:
     ap.add_argument("--draft", type=Path, required=True, help="a drafter's output folder")
     ap.add_argument("--target", type=Path, default=CACHE / "models/smollm2-135m-instruct")
     ap.add_argument("--budgets", default="4,8,16", help="tree node budgets")
+    ap.add_argument("--training", type=int, default=0, help="measure on the first N training answers instead")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     console = Console(stderr=True)
     model = load_model(args.draft, torch.float32, "cpu")
     config = {"dflash_config": {"target_layer_ids": list(model.cfg.target_layer_ids)}}
-    target, _, held_out = gather(parse(["--target", str(args.target), "--block", str(model.cfg.block_size)]),
+    target, trained_on, held_out = gather(parse(["--target", str(args.target), "--block", str(model.cfg.block_size)]),
                                  config, console)
     ids = load_vocab(args.draft, target.config.vocab_size)
     vocab = torch.tensor(ids) if ids else torch.arange(target.config.vocab_size)
     head = target.lm_head_weight[vocab].contiguous()
     budgets = [int(b) for b in args.budgets.split(",")]
-    figures = rounds(model, target, head, vocab, held_out, budgets)
-    print(f"{args.draft.name}: tokens per round over {len(held_out)} held-out answers")
+    answers, label = (trained_on[: args.training], "training") if args.training else (held_out, "held-out")
+    figures = rounds(model, target, head, vocab, answers, budgets)
+    print(f"{args.draft.name}: tokens per round over {len(answers)} {label} answers")
     for name, tau in figures.items():
         print(f"  {name:<20} {tau:.3f}")
     for b in budgets:
