@@ -158,6 +158,7 @@ BUNDLED = Runtime(
         Flag("cuda_graph.max_bs", "--cuda-graph-max-bs"),
     ) + _SPECULATIVE + (
         Flag("service.log_level", "--log-level"),
+        Flag("service.mirror", "--enable-mirror", "switch"),
     ),
     api_key_via="env",
     needs_gpu=False,

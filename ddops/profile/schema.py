@@ -142,6 +142,8 @@ class ServiceSpec(Section):
     device: Literal["cpu", "cuda"] | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     enable_metrics: bool = True
+    # opt-in: production may copy its requests to a mirroring shadow (docs/mirror.md)
+    mirror: bool = False
 
     @field_validator("environment")
     @classmethod
