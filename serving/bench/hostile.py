@@ -7,11 +7,12 @@ Starts the bundled runtime on loopback with an API key (default: a tiny random c
 then times sequential keyed chat requests alone and while `--large` keyed clients send chat
 bodies of `--large-bytes` back to back (from a child process, so they never hold the measuring
 client's interpreter lock; each loaded phase starts once every client has a body in flight,
-each alone phase once none has); the two phases alternate `--rounds` times. Twice: with bodies of
-`--large-bytes` (refused by their length before tokenizing, when far past the context), and
-with bodies just under that bound (tokenized in the runtime's pool, then refused). Prints p50
-and p95 of each phase and the loaded/alone ratio (goal: <= 1.5), then sends each request of
-`ambiguous_requests` on a fresh connection and counts responses beyond the first (goal: 0).
+each alone phase once none has); the two phases alternate `--rounds` times. Twice: with bodies
+of `--large-bytes` (refused by their length before tokenizing, when far past the context), and
+with bodies just under that character bound (refused once a prefix, tokenized in the runtime's
+pool, is past the context). Prints p50 and p95 of each phase and the loaded/alone ratio (goal:
+<= 1.5) and the runtime's CPU per large body, then sends each request of `ambiguous_requests`
+on a fresh connection and counts responses beyond the first (goal: 0).
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def main(argv=None) -> None:
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
         report(f"{args.large_bytes}-byte bodies", *measure(server.url, args, args.large_bytes, pid), args)
         under = min(args.large_bytes, int(bound * 0.9))
-        report(f"{under}-character bodies (under the length bound, tokenized)",
+        report(f"{under}-character bodies (under the character bound: refused from a tokenized prefix)",
                *measure(server.url, args, under, pid), args)
         framing(server.port)
 

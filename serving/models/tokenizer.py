@@ -31,15 +31,12 @@ CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\
 # Sentinels for special-token text hidden from the template: supplementary private-use planes
 # 15 and 16, never assigned by Unicode; a content character there is kept as itself.
 PRIVATE_USE = re.compile("[\U000F0000-\U0010FFFD]")
+PREFIX_CHARS_PER_TOKEN = 8      # prose and code run 3 to 5 characters per token
+PREFIX_MARGIN = 64
 
 
 class PromptTooLong(ValueError):
-    """The text needs more tokens than allowed, known from its length before encoding it."""
-
-    def __init__(self, chars: int, limit: int, per_token: int):
-        super().__init__(f"the prompt is {chars} characters; at most {per_token} characters per token, "
-                         f"it needs more than {limit} tokens")
-        self.chars, self.limit = chars, limit
+    """The text needs more tokens than allowed, known before encoding all of it."""
 
 
 class Tokenizer:
@@ -100,15 +97,27 @@ class Tokenizer:
         return set() if eos is None else {eos}
 
     def check_length(self, text: str, limit: int | None) -> None:
-        """PromptTooLong when `text` cannot fit `limit` tokens: its normalized length over the
-        most characters one token covers is a lower bound on its token count. Costs one pass of
-        the normalizer, a small share of encoding, so text far past the context is never encoded."""
+        """PromptTooLong when `text` cannot fit `limit` tokens, decided without encoding it all.
+
+        First its normalized length over the most characters one token covers: a lower bound
+        on its token count. Then, for text over PREFIX_CHARS_PER_TOKEN characters per allowed
+        token, the tokens of a prefix cut before a space: where the pre-tokenizer splits at
+        whitespace (every byte-level BPE one) the whole text has at least the prefix's tokens;
+        PREFIX_MARGIN tokens allow for merges across the cut elsewhere. So text far past the
+        context costs at most a prefix of PREFIX_CHARS_PER_TOKEN x limit characters to refuse."""
         if limit is None or len(text) <= limit:
             return
         normalizer = self.backend.normalizer
         chars = len(normalizer.normalize_str(text)) if normalizer is not None else len(text)
         if chars > limit * self.longest_token_chars:
-            raise PromptTooLong(chars, limit, self.longest_token_chars)
+            raise PromptTooLong(f"the prompt is {chars} characters; at most {self.longest_token_chars} "
+                                f"characters per token, it needs more than {limit} tokens")
+        cut = text.rfind(" ", 0, limit * PREFIX_CHARS_PER_TOKEN)
+        if len(text) > limit * PREFIX_CHARS_PER_TOKEN and cut > 0:
+            tokens = len(_ids(self.backend, text[:cut], False))
+            if tokens - PREFIX_MARGIN >= limit:
+                raise PromptTooLong(f"the prompt's first {cut} characters alone are {tokens} tokens, "
+                                    f"more than {limit}")
 
     def encode(self, text: str, prompt: bool = True, limit: int | None = None) -> list[int]:
         """Token ids of `text`; a plain prompt gets the BOS the checkpoint asks for. `limit`:

@@ -77,3 +77,15 @@ def test_text_past_the_context_is_refused_before_encoding(tiny_llama):
     assert info.value.code == "context_length_exceeded" and "characters" in info.value.message
     assert counting.encodes == 0
     assert prompts(tokenizer, context=64).encode(chat("x" * 50)) and counting.encodes == 1
+
+
+def test_words_far_past_the_context_are_refused_from_a_prefix(tiny_llama):
+    tokenizer = Tokenizer.from_dir(tiny_llama)
+    text = ("a b " * 700).strip()            # under the character bound, far past 256 tokens
+    whole = len(tokenizer.encode(text, prompt=False))
+    tokenizer.backend = counting = CountingBackend(tokenizer.backend)
+    assert len(text) < 256 * tokenizer.longest_token_chars and whole > 256
+    with pytest.raises(APIError) as info:
+        prompts(tokenizer, context=256).encode(chat(text))
+    assert "first" in info.value.message and info.value.code == "context_length_exceeded"
+    assert counting.encodes == 1             # the prefix, never the whole text
