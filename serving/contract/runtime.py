@@ -1,7 +1,7 @@
 """How the bundled runtime serves and lays out its memory, which ddops' fit predicts (stdlib only).
 
 The runtime preallocates the target's K/V (one pool in the batch runner, one cache in the
-one-sequence decoder), the draft's context K/V for as many rows (a draft pool beside the target
+speculative hybrid's pool of one sequence), the draft's context K/V for as many rows (a draft pool beside the target
 pool, or one cache), the prefix store (`prefix_rows`, none with --disable-radix-cache), and,
 for hybrid targets, Gated DeltaNet state slots. `one_at_a_time` is
 the one rule for which targets the batch runner cannot take:
@@ -19,7 +19,7 @@ PREFIX_BLOCKS = 128  # blocks the prefix cache keeps
 
 
 def one_at_a_time(hybrid: bool, speculative: bool) -> bool:
-    """The runtime serves a single sequence at a time (its one-sequence decoder, not the batch runner)."""
+    """The runtime serves a single sequence at a time (the batch runner's slot rule for this target)."""
     return hybrid and speculative
 
 
@@ -55,7 +55,7 @@ def kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_rows: i
 def draft_kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_rows: int,
                   max_total_tokens: int | None) -> int:
     """Rows of draft context K/V preallocated for the server's life, over the draft's layers
-    (a method with a drafter): the target's `kv_rows`. The one-sequence decoder reserves
+    (a method with a drafter): the target's `kv_rows`. A target served one sequence at a time reserves
     context + verify rows at start and reuses them for every sequence; the batch runner keeps a
     draft pool beside the target's, and each admitted sequence's draft context is the same row
     range as its target reservation (a round's draft block fits wherever its verify rows fit)."""

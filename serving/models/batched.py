@@ -10,7 +10,8 @@ sequence's keys, no padding, and each row's attention numerics are the single-se
 Works for the dense decoders in serving.models.llama; a model without those parts reports
 `supports(model) == False`. Hybrids (serving.models.qwen3_5) have a plain decode step only
 (`decodes`, serving.models.hybrid_batched): they join batched plain decoding, and speculative
-rounds for them stay one sequence at a time (serving.contract.runtime.one_at_a_time).
+rounds for them run one sequence at a time, each tree through its own forward
+(serving.contract.runtime.one_at_a_time).
 """
 
 from __future__ import annotations
