@@ -61,3 +61,18 @@ def test_plain_content_is_encoded_as_the_checkpoint_does(ours, hf):
     messages = [{"role": "user", "content": "What is 12 + 30? Answer in one word, café 東京 🚀"}]
     assert ours.encode_chat(messages) == hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
                                                                 return_dict=False)
+
+
+@pytest.mark.parametrize("text", [
+    "The quick brown fox jumps over the lazy dog. " * 40,
+    "def f(x):\n    return x  +  1\n\n" * 40,
+    "東京 は 日本の 首都 です。" * 60,
+    "1234 5678 90 " * 80 + "   spaced    out   " * 20,
+])
+def test_a_prefix_cut_before_a_space_never_has_more_tokens_than_the_whole(ours, text):
+    """What the prefix refusal (Tokenizer.check_length) relies on, for SmolLM2's byte-level BPE."""
+    whole = len(ours.encode(text, prompt=False))
+    for end in range(50, len(text), 97):
+        cut = text.rfind(" ", 0, end)
+        if cut > 0:
+            assert len(ours.encode(text[:cut], prompt=False)) <= whole
