@@ -49,10 +49,15 @@ def shadow_compare(
     shadow_url: Annotated[Optional[str], typer.Option("--shadow-url", help="Compare this endpoint instead of the recorded shadow.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", help="Profile whose rollout policy judges (default: the shadow's).")] = None,
     results_dir: Annotated[Optional[Path], typer.Option("--results-dir", help="Where to save the JSON result (default: $DDOPS_STATE/results).")] = None,
+    mirrored: Annotated[bool, typer.Option("--mirrored", help="Judge the traffic production mirrored to the shadow instead of replaying prompts (docs/mirror.md).")] = False,
     inventory: Inventory = None, json_doc: Json = False, json_events: Events = False,
 ) -> None:
     """Replay prompts to production and the shadow at temperature 0 and judge the shadow
     (through SSH to a recorded host behind a bastion or bound to its loopback)."""
+    if mirrored:
+        from ddops.commands.shadow_mirror import compare_mirrored
+        return compare_mirrored(production_url, shadow_url, profile, results_dir, inventory,
+                                _output(json_doc, json_events))
     from ddops.report.build import write_report
     from ddops.rollout.shadow import tables
     from ddops.rollout.shadow.compare import Settings
@@ -106,6 +111,8 @@ def shadow_start(
     production_unit: Annotated[Optional[str], typer.Option("--production-unit", help="Production unit (default: the profile's unit).")] = None,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
     force: Force = False,
+    mirror: Annotated[bool, typer.Option("--mirror", help="Then copy production's requests to the shadow (production's profile opts in with service.mirror).")] = False,
+    sample: Annotated[float, typer.Option("--sample", help="With --mirror: fraction of mirrored requests the shadow keeps as redacted samples (default 0: none).")] = 0.0,
 ) -> None:
     """Deploy PROFILE as <service>-shadow beside production, gated like a deploy."""
     from ddops.rollout.shadow import lifecycle as shadow
@@ -115,7 +122,8 @@ def shadow_start(
         _consent(yes, f"Start {profile} as a shadow on {host}?", out)
         done = shadow.start(profile, host, port=port, production_host=production_host,
                             production_unit=production_unit, inventory=inventory,
-                            connect=connect, progress=_progress(out), force=force)
+                            connect=connect, progress=_progress(out), force=force,
+                            mirror=mirror, sample=sample)
         return _lifecycle(out, done)
 
     _run(_output(json_doc, json_events), body)

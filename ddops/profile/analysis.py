@@ -45,8 +45,17 @@ class ProbeSpec(Section):
     prompt: Annotated[str, Field(min_length=1)] = "Write one sentence about the sea."
 
 
+class MirrorRequirement(Section):
+    """A mirroring shadow's result the rollout needs before its canary (docs/mirror.md)."""
+
+    min_requests: Annotated[int, Field(ge=1)] = 16         # mirrored requests compared
+    min_token_equality: Annotated[float, Field(ge=0, le=1)] | None = 1.0  # on deterministic ones
+    min_accept_length: Annotated[float, Field(ge=1)] | None = None       # the shadow's, on them
+
+
 class AnalysisSpec(Section):
     checks: Annotated[list[CheckSpec], Field(min_length=1)]
+    mirror: MirrorRequirement | None = None  # required of the recorded shadow before the canary
     interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0  # between samples
     min_requests: Annotated[int, Field(ge=1)] = 10  # in the window before any check is judged
     baseline: Literal["before", "unchanged"] = "before"

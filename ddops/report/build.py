@@ -21,6 +21,9 @@ def kind_of(doc: object) -> str:
 
 
 def render(doc: dict) -> str:
+    if kind_of(doc) == "shadow" and "mirrored" in doc["comparison"]:
+        from ddops.report import mirror_page
+        return mirror_page.render(doc)
     if kind_of(doc) == "shadow":
         from ddops.report import shadow_page
         return shadow_page.render(doc)

@@ -2,10 +2,15 @@
 copies its finished requests to a DDTree shadow of the same tiny model, which regenerates and
 compares token by token (docs/mirror.md)."""
 
+import json
 import time
 
 import httpx
 import pytest
+import yaml
+from typer.testing import CliRunner
+
+from ddops.cli import app
 
 from tests.rollout.serving_pair import Server, make_checkpoints
 
@@ -85,3 +90,34 @@ def test_mirroring_is_opt_in_and_records_are_checked(pair):
     assert bad.status_code == 400
     assert httpx.get(shadow + "/mirror/stats").status_code == 401       # keyed like the API
     assert httpx.get(shadow + "/health").status_code == 200             # and still serving
+
+
+def test_cli_compare_mirrored_judges_by_the_profile_requirement(pair, tmp_path, monkeypatch):
+    """`shadow compare --mirrored --json` after the greedy test's traffic: the profile's
+    rollout.analysis.mirror requirement judges it, the result and the HTML report are saved."""
+    monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("MIRROR_TEST_KEY", KEY)
+    prod, shadow = pair["production"].url, pair["shadow"].url
+    httpx.put(prod + "/mirror", json={"url": shadow, "api_key": KEY}, headers=AUTH).raise_for_status()
+    for i in range(2):
+        assert chat(prod, f"One more, {i}", temperature=0).status_code == 200
+    settled(shadow, 2)
+
+    def compare(requirement: dict) -> tuple[int, dict]:
+        profile = tmp_path / "mirrored.yaml"
+        profile.write_text(yaml.safe_dump({"extends": "cpu-ddtree", "service": {"secrets": {
+            "api_key_env": "MIRROR_TEST_KEY"}}, "rollout": {"analysis": {
+                "checks": [{"metric": "error_ratio", "max": 0.01}], "mirror": requirement}}}))
+        result = CliRunner().invoke(app, ["shadow", "compare", "--mirrored", "--json", "--profile",
+                                          str(profile), "--production-url", prod, "--shadow-url", shadow,
+                                          "--results-dir", str(tmp_path / "results")])
+        return result.exit_code, json.loads(result.stdout)
+
+    code, doc = compare({"min_requests": 2, "min_token_equality": 1.0, "min_accept_length": 1.0})
+    comparison = doc["comparison"]
+    assert code == 0 and doc["verdict"]["passed"], doc["verdict"]
+    assert comparison["mirrored"]["requests"] >= 2 and comparison["token_equality"] == 1.0
+    assert comparison["shadow"]["accept_length"] >= 1.0
+    assert "Mirrored shadow comparison" in open(doc["report_file"]).read()
+    code, doc = compare({"min_requests": 100000})
+    assert code == 1 and doc["verdict"]["reasons"][0].startswith(f"{comparison['mirrored']['requests']} mirrored")

@@ -22,6 +22,7 @@ from ddops.rollout import host_changes
 from ddops.rollout.output import BadInput
 from ddops.rollout.records import (ShadowRecord, clear_shadow, load_shadow, save_result,
                                   save_shadow)
+from ddops.rollout.shadow import mirrored
 from ddops.rollout.shadow.compare import Comparison, Endpoint, Settings, compare
 from ddops.rollout.shadow.judge import Verdict, judge
 from ddops.rollout.shadow.prompts import load_prompts
@@ -94,6 +95,22 @@ def run_compare(*, prompts_path: Path | None, settings: Settings, production_url
     return CompareRun(comparison, verdict, path, prod, cand)
 
 
+def run_mirrored(*, production_url: str | None = None, shadow_url: str | None = None,
+                 profile_name: str | None = None, results_dir: Path | None = None,
+                 inventory: Path | None = None, requirement=None) -> tuple:
+    """The mirrored traffic's comparison so far, judged by `requirement` (default: the policy's
+    analysis.mirror, else MirrorRequirement's defaults); saved like a replay's result."""
+    from ddops.profile.analysis import MirrorRequirement
+    record = load_shadow()
+    prod, cand, policy = endpoints(record, production_url, shadow_url, profile_name)
+    hosts = _recorded_hosts(record, production_url, shadow_url, inventory)
+    result = mirrored.read_recorded(record, prod, cand, hosts)
+    analysis = policy.analysis
+    requirement = requirement or (analysis.mirror if analysis and analysis.mirror else MirrorRequirement())
+    verdict = mirrored.judge_mirrored(result, requirement)
+    return result, verdict, mirrored.save(result, verdict, record, prod, cand, results_dir), prod, cand
+
+
 def _recorded_hosts(record: ShadowRecord | None, production_url: str | None, shadow_url: str | None,
                     inventory: Path | None) -> dict:
     """Endpoint name -> inventory host, for the endpoints that come from the shadow record. A
@@ -155,8 +172,13 @@ def refuse_unless_fits(remote, profile) -> None:
 
 def start(profile_name: str, host: str, *, port: int | None, production_host: str | None,
           production_unit: str | None, inventory: Path | None, connect, progress,
-          force: bool = False) -> Lifecycle:
-    """Deploy the candidate as <unit>-shadow beside production; record it on success."""
+          force: bool = False, mirror: bool = False, sample: float = 0.0) -> Lifecycle:
+    """Deploy the candidate as <unit>-shadow beside production; record it on success. With
+    `mirror`, production's tap then copies its requests to the shadow (docs/mirror.md)."""
+    if sample and not mirror:
+        raise BadInput("--sample keeps samples of mirrored requests: give --mirror too")
+    if not 0 <= sample <= 1:
+        raise BadInput(f"--sample: a fraction 0..1 of mirrored requests kept as samples, got {sample}")
     existing = load_shadow()
     if existing:
         raise BadInput(f"a shadow of {existing.profile} already runs on {existing.host} "
@@ -169,6 +191,8 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
                                  unit_name=shadow_unit(prod_unit), port=port)
     with connect(prod_host) as prod_remote:
         prod = production_of(prod_remote, prod_unit)
+        if mirror:
+            mirrored.refuse_unless_mirrorable(load_profile(prod.profile or profile_name), profile)
         if prod_host == host and not force:
             refuse_unless_fits(prod_remote, profile)
     progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")
@@ -182,8 +206,21 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
                           production_unit=prod_unit, production_url=prod.url,
                           production_profile=prod.profile, started=time.time())
     save_shadow(record)
-    return Lifecycle(0, "started", f"shadow {record.unit} gated and running at {record.url}; "
-                                   f"production {prod_unit} on {prod_host} untouched", record, (result,))
+    detail = f"shadow {record.unit} gated and running at {record.url}"
+    if mirror:
+        detail += "; " + _start_mirror(record, profile, sample, connect, progress)
+    return Lifecycle(0, "started", f"{detail}; production {prod_unit} on {prod_host} untouched",
+                     record, (result,))
+
+
+def _start_mirror(record: ShadowRecord, profile, sample: float, connect, progress) -> str:
+    """Point production's tap at the shadow (the shadow's URL as production's host dials it)."""
+    key = api_key_of(profile)
+    with connect(record.production_host) as remote, \
+            host_changes.dialable(remote.host, record.production_url) as url:
+        tap = mirrored.start_tap(Endpoint("production", url, api_key=key), record.url, key, sample)
+    progress("mirror", f"production copies its requests to {tap['target']} (samples: {sample:.0%})")
+    return f"production mirrors to it (queue {tap['queue_limit']}, samples {sample:.0%})"
 
 
 def abort(*, connect) -> Lifecycle:

@@ -62,3 +62,28 @@ def verdict_table(verdict: Verdict) -> Table:
         table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]fail[/]",
                       check.required, check.reason)
     return table
+
+
+def mirrored_table(mirrored) -> Table:
+    """Production's tap counts and the shadow's comparison of the mirrored requests."""
+    doc = mirrored.to_dict()
+    m, det, shadow = doc["mirrored"], doc["deterministic"], doc["shadow"]
+    equality = det["token_equality"]
+    table = Table(title=f"Mirrored traffic: {m['requests']} requests compared, token equality "
+                        f"{'-' if equality is None else f'{equality:.2%}'}")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    dist = doc["distribution"]
+    rows = [("offered / sent by production", f"{m['offered']} / {m['sent']}"),
+            ("dropped / failed", f"{m['dropped']} / {m['failed']}"),
+            ("deterministic: equal / requests", f"{det['equal']} / {det['requests']}"),
+            ("matched / compared tokens", f"{det['matched_tokens']} / {det['compared_tokens']}"),
+            ("sampled: mean length prod / shadow",
+             f"{_num(dist['production']['mean_length'])} / {_num(dist['shadow']['mean_length'])}"),
+            ("shadow accepted length", _num(shadow["accept_length"], "{:.2f}")),
+            ("shadow TTFT p50 / p95", f"{_ms(shadow['ttft_p50_s'])} / {_ms(shadow['ttft_p95_s'])}"),
+            ("shadow ITL p50 / p95", f"{_ms(shadow['itl_p50_s'])} / {_ms(shadow['itl_p95_s'])}"),
+            ("shadow tokens/s", _num(shadow["tokens_per_s"]))]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table

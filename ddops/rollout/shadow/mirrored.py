@@ -1,0 +1,145 @@
+"""Mirrored traffic on the ops side (docs/mirror.md): turn production's tap toward the shadow,
+read both ends' figures, judge them. The runtimes do the copying and the comparing; ddops only
+sends `PUT /mirror` to production and reads `GET /mirror` (production's tap counts) and
+`GET /mirror/stats` (the shadow's comparison). Prompts and answers never reach this machine
+unless samples were asked for, and then only the shadow's bounded, redacted ones.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+
+from ddops.profile.runtimes import RUNTIMES
+from ddops.rollout.output import BadInput
+from ddops.rollout.shadow.compare import Endpoint
+from ddops.rollout.shadow.judge import Check, Verdict
+
+TIMEOUT_S = 10.0
+
+
+class MirrorUnavailable(BadInput):
+    """An endpoint has no mirror routes, or production does not allow mirroring."""
+
+
+def taps(runtime: str) -> bool:
+    """Whether a runtime offers the tap and the sink: it has a flag for `service.mirror`."""
+    return RUNTIMES[runtime].flag_for("service.mirror") is not None
+
+
+def refuse_unless_mirrorable(production_profile, candidate) -> None:
+    """Planning (exit 2, before any host changes): production opted in, both runtimes tap."""
+    for role, profile in (("production", production_profile), ("shadow", candidate)):
+        if not taps(profile.runtime):
+            able = ", ".join(n for n in RUNTIMES if taps(n))
+            raise BadInput(f"--mirror: the {role} profile {profile.name} runs {profile.runtime}, which "
+                           f"has no mirror tap (runtimes with one: {able}; docs/mirror.md)")
+    if not production_profile.service.mirror:
+        raise BadInput(f"--mirror: production profile {production_profile.name} does not opt in "
+                       f"(set service.mirror: true and deploy it; docs/mirror.md)")
+
+
+def _client(endpoint: Endpoint) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    return httpx.Client(base_url=endpoint.url, headers=headers, timeout=TIMEOUT_S, trust_env=False)
+
+
+def _answer(response: httpx.Response, what: str) -> dict:
+    if response.status_code == 404:
+        raise MirrorUnavailable(f"{what}: {response.request.url} has no mirror routes (not the bundled "
+                                f"runtime, or an older one)")
+    if response.status_code == 403:
+        raise MirrorUnavailable(f"{what}: {response.json().get('error', {}).get('message', 'refused')}")
+    response.raise_for_status()
+    return response.json()
+
+
+def start_tap(production: Endpoint, shadow_url: str, shadow_key: str | None, sample: float) -> dict:
+    """Point production's tap at `shadow_url` (as production's host reaches it)."""
+    if not 0 <= sample <= 1:
+        raise BadInput(f"--sample: a fraction 0..1 of mirrored requests kept as samples, got {sample}")
+    with _client(production) as client:
+        body = {"url": shadow_url, "api_key": shadow_key, "sample": sample}
+        return _answer(client.put("/mirror", json=body), "production")
+
+
+def stop_tap(production: Endpoint) -> None:
+    with _client(production) as client:
+        client.delete("/mirror")
+
+
+@dataclass(frozen=True)
+class Mirrored:
+    tap: dict    # production's GET /mirror
+    sink: dict   # the shadow's GET /mirror/stats
+
+    @property
+    def requests(self) -> int:
+        return self.sink["compared"]
+
+    @property
+    def token_equality(self) -> float | None:
+        return self.sink["deterministic"]["token_equality"]
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.sink["shadow"]["accept_length"]
+
+    def to_dict(self) -> dict:
+        tap, sink = self.tap, self.sink
+        return {
+            "mirrored": {"requests": self.requests, "offered": tap["offered"], "sent": tap["sent"],
+                         "dropped": tap["dropped_full"] + tap["dropped_backoff"] + sink["dropped"],
+                         "failed": tap["failed"] + sink["failed"], "tap": tap,
+                         "sink": {k: sink[k] for k in ("received", "dropped", "failed")}},
+            "token_equality": self.token_equality,
+            "deterministic": sink["deterministic"],
+            "distribution": sink["distribution"],
+            "shadow": sink["shadow"],
+            "samples": sink["samples"],
+        }
+
+
+def read(production: Endpoint, shadow: Endpoint) -> Mirrored:
+    with _client(production) as p, _client(shadow) as s:
+        return Mirrored(_answer(p.get("/mirror"), "production"), _answer(s.get("/mirror/stats"), "shadow"))
+
+
+def read_recorded(record, production: Endpoint, shadow: Endpoint, hosts: dict) -> Mirrored:
+    """`read` through SSH tunnels where the recorded hosts need them (`hosts`: role -> Host)."""
+    from ddops.rollout import host_changes
+    with ExitStack() as tunnels:
+        live = [replace(e, url=tunnels.enter_context(host_changes.dialable(hosts[e.name], e.url)))
+                if e.name in hosts else e for e in (production, shadow)]
+        return read(*live)
+
+
+def judge_mirrored(mirrored: Mirrored, requirement) -> Verdict:
+    """`requirement`: min_requests, min_token_equality, min_accept_length (None: not checked)."""
+    n, need = mirrored.requests, requirement.min_requests
+    checks = [Check("mirrored requests", n >= need, float(n), f">= {need}",
+                    f"{n} mirrored requests compared (need {need})")]
+    equality, floor = mirrored.token_equality, requirement.min_token_equality
+    if floor is not None:
+        ok = equality is not None and equality >= floor
+        checks.append(Check("mirrored token equality", ok, equality, f">= {floor:.2%}",
+                            "no deterministic mirrored requests" if equality is None else
+                            f"token equality {equality:.2%} on mirrored traffic (required {floor:.2%})"))
+    length, least = mirrored.accept_length, requirement.min_accept_length
+    if least is not None:
+        ok = length is not None and length >= least
+        checks.append(Check("mirrored accepted length", ok, length, f">= {least:.2f}",
+                            "the shadow reported no accepted length" if length is None else
+                            f"accepted length {length:.2f} on mirrored traffic (required {least:.2f})"))
+    return Verdict(all(c.passed for c in checks), tuple(checks))
+
+
+def save(mirrored: Mirrored, verdict: Verdict, record, production: Endpoint, shadow: Endpoint,
+         results_dir: Path | None) -> Path:
+    from ddops.rollout.records import save_result
+    doc = {"shadow": record.to_dict() if record else None, "production_url": production.url,
+           "shadow_url": shadow.url, "comparison": mirrored.to_dict(), "verdict": verdict.to_dict()}
+    return save_result("shadow-compare", doc, results_dir)
