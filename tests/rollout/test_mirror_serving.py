@@ -121,3 +121,29 @@ def test_cli_compare_mirrored_judges_by_the_profile_requirement(pair, tmp_path, 
     assert "Mirrored shadow comparison" in open(doc["report_file"]).read()
     code, doc = compare({"min_requests": 100000})
     assert code == 1 and doc["verdict"]["reasons"][0].startswith(f"{comparison['mirrored']['requests']} mirrored")
+
+
+def test_rollout_requires_the_mirroring_shadow_before_its_canary(pair, tmp_path, monkeypatch):
+    """analysis.mirror is judged on the recorded shadow before any host is touched: unmet, the
+    rollout exits 1 and the (unreachable) host is never contacted; no shadow recorded: exit 2."""
+    from ddops.rollout.records import ShadowRecord, save_shadow
+    from tests.server_process import free_port
+    monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("MIRROR_TEST_KEY", KEY)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump({"hosts": {"h1": {"address": "127.0.0.1", "ssh_port": free_port()}}}))
+    profile = tmp_path / "gated.yaml"
+    profile.write_text(yaml.safe_dump({"extends": "cpu-ddtree", "service": {"secrets": {
+        "api_key_env": "MIRROR_TEST_KEY"}}, "rollout": {"bake_s": 1, "analysis": {
+            "checks": [{"metric": "error_ratio", "max": 0.01}], "mirror": {"min_requests": 100000}}}}))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"profile": str(profile), "hosts": ["h1"], "canary": 1}))
+    args = ["rollout", str(plan), "--inventory", str(inventory), "--yes", "--json"]
+    none = CliRunner().invoke(app, args)
+    assert none.exit_code == 2 and "no shadow is recorded" in json.loads(none.stdout)["error"]
+    save_shadow(ShadowRecord(profile=str(profile), host="h1", unit="llm-shadow.service", port=0,
+                             url=pair["shadow"].url, production_host="h1", production_unit="llm.service",
+                             production_url=pair["production"].url, production_profile=None, started=0.0))
+    unmet = CliRunner().invoke(app, args)
+    doc = json.loads(unmet.stdout)
+    assert unmet.exit_code == 1 and "analysis.mirror" in doc["error"] and "mirrored requests" in doc["error"]

@@ -48,6 +48,11 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     out.show(tables.hosts_table(state, "Plan"))
     if state.status == PAUSED and not (approve or abort):
         return _result(out, state, resumed, store, 0.0, [])
+    if not (approve or abort or resumed) and fleet.analysis and fleet.analysis.mirror:
+        from ddops.rollout.shadow.lifecycle import require_mirrored   # before the canary (docs/mirror.md)
+        refused = require_mirrored(fleet.analysis.mirror, inventory, out)
+        if refused is not None:
+            return refused
     if not (approve or abort) and not consent(yes, QUESTION.format(
             profile=plan.profile, n=len(fleet.hosts), waves=len(waves)), out):
         return out.fail(2, "declined at the prompt; nothing changed")

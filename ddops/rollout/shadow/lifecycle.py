@@ -284,3 +284,20 @@ def _recorded() -> ShadowRecord:
     if record is None:
         raise BadInput("no shadow recorded here: `ddops shadow start PROFILE --host NAME` first")
     return record
+
+
+def require_mirrored(requirement, inventory: Path | None, out) -> int | None:
+    """A rollout whose analysis requires a mirroring shadow's result, before its canary: the
+    recorded shadow's mirrored comparison judged by `requirement`; None when it passes, else
+    the command's exit code (1, nothing changed). No shadow recorded is bad input (exit 2)."""
+    if load_shadow() is None:
+        raise BadInput("analysis.mirror: the rollout requires a mirroring shadow's result, and no "
+                       "shadow is recorded here (`ddops shadow start PROFILE --host H --mirror`)")
+    result, verdict, path, _, _ = run_mirrored(inventory=inventory, requirement=requirement)
+    out.event("mirror", f"mirrored shadow: {'passed' if verdict.passed else 'failed'} "
+                        f"({result.requests} requests; result {path})", verdict=verdict.to_dict(),
+              results_file=str(path))
+    if verdict.passed:
+        return None
+    return out.fail(1, "the mirroring shadow does not meet analysis.mirror: " + "; ".join(verdict.reasons),
+                    "nothing was changed; let more traffic be mirrored, or fix the candidate")
