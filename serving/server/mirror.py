@@ -54,7 +54,8 @@ class Tap:
         self.queue: deque = deque()
         self.wake = asyncio.Event()
         self.sender: asyncio.Task | None = None
-        self.counts = {"offered": 0, "sent": 0, "dropped_full": 0, "dropped_backoff": 0, "failed": 0}
+        self.counts = {"offered": 0, "sent": 0, "dropped_full": 0, "dropped_backoff": 0,
+                       "refused_full": 0, "failed": 0}
         self.backoff_until = 0.0
 
     @property
@@ -99,17 +100,19 @@ class Tap:
             await self.wake.wait()
             self.wake.clear()
             while self.queue and self.target:
-                record = record_body(*self.queue.popleft())
-                if await self._send(record):
+                status = await self._send(record_body(*self.queue.popleft()))
+                if status in (200, 202):
                     self.counts["sent"] += 1
+                elif status == 429:       # the shadow is up but its queue is full: it counted the drop
+                    self.counts["refused_full"] += 1
                 else:
                     self.counts["failed"] += 1
                     self.backoff_until = time.monotonic() + BACKOFF_S
                     self.counts["dropped_backoff"] += len(self.queue)
                     self.queue.clear()
 
-    async def _send(self, body: bytes) -> bool:
-        """One POST on its own connection; True on 2xx. Any failure is just False."""
+    async def _send(self, body: bytes) -> int | None:
+        """One POST on its own connection: the status, None when it failed before one came."""
         host, port = self.target
         auth = f"Authorization: Bearer {self.api_key}\r\n" if self.api_key else ""
         head = (f"POST /mirror/records HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -121,9 +124,9 @@ class Tap:
                 writer.write(head + body)
                 await writer.drain()
                 status = await reader.readline()
-            return status.split(b" ")[1:2] in ([b"200"], [b"202"])
-        except (OSError, asyncio.TimeoutError, IndexError):
-            return False
+            return int(status.split(b" ")[1])
+        except (OSError, asyncio.TimeoutError, IndexError, ValueError):
+            return None
         finally:
             if writer is not None:
                 writer.close()

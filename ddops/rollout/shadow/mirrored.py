@@ -92,6 +92,7 @@ class Mirrored:
         tap, sink = self.tap, self.sink
         return {
             "mirrored": {"requests": self.requests, "offered": tap["offered"], "sent": tap["sent"],
+                         # the sink's drops are the tap's refused_full, counted once
                          "dropped": tap["dropped_full"] + tap["dropped_backoff"] + sink["dropped"],
                          "failed": tap["failed"] + sink["failed"], "tap": tap,
                          "sink": {k: sink[k] for k in ("received", "dropped", "failed")}},
