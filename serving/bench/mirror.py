@@ -1,7 +1,7 @@
 """What mirroring costs production and what it reports (issue 25; docs/mirror.md).
 
-    python -m serving.bench.mirror [--requests 16] [--per-phase 40] [--rounds 3]
-                                   [--clients 64] [--soak-s 20]
+    python -m serving.bench.mirror [--target MODEL --draft DRAFT] [--requests 16]
+                                   [--per-phase 40] [--rounds 3] [--clients 64] [--soak-s 20]
 
 Starts, on loopback with an API key, production (plain decoding, --enable-mirror) and a DDTree
 shadow of the same tiny random checkpoint (serving.tools.tiny, tiny_draft), then prints:
@@ -60,12 +60,13 @@ def rss_mib(pid: int) -> float:
 
 
 class Pair:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, target: Path | None, draft: Path | None):
         from serving.tools.tiny import write_tiny
         from serving.tools.tiny_draft import write_tiny_draft
-        self.root, self.target = root, write_tiny(root / "target", arch="llama")
-        self.draft = root / "draft"
-        write_tiny_draft(self.target, self.draft)
+        self.root, self.target = root, target or write_tiny(root / "target", arch="llama")
+        self.draft = draft or root / "draft"
+        if draft is None:
+            write_tiny_draft(self.target, self.draft)
         self.env = {**os.environ, "DDOPS_API_KEY": KEY}
         self.production = self.start("production", "--enable-mirror")
         self.shadow = self.start_shadow()
@@ -195,6 +196,8 @@ def soak(pair: Pair, clients: int, seconds: float) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m serving.bench.mirror", description=__doc__.split("\n")[0])
+    ap.add_argument("--target", type=Path, help="checkpoint both serve (default: a tiny random one)")
+    ap.add_argument("--draft", type=Path, help="the shadow's DDTree draft (default: a tiny random one)")
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--per-phase", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
@@ -203,7 +206,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="ddops-mirror-") as tmp:
-        pair = Pair(Path(tmp))
+        pair = Pair(Path(tmp), args.target, args.draft)
         try:
             mirrored_figures(pair, args.requests)
             latency_figures(pair, args.per_phase, args.rounds)

@@ -5,8 +5,7 @@ import yaml
 
 from ddops.profile import load_profile
 from ddops.profile.yamlfile import ConfigError
-from ddops.rollout.output import BadInput
-from ddops.rollout.shadow.mirrored import Mirrored, judge_mirrored, refuse_unless_mirrorable, taps
+from ddops.rollout.shadow.mirrored import Mirrored, judge_mirrored, taps
 from ddops.profile.analysis import MirrorRequirement
 from ddops.render import command_line
 
@@ -23,15 +22,6 @@ def test_opt_in_renders_the_flag_and_other_runtimes_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="service.mirror.*runtime sglang has no flag"):
         profile(tmp_path, "a6000-base", mirror=True)
     assert taps("bundled") and not taps("sglang") and not taps("vllm")
-
-
-def test_start_refuses_production_that_did_not_opt_in_or_cannot_tap(tmp_path):
-    candidate = profile(tmp_path, "cpu-ddtree")
-    refuse_unless_mirrorable(profile(tmp_path, "cpu-ar", mirror=True), candidate)
-    with pytest.raises(BadInput, match="does not opt in"):
-        refuse_unless_mirrorable(profile(tmp_path, "cpu-ar"), candidate)
-    with pytest.raises(BadInput, match="no mirror tap"):
-        refuse_unless_mirrorable(profile(tmp_path, "cpu-ar", mirror=True), profile(tmp_path, "a6000-base"))
 
 
 def sink(requests: int, equality: float | None, accept: float | None) -> dict:

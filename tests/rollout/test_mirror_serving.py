@@ -149,3 +149,20 @@ def test_rollout_requires_the_mirroring_shadow_before_its_canary(pair, tmp_path,
     unmet = CliRunner().invoke(app, args)
     doc = json.loads(unmet.stdout)
     assert unmet.exit_code == 1 and "analysis.mirror" in doc["error"] and "mirrored requests" in doc["error"]
+
+
+def test_start_plans_from_what_production_answers(pair, tmp_path):
+    """`shadow start --mirror` asks production's server whether it allows mirroring (exit 2
+    before the shadow is deployed otherwise) and refuses a shadow runtime without the sink."""
+    from ddops.profile import load_profile
+    from ddops.rollout.output import BadInput
+    from ddops.rollout.shadow.compare import Endpoint
+    from ddops.rollout.shadow.mirrored import refuse_unless_mirrorable
+    candidate, sglang = load_profile("cpu-ddtree"), load_profile("a6000-base")
+    refuse_unless_mirrorable(candidate, Endpoint("production", pair["production"].url, api_key=KEY))
+    with pytest.raises(BadInput, match="does not opt in"):      # started without --enable-mirror
+        refuse_unless_mirrorable(candidate, Endpoint("production", pair["shadow"].url, api_key=KEY))
+    with pytest.raises(BadInput, match="refused the profile's API key"):
+        refuse_unless_mirrorable(candidate, Endpoint("production", pair["production"].url, api_key="wrong"))
+    with pytest.raises(BadInput, match="no mirror sink"):
+        refuse_unless_mirrorable(sglang, Endpoint("production", pair["production"].url, api_key=KEY))

@@ -192,7 +192,9 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
     with connect(prod_host) as prod_remote:
         prod = production_of(prod_remote, prod_unit)
         if mirror:
-            mirrored.refuse_unless_mirrorable(load_profile(prod.profile or profile_name), profile)
+            with host_changes.dialable(prod_remote.host, prod.url) as url:
+                mirrored.refuse_unless_mirrorable(profile, Endpoint("production", url,
+                                                                    api_key=api_key_of(profile)))
         if prod_host == host and not force:
             refuse_unless_fits(prod_remote, profile)
     progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")

@@ -30,16 +30,24 @@ def taps(runtime: str) -> bool:
     return RUNTIMES[runtime].flag_for("service.mirror") is not None
 
 
-def refuse_unless_mirrorable(production_profile, candidate) -> None:
-    """Planning (exit 2, before any host changes): production opted in, both runtimes tap."""
-    for role, profile in (("production", production_profile), ("shadow", candidate)):
-        if not taps(profile.runtime):
-            able = ", ".join(n for n in RUNTIMES if taps(n))
-            raise BadInput(f"--mirror: the {role} profile {profile.name} runs {profile.runtime}, which "
-                           f"has no mirror tap (runtimes with one: {able}; docs/mirror.md)")
-    if not production_profile.service.mirror:
-        raise BadInput(f"--mirror: production profile {production_profile.name} does not opt in "
-                       f"(set service.mirror: true and deploy it; docs/mirror.md)")
+def refuse_unless_mirrorable(candidate, production: Endpoint) -> None:
+    """Planning (exit 2, before the shadow is deployed): the candidate's runtime has the sink,
+    and production's server answers GET /mirror with `allowed` (it runs with --enable-mirror,
+    which its profile's service.mirror renders). Asked of the server, not of a local profile
+    file, so a production deployed from a profile this machine lacks is judged right."""
+    if not taps(candidate.runtime):
+        able = ", ".join(n for n in RUNTIMES if taps(n))
+        raise MirrorUnavailable(f"--mirror: the shadow profile {candidate.name} runs {candidate.runtime}, "
+                                f"which has no mirror sink (runtimes with one: {able}; docs/mirror.md)")
+    try:
+        with _client(production) as client:
+            response = client.get("/mirror")
+    except httpx.HTTPError as exc:
+        raise MirrorUnavailable(f"--mirror: production at {production.url}: {type(exc).__name__}: {exc}") from None
+    tap = _answer(response, "--mirror: production")
+    if not tap.get("allowed"):
+        raise MirrorUnavailable(f"--mirror: production at {production.url} does not opt in (set "
+                                f"service.mirror: true in its profile and deploy it; docs/mirror.md)")
 
 
 def _client(endpoint: Endpoint) -> httpx.Client:
@@ -51,6 +59,8 @@ def _answer(response: httpx.Response, what: str) -> dict:
     if response.status_code == 404:
         raise MirrorUnavailable(f"{what}: {response.request.url} has no mirror routes (not the bundled "
                                 f"runtime, or an older one)")
+    if response.status_code == 401:
+        raise MirrorUnavailable(f"{what}: {response.request.url} refused the profile's API key")
     if response.status_code == 403:
         raise MirrorUnavailable(f"{what}: {response.json().get('error', {}).get('message', 'refused')}")
     response.raise_for_status()
