@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from serving.bench.vllm_side import Side, ask, start_vllm, vllm_counters, wait_health
+from serving.speculative import resolve
 from serving.tools.local_server import ServerProcess
 from serving.tools.prompt_sets import PROMPT_SETS
 
@@ -95,9 +96,10 @@ def accept_length(url: str) -> float | None:
 
 
 def spec_flags(args, algorithm: str) -> list[str]:
+    """The bundled server's flags for a method; a tree budget where the method takes one."""
     flags = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(args.draft),
              "--speculative-num-draft-tokens", str(args.block), "--speculative-adaptive", "off"]
-    return flags + (["--speculative-ddtree-budget", str(args.budget)] if algorithm == "DDTREE" else [])
+    return flags + (["--speculative-ddtree-budget", str(args.budget)] if resolve(algorithm).takes_budget else [])
 
 
 def spec_phase(args, work: Path, prompts: list[str]) -> dict:

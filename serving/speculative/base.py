@@ -68,6 +68,7 @@ class Verifier(Protocol):
     """Turns draft logits into a tree of candidate tokens rooted at the bonus token."""
 
     needs: Needs
+    budget: int | None  # tree nodes below the root per verify pass; None for a chain
 
     def plan(self, bonus: int, draft_logits: Any, budget_rows: int, vocab: Any = None) -> Any:
         """A `serving.speculative.tree.Tree` with at most budget_rows rows (root included);

@@ -17,6 +17,7 @@ class ChainVerifier:
     def __init__(self, block_size: int):
         # One verify pass holds the bonus plus block_size - 1 drafts.
         self.needs = Needs(tree_attention=False, draft_tokens=block_size)
+        self.budget = None      # a chain has no node budget (/server_info speculative_ddtree_budget)
 
     def plan(self, bonus: int, draft_logits: torch.Tensor, budget_rows: int, vocab=None) -> Tree:
         """draft_logits [depth, V'] -> chain of the argmax draft tokens (a point-mass draft);

@@ -116,7 +116,7 @@ class SpecLane:
         that ran last, and per batch-size bucket."""
         return {"speculative_algorithm": self.method.name.upper(),
                 "speculative_num_draft_tokens": self.drafter.needs.draft_tokens,
-                "speculative_ddtree_budget": getattr(self.method.verifier, "budget", None),
+                "speculative_ddtree_budget": self.method.verifier.budget,
                 "speculative_adaptive": self.adaptive,
                 "speculative_current_setting": self.last.current.label,
                 "speculative_settings": self.last.report(),
