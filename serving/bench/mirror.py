@@ -1,16 +1,17 @@
 """What mirroring costs production and what it reports (issue 25; docs/mirror.md).
 
     python -m serving.bench.mirror [--target MODEL --draft DRAFT] [--requests 16]
-                                   [--per-phase 40] [--rounds 3] [--clients 64] [--soak-s 20]
+                                   [--per-block 10] [--rounds 12] [--clients 64] [--soak-s 20]
 
 Starts, on loopback with an API key, production (plain decoding, --enable-mirror) and a DDTree
 shadow of the same tiny random checkpoint (serving.tools.tiny, tiny_draft), then prints:
 1. `--requests` greedy client requests to production with the tap on: requests the shadow
    compared, token equality, the shadow's accepted length, TTFT, ITL and tokens/s.
-2. production's p50/p99 over `--per-phase` sequential requests with the tap off, on, and on
-   toward a shadow killed (SIGKILL) halfway through the phase, alternating `--rounds` times;
-   production's errors in each, and the added p99 (on - off, killed - off); also the tap's own
-   cost per request (Tap.offer, timed in this process).
+2. production's p50/p99 with the tap on and off in alternating blocks of `--per-block`
+   sequential requests (`--rounds` of each), first toward a live shadow, then, after the shadow
+   is killed (SIGKILL) in the middle of a block, toward the dead one; production's errors, the
+   added p99 and p50 (on - off); and the tap's own cost per request (Tap.offer, timed in this
+   process).
 3. a soak: `--clients` concurrent clients for `--soak-s` seconds with the tap on toward a fresh
    shadow that cannot keep up: both processes' RSS at start, peak and end, and the tap's and the
    sink's counts (the queues stay at their bounds; the excess is dropped and counted).
@@ -110,7 +111,10 @@ def mirrored_figures(pair: Pair, n: int) -> None:
           f"{(shadow['itl_p50_s'] or 0) * 1000:.1f} ms, {shadow['tokens_per_s']:.1f} tokens/s")
 
 
-def phase(pair: Pair, n: int, kill_at: int | None = None) -> tuple[list[float], int]:
+def block(pair: Pair, n: int, tap: bool | None, kill_at: int | None = None) -> tuple[list[float], int]:
+    """`n` sequential requests to production; tap None: leave it as it is."""
+    if tap is not None:
+        pair.tap(tap)
     latencies, errors = [], 0
     with httpx.Client(base_url=pair.production.url, headers=AUTH, timeout=60) as client:
         for i in range(n):
@@ -123,23 +127,30 @@ def phase(pair: Pair, n: int, kill_at: int | None = None) -> tuple[list[float], 
     return latencies, errors
 
 
-def latency_figures(pair: Pair, per_phase: int, rounds: int) -> None:
-    runs: dict[str, list[float]] = {"off": [], "on": [], "killed": []}
+def alternate(pair: Pair, name: str, per_block: int, rounds: int) -> None:
+    """Blocks of `per_block` requests, tap on and off in turn, so drifting load hits both alike."""
+    runs = {"on": [], "off": []}
     errors = dict.fromkeys(runs, 0)
-    for r in range(rounds):
-        for name in ("off", "on", "killed"):
-            if name == "killed" and r:
-                pair.shadow = pair.start_shadow()
-            pair.tap(name != "off")
-            latencies, failed = phase(pair, per_phase, per_phase // 2 if name == "killed" else None)
-            runs[name] += latencies if name != "killed" else latencies[per_phase // 2:]
-            errors[name] += failed
+    for _ in range(rounds):
+        for state in ("on", "off"):
+            latencies, failed = block(pair, per_block, state == "on")
+            runs[state] += latencies
+            errors[state] += failed
     off = p(runs["off"], 99)
-    for name, values in runs.items():
-        print(f"2. tap {name:6}: {len(values)} requests, {errors[name]} errors, p50 "
-              f"{statistics.median(values) * 1000:.1f} ms, p99 {p(values, 99) * 1000:.1f} ms, added p99 "
-              f"{(p(values, 99) - off) * 1000:+.1f} ms")
-    print(f"   production's tap after the kills: {pair.stats(pair.production, '/mirror')}")
+    for state, values in runs.items():
+        print(f"2. {name}, tap {state:3}: {len(values)} requests, {errors[state]} errors, p50 "
+              f"{statistics.median(values) * 1000:.1f} ms, p99 {p(values, 99) * 1000:.1f} ms")
+    print(f"   {name}: added p99 {(p(runs['on'], 99) - off) * 1000:+.1f} ms, added p50 "
+          f"{(statistics.median(runs['on']) - statistics.median(runs['off'])) * 1000:+.1f} ms")
+
+
+def latency_figures(pair: Pair, per_block: int, rounds: int) -> None:
+    alternate(pair, "shadow alive", per_block, rounds)
+    latencies, failed = block(pair, 2 * per_block, True, kill_at=per_block)
+    print(f"2. shadow killed (SIGKILL) after {per_block} of {2 * per_block} requests: {failed} production "
+          f"errors, p99 {p(latencies, 99) * 1000:.1f} ms")
+    alternate(pair, "shadow dead", per_block, rounds)
+    print(f"   production's tap after the kill: {pair.stats(pair.production, '/mirror')}")
     print(f"   Tap.offer: {offer_cost_us():.2f} us per finished request (in-process, 100000 calls)")
 
 
@@ -199,8 +210,8 @@ def main(argv=None) -> None:
     ap.add_argument("--target", type=Path, help="checkpoint both serve (default: a tiny random one)")
     ap.add_argument("--draft", type=Path, help="the shadow's DDTree draft (default: a tiny random one)")
     ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--per-phase", type=int, default=40)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--per-block", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--soak-s", type=float, default=20.0)
     args = ap.parse_args(argv)
@@ -209,7 +220,7 @@ def main(argv=None) -> None:
         pair = Pair(Path(tmp), args.target, args.draft)
         try:
             mirrored_figures(pair, args.requests)
-            latency_figures(pair, args.per_phase, args.rounds)
+            latency_figures(pair, args.per_block, args.rounds)
             soak(pair, args.clients, args.soak_s)
         finally:
             pair.stop()

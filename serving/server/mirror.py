@@ -78,6 +78,7 @@ class Tap:
         if parts.scheme != "http" or not parts.hostname or not parts.port:
             raise APIError(400, f"url must be http://HOST:PORT, got {url!r}", "url", "invalid_value")
         self.target, self.api_key, self.sample = (parts.hostname, parts.port), api_key, sample
+        self.backoff_until = 0.0          # a new target gets its first record tried at once
         self.queue.clear()
         self.counts = dict.fromkeys(self.counts, 0)
         if self.sender is None or self.sender.done():
