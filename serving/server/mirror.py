@@ -55,7 +55,7 @@ class Tap:
         self.wake = asyncio.Event()
         self.sender: asyncio.Task | None = None
         self.counts = {"offered": 0, "sent": 0, "dropped_full": 0, "dropped_backoff": 0,
-                       "refused_full": 0, "failed": 0}
+                       "refused_full": 0, "rejected": 0, "failed": 0}
         self.backoff_until = 0.0
 
     @property
@@ -106,6 +106,8 @@ class Tap:
                     self.counts["sent"] += 1
                 elif status == 429:       # the shadow is up but its queue is full: it counted the drop
                     self.counts["refused_full"] += 1
+                elif status is not None and 400 <= status < 500:   # this record (too large, ...), not the shadow
+                    self.counts["rejected"] += 1
                 else:
                     self.counts["failed"] += 1
                     self.backoff_until = time.monotonic() + BACKOFF_S

@@ -166,3 +166,15 @@ def test_start_plans_from_what_production_answers(pair, tmp_path):
         refuse_unless_mirrorable(candidate, Endpoint("production", pair["production"].url, api_key="wrong"))
     with pytest.raises(BadInput, match="no mirror sink"):
         refuse_unless_mirrorable(sglang, Endpoint("production", pair["production"].url, api_key=KEY))
+
+
+def test_a_record_the_shadow_refuses_is_counted_not_backed_off(pair):
+    prod, shadow = pair["production"].url, pair["shadow"].url
+    httpx.put(prod + "/mirror", json={"url": shadow, "api_key": "wrong"}, headers=AUTH).raise_for_status()
+    for i in range(3):
+        assert chat(prod, f"Refused copy {i}", temperature=0).status_code == 200
+    deadline = time.monotonic() + 30
+    while (counts := httpx.get(prod + "/mirror", headers=AUTH).json())["rejected"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert counts["rejected"] == 3 and counts["dropped_backoff"] == counts["failed"] == 0
+    httpx.delete(prod + "/mirror", headers=AUTH).raise_for_status()
