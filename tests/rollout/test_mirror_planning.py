@@ -37,3 +37,16 @@ def test_requirement_checks_count_equality_and_accepted_length():
     assert [c.name for c in failed.checks if not c.passed] == [
         "mirrored requests", "mirrored token equality", "mirrored accepted length"]
     assert not judge_mirrored(Mirrored({}, sink(20, None, None)), need).passed   # nothing deterministic
+
+
+def test_compare_mirrored_with_nothing_listening_is_unreachable_not_a_crash(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from ddops.cli import app
+    monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
+    dead = "http://127.0.0.1:9"          # discard port: nothing listens
+    result = CliRunner().invoke(app, ["shadow", "compare", "--mirrored", "--json", "--production-url", dead,
+                                      "--shadow-url", dead])
+    assert result.exit_code == 6 and "production at http://127.0.0.1:9" in json.loads(result.stdout)["error"]

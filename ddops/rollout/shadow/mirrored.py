@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from ddops.profile.runtimes import RUNTIMES
+from ddops.exits import Unreachable
 from ddops.rollout.output import BadInput
 from ddops.rollout.shadow.compare import Endpoint
 from ddops.rollout.shadow.judge import Check, Verdict
@@ -39,12 +40,7 @@ def refuse_unless_mirrorable(candidate, production: Endpoint) -> None:
         able = ", ".join(n for n in RUNTIMES if taps(n))
         raise MirrorUnavailable(f"--mirror: the shadow profile {candidate.name} runs {candidate.runtime}, "
                                 f"which has no mirror sink (runtimes with one: {able}; docs/mirror.md)")
-    try:
-        with _client(production) as client:
-            response = client.get("/mirror")
-    except httpx.HTTPError as exc:
-        raise MirrorUnavailable(f"--mirror: production at {production.url}: {type(exc).__name__}: {exc}") from None
-    tap = _answer(response, "--mirror: production")
+    tap = _get(production, "/mirror")
     if not tap.get("allowed"):
         raise MirrorUnavailable(f"--mirror: production at {production.url} does not opt in (set "
                                 f"service.mirror: true in its profile and deploy it; docs/mirror.md)")
@@ -71,9 +67,13 @@ def start_tap(production: Endpoint, shadow_url: str, shadow_key: str | None, sam
     """Point production's tap at `shadow_url` (as production's host reaches it)."""
     if not 0 <= sample <= 1:
         raise BadInput(f"--sample: a fraction 0..1 of mirrored requests kept as samples, got {sample}")
-    with _client(production) as client:
-        body = {"url": shadow_url, "api_key": shadow_key, "sample": sample}
-        return _answer(client.put("/mirror", json=body), "production")
+    body = {"url": shadow_url, "api_key": shadow_key, "sample": sample}
+    try:
+        with _client(production) as client:
+            response = client.put("/mirror", json=body)
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"production at {production.url}: {type(exc).__name__}: {exc}") from None
+    return _answer(response, "production")
 
 
 def stop_tap(production: Endpoint) -> None:
@@ -115,8 +115,17 @@ class Mirrored:
 
 
 def read(production: Endpoint, shadow: Endpoint) -> Mirrored:
-    with _client(production) as p, _client(shadow) as s:
-        return Mirrored(_answer(p.get("/mirror"), "production"), _answer(s.get("/mirror/stats"), "shadow"))
+    """Both ends' figures; Unreachable (exit 6, nothing changed) when either cannot be dialed."""
+    return Mirrored(_get(production, "/mirror"), _get(shadow, "/mirror/stats"))
+
+
+def _get(endpoint: Endpoint, path: str) -> dict:
+    try:
+        with _client(endpoint) as client:
+            response = client.get(path)
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"{endpoint.name} at {endpoint.url}: {type(exc).__name__}: {exc}") from None
+    return _answer(response, endpoint.name)
 
 
 def read_recorded(record, production: Endpoint, shadow: Endpoint, hosts: dict) -> Mirrored:
