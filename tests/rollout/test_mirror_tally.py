@@ -52,3 +52,27 @@ def test_samples_are_redacted_and_cut():
     tally = Tally()
     tally.keep_sample("x" * 10_000, "a", "b", ())
     assert len(tally.samples[0]["prompt"]) == 2000
+
+
+def test_the_tap_only_appends_and_skips_records_it_would_be_slow_to_serialize():
+    """Tap.offer on the event loop: no target, nothing; too long, skipped; full, dropped."""
+    import asyncio
+
+    from serving.engine import StopRule
+    from serving.engine.events import Finished
+    from serving.sampling import SamplingParams
+    from serving.server.mirror import MAX_RECORD_IDS, TAP_QUEUE, Tap
+
+    async def offer_all() -> dict:
+        tap = Tap(True)
+        answer = Finished("x", (1, 2), "length", usage(2))
+        args = (SamplingParams(temperature=0), StopRule(8))
+        tap.offer([1], *args, answer)                       # not started: ignored
+        tap.target = ("127.0.0.1", 9)                       # active, no sender: the queue fills
+        tap.offer([1] * MAX_RECORD_IDS, *args, answer)
+        for _ in range(TAP_QUEUE + 5):
+            tap.offer([1, 2, 3], *args, answer)
+        return tap.to_dict()
+    counts = asyncio.run(offer_all())
+    assert counts["offered"] == TAP_QUEUE + 6 and counts["skipped_long"] == 1
+    assert counts["queued"] == TAP_QUEUE and counts["dropped_full"] == 5
