@@ -1,6 +1,7 @@
 """Shared test set-up. Fixture plugins live beside their owners' tests."""
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,53 @@ CACHE = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
 # The shipped cpu-* profiles require an API key from $DDOPS_API_KEY; every test (and every
 # `ddops` it starts) deploys with this one unless it sets its own.
 TEST_API_KEY = os.environ.setdefault("DDOPS_API_KEY", "ddops-test-key-7f3a")
+# Rollout and shadow records go to a state directory of this test process's own, never the
+# operator's ~/.local/state/ddops, and never one that a parallel worker writes at the same time.
+os.environ.setdefault("DDOPS_STATE", tempfile.mkdtemp(prefix="ddops-test-state-"))
+
+# `make test` runs two pytest-xdist workers (`-n 2`). Each test file runs whole in one worker, so
+# a module fixture (a server, a deployed host) starts once, as in a serial run. Files that share
+# a machine-wide resource form one group, run in one worker one after another: the lab hosts
+# (systemd-nspawn containers, one bridge and fixed unit ports per lab) and the one vLLM a
+# machine holds at a time (tests/vllm_server.py's lock: a worker waiting on it would idle).
+# The controller schedules from node ids alone, so a file's group is read from its text; the
+# collected items (markers and fixtures) must agree, or collection stops.
+LAB_FIXTURES = {"lab_hosts", "deploy_lab", "bare_lab", "ops_lab"}
+VLLM_FILES = {"test_vllm_across.py", "test_vllm_draft.py"}
+
+
+def file_group(path: str) -> str | None:
+    """The machine-wide resource a test file's tests share ("lab", "vllm"), or None."""
+    name = Path(path).name
+    if "pytest.mark.lab" in (REPO / path).read_text(errors="replace"):
+        return "lab"
+    return "vllm" if name in VLLM_FILES else None
+
+
+def item_group(item) -> str | None:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("lab") or LAB_FIXTURES & fixtures:
+        return "lab"
+    return "vllm" if "vllm_server" in fixtures or item.path.name in VLLM_FILES else None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.path.relative_to(REPO).as_posix()
+        if item_group(item) not in (None, file_group(path)):
+            raise pytest.UsageError(f"{item.nodeid}: uses {item_group(item) or 'no shared resource'} but its "
+                                    f"file reads as {file_group(path) or 'none'} (tests/conftest.py file_group)")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFileAndResource(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return file_group(path) or path
+
+    return ByFileAndResource(config, log)
 
 
 @pytest.fixture(scope="session")
