@@ -1,5 +1,5 @@
-"""`ddops rollout` end to end on hosts that cannot be reached (the first deploy fails at once):
-the event stream, the saved state, and what is refused before any host is contacted. The
+"""`ddops rollout` end to end on hosts that cannot be reached (the first deploy finds its host
+unreachable and the rollout halts with exit 6, nothing changed): the event stream, the saved state, and what is refused before any host is contacted. The
 lab tests (test_lab_watch.py) run the same command on real hosts."""
 
 import json
@@ -40,14 +40,14 @@ def test_events_and_webhooks_follow_the_rollout_in_order(fleet):
         code, lines = run(fleet(bake_s=5, analysis={"checks": [{"metric": "error_ratio", "max": 0.1}]},
                                 notify=[{"url": receiver.url}]), "--yes", "--json-events")
     kinds = [e["event"] for e in lines if e["event"] not in ("stage", "host")]
-    assert code == 1 and kinds == ["start", "wave", "wave_done", "halt", "finish", "result"]
+    assert code == 6 and kinds == ["start", "wave", "wave_done", "halt", "finish", "result"]  # unreachable, nothing changed
     result = lines[-1]
     assert result["status"] == "halted" and result["hosts"]["h2"]["status"] == "pending"
     assert result["analysis"]["h1"]["baseline"]["error"].startswith("http://127.0.0.1:30000/metrics")
     assert [b["event"] for _, b in receiver.received] == kinds[:-1]
     assert result["notifications"][0]["sent"] == 5
     assert [e.get("event") or e["status"] for e in result["timeline"]] == \
-        ["start", "wave", "running", "failed", "wave_done", "halt", "finish"]
+        ["start", "wave", "running", "unreachable", "wave_done", "halt", "finish"]
 
 
 @pytest.mark.parametrize("fields, flags, message", [
@@ -70,6 +70,6 @@ def test_profile_rollout_policy_supplies_analysis_and_pauses(fleet, tmp_path):
         "analysis": {"checks": [{"metric": "itl_p95", "max_ratio": 1.5}]}}}))
     code, lines = run(fleet(profile=str(profile)), "--yes", "--json-events")
     start = next(e for e in lines if e["event"] == "start")
-    assert code == 1 and [c["metric"] for c in start["checks"]] == ["itl_p95"]
+    assert code == 6 and [c["metric"] for c in start["checks"]] == ["itl_p95"]
     code, lines = run(fleet(profile=str(profile), pause_after=[3]), "--yes", "--json-events")
     assert code == 2 and "pause_after: 3" in lines[-1]["error"]  # the plan's own replaces the profile's
