@@ -1,6 +1,6 @@
 """`ddops rollout` end to end on hosts that cannot be reached (the first deploy finds its host
-unreachable and the rollout halts with exit 6, nothing changed): the event stream, the saved state, and what is refused before any host is contacted. The
-lab tests (test_lab_watch.py) run the same command on real hosts."""
+unreachable and the rollout halts with exit 6, nothing changed): the event stream, the saved state, and what is refused before any host is
+contacted. The lab tests (test_lab_watch.py) run the same command on real hosts."""
 
 import json
 
