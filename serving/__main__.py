@@ -7,7 +7,7 @@ from serving.config import parse_args
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    from serving.server.runtime import serve   # heavy imports only after the flags are valid
+    from serving.server.startup import serve   # heavy imports only after the flags are valid
 
     sys.exit(serve(args))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddops.preflight import LocalFiles, check_pair, read_pair
+from ddops.draft_pairing import LocalFiles, check_pair, read_pair
 from serving import contract, speculative
 from serving.models import inspect_checkpoint, load_model
 from serving.tools.tiny import write_tiny

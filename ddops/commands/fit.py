@@ -29,7 +29,7 @@ from ddops.fit.start_rules import target_refusals
 from ddops.profile.extra_args import memory_warnings
 from ddops.fit.verdict import Assessment, gib
 from ddops.inventory import load_inventory
-from ddops.preflight import PreflightError
+from ddops.draft_pairing import PreflightError
 from ddops.profile import RUNTIMES, ConfigError, load_profile
 
 from ddops.remote import connect

@@ -23,7 +23,7 @@ from ddops.fit.model import ModelFactsError
 from ddops.fit.read import read_model
 from ddops.fit.start_rules import profile_refusals
 from ddops.inventory import load_inventory
-from ddops.preflight import (LocalFiles, PreflightError, Problem, RemoteFiles, check_model_dir,
+from ddops.draft_pairing import (LocalFiles, PreflightError, Problem, RemoteFiles, check_model_dir,
                              check_pair, read_pair)
 from ddops.profile import load_profile
 from ddops.profile.runtimes import RUNTIMES

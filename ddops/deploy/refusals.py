@@ -29,7 +29,7 @@ from ddops.deploy.draft_load import load_refusals, pairing_kept
 from ddops.checkpoint import read_config
 from ddops.fit.model import ModelFactsError, facts_from_config
 from ddops.fit.start_rules import POOL_FLAG, applies, refused
-from ddops.preflight import PreflightError, RemoteFiles, check_model_dir, check_pair, read_pair
+from ddops.draft_pairing import PreflightError, RemoteFiles, check_model_dir, check_pair, read_pair
 from ddops.profile import method_for
 from ddops.profile.launch import read_launch
 from ddops.profile.extra_args import values_of

@@ -2,7 +2,7 @@
 (plus, when weights are at hand, the real input width of the draft's fc).
 
 The runtime runs these rules at start-up before weights load (serving/speculative/preflight.py)
-and ddops runs the same ones on the host's files before changing anything (ddops/preflight.py).
+and ddops runs the same ones on the host's files before changing anything (ddops/draft_pairing.py).
 Every reason names both sides' numbers.
 """
 

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from ddops.preflight import LocalFiles, PreflightError, check_model_dir, check_pair, read_pair
+from ddops.draft_pairing import LocalFiles, PreflightError, check_model_dir, check_pair, read_pair
 from serving.contract import derived_layer_ids, target_layer_ids
 
 

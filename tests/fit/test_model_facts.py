@@ -9,7 +9,7 @@ import pytest
 
 from ddops.fit.model import FULL, LINEAR, ModelFactsError, facts_from_config, layer_kinds
 from ddops.fit.read import read_model
-from ddops.preflight import LocalFiles, PreflightError
+from ddops.draft_pairing import LocalFiles, PreflightError
 
 
 def test_llama_31_8b_parameter_count_is_exact(llama8b):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddops.preflight import LocalFiles, check_pair, read_pair
+from ddops.draft_pairing import LocalFiles, check_pair, read_pair
 from serving.contract.pairing import target_layer_ids, text_config
 from serving.speculative import preflight
 

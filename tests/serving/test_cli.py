@@ -80,7 +80,7 @@ def test_eos_ids_come_from_config_generation_config_and_tokenizer(tiny_llama, tm
     import shutil
 
     from serving.models.tokenizer import Tokenizer
-    from serving.server.runtime import eos_ids
+    from serving.server.startup import eos_ids
 
     model = shutil.copytree(tiny_llama, tmp_path / "m")
     config, tokenizer = read_model_config(model), Tokenizer.from_dir(model)

@@ -21,7 +21,7 @@ from ddops.deploy.draft_load import load_refusals, problems as load_problems, sg
 from ddops.deploy.refusals import refusals
 from ddops.fit.model import facts_from_config
 from ddops.fit.read import read_model
-from ddops.preflight import check_pair, read_pair
+from ddops.draft_pairing import check_pair, read_pair
 from ddops.profile import load_profile
 from ddops.profile.runtimes import VLLM
 from serving.speculative.preflight import problems as runtime_problems
