@@ -29,6 +29,7 @@ from ddops.fit.model import Attention, LinearState, ModelFacts, dtype_bytes
 from ddops.fit.profile_fit import Models, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
+from ddops.profile.runtimes import POOL_CAP_FLAG
 from serving.contract.runtime import draft_kv_rows, kv_rows, prefix_rows, state_slots
 
 
@@ -66,7 +67,7 @@ def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
     hybrid, speculative = target.linear is not None, profile.method.is_speculative
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
-    max_total = int_value(profile, "--max-total-tokens")
+    max_total = int_value(profile, POOL_CAP_FLAG)
     rows = kv_rows(hybrid, speculative, context, verify, max_total)
     draft_rows = draft_kv_rows(hybrid, speculative, context, verify, max_total) if draft else 0
     kv = kv_bytes(target.attention, rows, dtype) + (kv_bytes(draft.attention, draft_rows, dtype) if draft else 0)

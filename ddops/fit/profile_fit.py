@@ -19,6 +19,7 @@ from ddops.fit.verdict import Assessment, assess
 from ddops.inventory import Host
 from ddops.profile import RUNTIMES, Profile
 from ddops.profile.extra_args import int_value
+from ddops.profile.runtimes import POOL_CAP_FLAG
 
 DEFAULT_BLOCK = 16  # SGLang's fallback when the draft config has no block_size
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default
@@ -58,7 +59,7 @@ def setup_for(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = N
         verify_tokens=verify_tokens(profile, models.draft),
         mamba_slots=mamba.max_mamba_cache_size, ssm_dtype=mamba.ssm_dtype,
         mamba_ratio=mamba.full_memory_ratio, mamba_strategy=mamba.scheduler_strategy,
-        max_total_tokens=int_value(profile, "--max-total-tokens"),
+        max_total_tokens=int_value(profile, POOL_CAP_FLAG),
     )
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 from ddops.fit.model import ModelFacts
 from ddops.fit.profile_fit import Reader
 from ddops.profile import RUNTIMES, Profile, Runtime
+from ddops.profile.runtimes import POOL_CAP_FLAG
 from ddops.profile.extra_args import int_value
 from serving.contract.runtime import max_total_tokens_problem
 
-POOL_FLAG = "--max-total-tokens"
+POOL_FLAG = POOL_CAP_FLAG
 
 
 def applies(runtime: Runtime, speculative: bool, max_total_tokens: int | None) -> bool:

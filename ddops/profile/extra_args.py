@@ -16,7 +16,7 @@ change memory use in a way it does not model.
 
 from __future__ import annotations
 
-from ddops.profile.runtimes import RUNTIMES
+from ddops.profile.runtimes import POOL_CAP_FLAG, RUNTIMES
 from ddops.profile.sglang_versions import RENAMES, VersionError, flags_for, unknown_flags
 from ddops.vllm import versions as vllm_versions
 
@@ -25,7 +25,7 @@ SECTIONS = ("sglang", "vllm")
 RENDERED = {"--api-key": "service.secrets", "--model": "model.path",
             "--speculative-draft-model": "speculative.draft_model_path"}
 # Flags whose value ddops.fit reads: a positive integer each.
-READ_BY_FIT = ("--max-total-tokens",)
+READ_BY_FIT = (POOL_CAP_FLAG,)
 # Switches ddops.fit reads: present or not, no value.
 SWITCHES_READ_BY_FIT = ("--disable-radix-cache",)
 # Flags whose memory effect ddops.fit does not model (its prediction may then be off).

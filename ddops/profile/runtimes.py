@@ -105,6 +105,10 @@ class Runtime:
         return next((b for b in self.builds if b.dist in dists), None)
 
 
+# The extra flag SGLang and the bundled runtime both read as a cap on the K/V pool's tokens
+# (no profile key: an operator passes it in sglang.extra_args; fit and planning read its value).
+POOL_CAP_FLAG = "--max-total-tokens"
+
 _SERVE = (
     Flag("model.path", "--model-path", aliases=("--model",)),
     Flag("model.served_name", "--served-model-name"),
