@@ -11,6 +11,8 @@
         address: 10.77.0.11
         gpu: {kind: RTX A6000, count: 2, memory_gb: 48}
         labels: {role: prod}
+        mirror: false                 # never copy this host's requests to a shadow (default true;
+                                      # a profile must opt in too: docs/mirror.md)
 
 Found in this order: an explicit path, $DDOPS_INVENTORY, ./inventory.yaml, lab/inventory.yaml
 of the source tree, $DDOPS_LAB_DIR/inventory.yaml (the last two written by `ddops lab up`).
@@ -60,6 +62,7 @@ class Host(_Strict):
     become_password_file: Path | None = None
     gpu: Gpu | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    mirror: bool = True   # false: `ddops shadow start --mirror` refuses this host as production
 
     def matches(self, labels: dict[str, str]) -> bool:
         return all(self.labels.get(key) == value for key, value in labels.items())

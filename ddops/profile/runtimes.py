@@ -34,6 +34,7 @@ class Flag:
     offset: int = 0            # json: added to the profile's value (vLLM drafts block - 1 tokens)
     aliases: tuple[str, ...] = ()   # older spellings a hand-written or old unit may carry
     refuses: tuple[object, ...] = ()   # profile values this runtime's flag cannot express
+    value: str | None = None   # switch: a fixed value written after the flag (`--flag VALUE`)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,14 @@ class Runtime:
     # Where it reads a parallel draft's mask token in the draft's config.json, in its order
     # ("a.b": key b of the object a); empty: the pairing rules' dflash_config.mask_token_id.
     draft_mask_keys: tuple[str, ...] = ()
+    # Mirroring (docs/mirror.md). How this runtime as production hands its finished requests
+    # to a shadow: "tap" = its own tap (PUT /mirror); "request_log" = its request logs, which
+    # `service.mirror` turns on, read by the relay ddops installs beside it; None: it cannot.
+    mirror_source: Literal["tap", "request_log"] | None = None
+    # Flags whose presence on production's command line leaves its logs unusable to the relay.
+    mirror_refuses: tuple[str, ...] = ()
+    # Whether it can be a mirroring shadow (POST /mirror/records, regenerate, compare).
+    mirror_sink: bool = False
 
     def flag_for(self, key: str) -> Flag | None:
         return next((f for f in self.flags if f.key == key), None)
@@ -168,6 +177,8 @@ BUNDLED = Runtime(
     needs_gpu=False,
     versioned_flags=False,
     memory_model="exact",
+    mirror_source="tap",
+    mirror_sink=True,
 )
 
 # vLLM's OpenAI server, started through its module: `vllm serve` asks importlib.metadata for a
@@ -197,6 +208,11 @@ VLLM = Runtime(
         Flag("speculative.block_size", "--speculative-config", "json", field="num_speculative_tokens", offset=-1),
         Flag("service.log_level", "--uvicorn-log-level"),
         Flag("service.device", "", "unit"),
+        # Mirroring reads the request logs (vllm/entrypoints/serve/utils/request_logger.py):
+        # token ids are logged at DEBUG only, and outputs only with --enable-log-requests too.
+        Flag("service.mirror", "--enable-log-requests", "switch"),
+        Flag("service.mirror", "--enable-log-outputs", "switch"),
+        Flag("service.mirror", "--log-level", "switch", value="DEBUG"),
     ),
     api_key_via="env",
     api_key_env="VLLM_API_KEY",
@@ -224,6 +240,10 @@ VLLM = Runtime(
     # in parallel, and without one of these the worker raises before the server listens.
     draft_mask_keys=("dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id",
                      "pard_token", "ptd_token_id"),
+    mirror_source="request_log",
+    # --max-log-len cuts the logged id lists without a mark: a cut prompt cannot be told
+    # from a short one.
+    mirror_refuses=("--max-log-len",),
 )
 
 RUNTIMES: dict[str, Runtime] = {"sglang": SGLANG, "bundled": BUNDLED, "vllm": VLLM}

@@ -6,7 +6,7 @@ rollback  re-apply a history entry through execute (gated like any deploy);
 stop / start / remove  a unit under the host's deploy lock, for switch and shadow;
 snapshot  what a unit runs now (files header, history entry, /server_info) before a change;
 reads     the engine's day-2 reads a rollout needs (units_on, pick_unit, unit_state, unit_status,
-          api_key_of), re-exported.
+          api_key_of, unit_argv, dialable), re-exported.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ddops.deploy.ops import pick_unit, unit_status, units_on
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
 from ddops.deploy.adopt import content_hash
-from ddops.deploy.desired import api_key_of, env_file_of, health_spec
+from ddops.deploy.desired import api_key_of, env_file_of, health_spec, unit_argv
 from ddops.deploy.facts import unit_state
 from ddops.deploy.tunnel import dialable, reachable
 from ddops.deploy.gate import GateSpec, run_health

@@ -31,6 +31,7 @@ class ShadowRecord:
     production_url: str
     production_profile: str | None  # from the production host's deploy history, when known
     started: float
+    tap_url: str | None = None  # the mirror relay's GET /mirror on production's host, when one runs
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -5,9 +5,12 @@ import yaml
 
 from ddops.profile import load_profile
 from ddops.profile.yamlfile import ConfigError
-from ddops.rollout.shadow.mirrored import Mirrored, judge_mirrored, taps
+from ddops.inventory import Host
+from ddops.rollout.output import BadInput
+from ddops.rollout.shadow.compare import Endpoint
+from ddops.rollout.shadow.mirrored import Mirrored, has_sink, judge_mirrored, refuse_unless_mirrorable
 from ddops.profile.analysis import MirrorRequirement
-from ddops.render import command_line
+from ddops.render import command_line, render
 
 
 def profile(tmp_path, base: str, **service):
@@ -21,7 +24,47 @@ def test_opt_in_renders_the_flag_and_other_runtimes_are_refused(tmp_path):
     assert "--enable-mirror" not in command_line(profile(tmp_path, "cpu-ar"))
     with pytest.raises(ConfigError, match="service.mirror.*runtime sglang has no flag"):
         profile(tmp_path, "a6000-base", mirror=True)
-    assert taps("bundled") and not taps("sglang") and not taps("vllm")
+    assert has_sink("bundled") and not has_sink("sglang") and not has_sink("vllm")
+    logging = command_line(profile(tmp_path, "cpu-smollm2-vllm", mirror=True))
+    assert logging[-4:] == ["--enable-log-requests", "--enable-log-outputs", "--log-level", "DEBUG"]
+    assert "--log-level" not in command_line(profile(tmp_path, "cpu-smollm2-vllm"))
+
+
+NOWHERE = Endpoint("production", "http://127.0.0.1:9")   # a request_log source is never asked over HTTP
+
+
+def plan(tmp_path, production_base: str, host: Host | None = None, **service):
+    """Planning against production's rendered unit (what its host's unit file holds)."""
+    unit = render(profile(tmp_path, production_base, **service)).unit_text
+    return refuse_unless_mirrorable(load_profile("cpu-ddtree"), host or Host(name="p1", address="10.0.0.1"),
+                                    unit, NOWHERE)
+
+
+def test_vllm_production_mirrors_through_its_logs_once_its_profile_opts_in(tmp_path):
+    source = plan(tmp_path, "cpu-smollm2-vllm", mirror=True)
+    assert source.kind == "request_log" and source.model == "/var/lib/ddops/models/smollm2-135m-instruct"
+    with pytest.raises(BadInput, match="does not log its requests.*--enable-log-requests"):
+        plan(tmp_path, "cpu-smollm2-vllm")
+
+
+def test_vllm_production_whose_logs_are_cut_is_refused(tmp_path):
+    path = tmp_path / "cut.yaml"
+    path.write_text(yaml.safe_dump({"extends": "cpu-smollm2-vllm", "service": {"mirror": True},
+                                    "vllm": {"extra_args": ["--max-log-len", "100"]}}))
+    unit = render(load_profile(str(path))).unit_text
+    with pytest.raises(BadInput, match="--max-log-len, which cuts the logged token ids"):
+        refuse_unless_mirrorable(load_profile("cpu-ddtree"), Host(name="p1", address="10.0.0.1"), unit, NOWHERE)
+
+
+def test_sglang_production_cannot_mirror(tmp_path):
+    with pytest.raises(BadInput, match="runs sglang, which cannot mirror"):
+        plan(tmp_path, "a6000-base")
+
+
+def test_a_host_the_inventory_forbids_is_refused_whatever_its_profile_says(tmp_path):
+    forbidden = Host(name="p1", address="10.0.0.1", mirror=False)
+    with pytest.raises(BadInput, match="inventory forbids mirroring p1's requests.*hosts.p1.mirror: false"):
+        plan(tmp_path, "cpu-smollm2-vllm", forbidden, mirror=True)
 
 
 def sink(requests: int, equality: float | None, accept: float | None) -> dict:

@@ -158,14 +158,20 @@ def test_start_plans_from_what_production_answers(pair, tmp_path):
     from ddops.rollout.output import BadInput
     from ddops.rollout.shadow.compare import Endpoint
     from ddops.rollout.shadow.mirrored import refuse_unless_mirrorable
+    from ddops.inventory import Host
+    from ddops.render import render
     candidate, sglang = load_profile("cpu-ddtree"), load_profile("a6000-base")
-    refuse_unless_mirrorable(candidate, Endpoint("production", pair["production"].url, api_key=KEY))
+    host, unit = Host(name="h1", address="127.0.0.1"), render(load_profile("cpu-ar")).unit_text
+
+    def plan(profile, url, key=KEY):
+        return refuse_unless_mirrorable(profile, host, unit, Endpoint("production", url, api_key=key))
+    assert plan(candidate, pair["production"].url).kind == "tap"
     with pytest.raises(BadInput, match="does not opt in"):      # started without --enable-mirror
-        refuse_unless_mirrorable(candidate, Endpoint("production", pair["shadow"].url, api_key=KEY))
+        plan(candidate, pair["shadow"].url)
     with pytest.raises(BadInput, match="refused the profile's API key"):
-        refuse_unless_mirrorable(candidate, Endpoint("production", pair["production"].url, api_key="wrong"))
+        plan(candidate, pair["production"].url, "wrong")
     with pytest.raises(BadInput, match="no mirror sink"):
-        refuse_unless_mirrorable(sglang, Endpoint("production", pair["production"].url, api_key=KEY))
+        plan(sglang, pair["production"].url)
 
 
 def test_a_record_the_shadow_refuses_is_counted_not_backed_off(pair):

@@ -193,8 +193,9 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
         prod = production_of(prod_remote, prod_unit)
         if mirror:
             with host_changes.dialable(prod_remote.host, prod.url) as url:
-                mirrored.refuse_unless_mirrorable(profile, Endpoint("production", url,
-                                                                    api_key=api_key_of(profile)))
+                source = mirrored.refuse_unless_mirrorable(
+                    profile, prod_remote.host, prod_remote.read_text(host_changes.unit_paths(prod_unit)[0]),
+                    Endpoint("production", url, api_key=api_key_of(profile)))
         if prod_host == host and not force:
             refuse_unless_fits(prod_remote, profile)
     progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")
@@ -210,24 +211,34 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
     save_shadow(record)
     detail = f"shadow {record.unit} gated and running at {record.url}"
     if mirror:
-        detail += "; " + _start_mirror(record, profile, sample, connect, progress)
+        record, note = _start_mirror(record, profile, sample, source, connect, progress)
+        detail += "; " + note
     return Lifecycle(0, "started", f"{detail}; production {prod_unit} on {prod_host} untouched",
                      record, (result,))
 
 
-def _start_mirror(record: ShadowRecord, profile, sample: float, connect, progress) -> str:
-    """Point production's tap at the shadow (the shadow's URL as production's host dials it)."""
+def _start_mirror(record: ShadowRecord, profile, sample: float, source, connect,
+                  progress) -> tuple[ShadowRecord, str]:
+    """Point production's tap at the shadow (the shadow's URL as production's host dials it),
+    or start the relay beside production when its runtime mirrors through its request logs."""
     key = api_key_of(profile)
-    with connect(record.production_host) as remote, \
-            host_changes.dialable(remote.host, record.production_url) as url:
-        tap = mirrored.start_tap(Endpoint("production", url, api_key=key), record.url, key, sample)
-    progress("mirror", f"production copies its requests to {tap['target']} (samples: {sample:.0%})")
-    return f"production mirrors to it (queue {tap['queue_limit']}, samples {sample:.0%})"
+    with connect(record.production_host) as remote:
+        if source.kind == "request_log":
+            tap_url, tap = mirrored.start_relay(remote, record, source, key, sample)
+            record = replace(record, tap_url=tap_url)
+            save_shadow(record)
+        else:
+            with host_changes.dialable(remote.host, record.production_url) as url:
+                tap = mirrored.start_tap(Endpoint("production", url, api_key=key), record.url, key, sample)
+    via = "its request logs, through the relay beside it" if record.tap_url else "its tap"
+    progress("mirror", f"production copies its requests to {tap['target']} from {via} (samples: {sample:.0%})")
+    return record, f"production mirrors to it from {via} (queue {tap['queue_limit']}, samples {sample:.0%})"
 
 
 def abort(*, connect) -> Lifecycle:
     """Remove the shadow; production is not touched (its state is reported, not changed)."""
     record = _recorded()
+    _remove_relay(record, connect)
     with connect(record.host) as remote:
         result = host_changes.remove_unit(remote, record.unit, "ddops shadow abort")
     if result.code != 0:
@@ -238,6 +249,14 @@ def abort(*, connect) -> Lifecycle:
                      record, (result,))
 
 
+def _remove_relay(record: ShadowRecord, connect) -> None:
+    """The mirror relay beside production goes with its shadow (it would only back off)."""
+    if record.tap_url:
+        from ddops.rollout.shadow import relay_unit
+        with connect(record.production_host) as remote:
+            relay_unit.remove(remote, record.production_unit)
+
+
 def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
     """Make the shadow's profile production (gated, reverted on failure), then remove the shadow.
 
@@ -246,6 +265,7 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
     production is back on its previous profile and the shadow is gone. Elsewhere production
     is deployed first and the shadow removed only after production passed its gate."""
     record = _recorded()
+    _remove_relay(record, connect)
     port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
     target = host_changes.load_target(record.profile, record.production_host, inventory=inventory,
                                  unit_name=record.production_unit, port=port)

@@ -1,8 +1,9 @@
 """Mirrored traffic on the ops side (docs/mirror.md): turn production's tap toward the shadow,
 read both ends' figures, judge them. The runtimes do the copying and the comparing; ddops only
-sends `PUT /mirror` to production and reads `GET /mirror` (production's tap counts) and
-`GET /mirror/stats` (the shadow's comparison). Prompts and answers never reach this machine
-unless samples were asked for, and then only the shadow's bounded, redacted ones.
+sends `PUT /mirror` to production (or, for a runtime whose mirror source is its request logs,
+starts the relay beside it: relay_unit.py) and reads `GET /mirror` (the tap's or the relay's
+counts) and `GET /mirror/stats` (the shadow's comparison). Prompts and answers never reach
+this machine unless samples were asked for, and then only the shadow's bounded, redacted ones.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from ddops.profile.runtimes import RUNTIMES
+from ddops.rollout.host_changes import dialable, unit_argv
+from ddops.profile.launch import read_launch
+from ddops.profile.runtimes import RUNTIMES, Runtime
 from ddops.exits import Unreachable
 from ddops.rollout.output import BadInput
 from ddops.rollout.shadow.compare import Endpoint
@@ -26,24 +29,60 @@ class MirrorUnavailable(BadInput):
     """An endpoint has no mirror routes, or production does not allow mirroring."""
 
 
-def taps(runtime: str) -> bool:
-    """Whether a runtime offers the tap and the sink: it has a flag for `service.mirror`."""
-    return RUNTIMES[runtime].flag_for("service.mirror") is not None
+def has_sink(runtime: str) -> bool:
+    """Whether a runtime can be a mirroring shadow (the runtime table's `mirror_sink`)."""
+    return RUNTIMES[runtime].mirror_sink
 
 
-def refuse_unless_mirrorable(candidate, production: Endpoint) -> None:
-    """Planning (exit 2, before the shadow is deployed): the candidate's runtime has the sink,
-    and production's server answers GET /mirror with `allowed` (it runs with --enable-mirror,
-    which its profile's service.mirror renders). Asked of the server, not of a local profile
-    file, so a production deployed from a profile this machine lacks is judged right."""
-    if not taps(candidate.runtime):
-        able = ", ".join(n for n in RUNTIMES if taps(n))
+@dataclass(frozen=True)
+class Source:
+    """How production's finished requests reach the shadow, as planning found it."""
+    kind: str              # the runtime table's mirror_source: "tap" or "request_log"
+    model: str | None      # production's model folder (the relay reads its EOS ids there)
+
+
+def refuse_unless_mirrorable(candidate, host, unit_text: str | None, production: Endpoint) -> Source:
+    """Planning (exit 2, before the shadow is deployed), from production's host, its unit file
+    and its server (dialable here), not from a local profile file, so a production deployed
+    from a profile this machine lacks is judged right: the candidate's runtime has the sink;
+    the inventory lets this host mirror; production's runtime has a mirror source and its unit
+    opted in (service.mirror)."""
+    if not has_sink(candidate.runtime):
+        able = ", ".join(n for n in RUNTIMES if has_sink(n))
         raise MirrorUnavailable(f"--mirror: the shadow profile {candidate.name} runs {candidate.runtime}, "
                                 f"which has no mirror sink (runtimes with one: {able}; docs/mirror.md)")
-    tap = _get(production, "/mirror")
-    if not tap.get("allowed"):
+    if not host.mirror:
+        raise MirrorUnavailable(f"--mirror: the inventory forbids mirroring {host.name}'s requests "
+                                f"(hosts.{host.name}.mirror: false; docs/mirror.md)")
+    argv = unit_argv(unit_text)
+    launch = read_launch(argv)
+    table = launch.table
+    if table is None or table.mirror_source is None:
+        sources = ", ".join(f"{n} ({r.mirror_source})" for n, r in RUNTIMES.items() if r.mirror_source)
+        raise MirrorUnavailable(f"--mirror: production on {host.name} runs {launch.runtime or 'no known runtime'}, "
+                                f"which cannot mirror: ddops reads no request log of it (runtimes that "
+                                f"mirror: {sources}; docs/mirror.md)")
+    if table.mirror_source == "request_log":
+        _refuse_unless_logging(table, argv, host.name)
+    elif not _get(production, "/mirror").get("allowed"):
         raise MirrorUnavailable(f"--mirror: production at {production.url} does not opt in (set "
                                 f"service.mirror: true in its profile and deploy it; docs/mirror.md)")
+    return Source(table.mirror_source, launch.get("model.path"))
+
+
+def _refuse_unless_logging(table: Runtime, argv: list[str], host: str) -> None:
+    """Production's command line logs what the relay reads: every argument its table renders
+    for service.mirror, and none of the flags that cut the logs."""
+    wanted = [w for f in table.flags if f.key == "service.mirror" for w in (f.flag, f.value) if w]
+    missing = [w for w in wanted if w not in argv]
+    if missing:
+        raise MirrorUnavailable(f"--mirror: production on {host} does not log its requests for "
+                                f"mirroring ({' '.join(missing)} missing): set service.mirror: true in its "
+                                f"profile and deploy it (docs/mirror.md)")
+    cutting = [f for f in table.mirror_refuses if any(a == f or a.startswith(f + "=") for a in argv)]
+    if cutting:
+        raise MirrorUnavailable(f"--mirror: production on {host} runs with {', '.join(cutting)}, "
+                                f"which cuts the logged token ids without a mark; remove it (docs/mirror.md)")
 
 
 def _client(endpoint: Endpoint) -> httpx.Client:
@@ -74,6 +113,31 @@ def start_tap(production: Endpoint, shadow_url: str, shadow_key: str | None, sam
     except httpx.HTTPError as exc:
         raise Unreachable(f"production at {production.url}: {type(exc).__name__}: {exc}") from None
     return _answer(response, "production")
+
+
+def start_relay(remote, record, source: Source, key: str | None, sample: float) -> tuple[str, dict]:
+    """Install and start the relay beside production (relay_unit.py); its GET /mirror URL on
+    production's host and its first answer."""
+    import time
+
+    from ddops.rollout.shadow import relay_unit
+    if not 0 <= sample <= 1:
+        raise BadInput(f"--sample: a fraction 0..1 of mirrored requests kept as samples, got {sample}")
+    same_host = record.host == record.production_host
+    port = relay_unit.port_for(int(record.production_url.rstrip("/").rsplit(":", 1)[1]),
+                               record.port if same_host else None)
+    relay_unit.install(remote, relay_unit.render(record.production_unit, record.url, port, source.model,
+                                                 sample, key))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with dialable(remote.host, url) as where:
+                return url, _get(Endpoint("production", where, api_key=key), "/mirror")
+        except (Unreachable, MirrorUnavailable):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def stop_tap(production: Endpoint) -> None:
@@ -131,6 +195,9 @@ def _get(endpoint: Endpoint, path: str) -> dict:
 def read_recorded(record, production: Endpoint, shadow: Endpoint, hosts: dict) -> Mirrored:
     """`read` through SSH tunnels where the recorded hosts need them (`hosts`: role -> Host)."""
     from ddops.rollout import host_changes
+    tap_url = getattr(record, "tap_url", None)
+    if tap_url and production.url == record.production_url.rstrip("/"):
+        production = replace(production, url=tap_url)   # the relay beside production counts
     with ExitStack() as tunnels:
         live = [replace(e, url=tunnels.enter_context(host_changes.dialable(hosts[e.name], e.url)))
                 if e.name in hosts else e for e in (production, shadow)]
