@@ -99,11 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     relay = Relay(Pairing(eos_ids(args.model)), sender)
+    lines = follow_journal(args.unit) if args.unit else follow_file(args.log_file)
     serve(relay, args.port, key)
     threading.Thread(target=sender.run, daemon=True).start()
-    print(f"relay: {args.unit or args.log_file} -> {args.url}; counts at http://127.0.0.1:{args.port}/mirror",
-          file=sys.stderr, flush=True)
-    relay.consume(follow_journal(args.unit) if args.unit else follow_file(args.log_file))
+    print(f"relay: {args.unit or args.log_file} -> {args.url}; EOS ids {list(relay.pairing.eos_ids)}; "
+          f"counts at http://127.0.0.1:{args.port}/mirror", file=sys.stderr, flush=True)
+    relay.consume(lines)
     return 0
 
 

@@ -47,25 +47,27 @@ def message_text(value) -> str | None:
 
 
 def follow_journal(unit: str):
+    """Started at once (the relay reports ready only once it follows), read lazily."""
     process = subprocess.Popen(journal_command(unit), stdout=subprocess.PIPE, text=True,
                                encoding="utf-8", errors="replace")
-    try:
-        yield from journal_lines(process.stdout)
-    finally:
-        process.kill()
+    return journal_lines(process.stdout)
 
 
 def follow_file(path: str, poll_s: float = 0.05):
-    """Lines appended to `path` from now on (tail -f); a partial last line waits for its end."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        handle.seek(0, 2)
-        partial = ""
-        while True:
-            chunk = handle.readline()
-            if not chunk:
-                time.sleep(poll_s)
-                continue
-            partial += chunk
-            if partial.endswith("\n"):
-                yield partial.rstrip("\n"), False
-                partial = ""
+    """Lines appended to `path` from this call on (tail -f); a partial last line waits for its end."""
+    handle = open(path, encoding="utf-8", errors="replace")
+    handle.seek(0, 2)
+    return _appended(handle, poll_s)
+
+
+def _appended(handle, poll_s: float):
+    partial = ""
+    while True:
+        chunk = handle.readline()
+        if not chunk:
+            time.sleep(poll_s)
+            continue
+        partial += chunk
+        if partial.endswith("\n"):
+            yield partial.rstrip("\n"), False
+            partial = ""

@@ -102,10 +102,10 @@ class Pairing:
 
     def feed(self, line: str, cut: bool = False) -> dict | None:
         """One log line; `cut`: the source knows it is incomplete (journald split it)."""
+        self._expire()
         found = message(line)
         if found is None:
             return None
-        self._expire()
         text = found[1]
         if cut:
             if OURS.match(text):
