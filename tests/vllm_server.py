@@ -9,7 +9,8 @@ process group is killed at the end (EngineCore and Worker are children of the AP
 
 Fixtures (a suite registers them by importing them into its conftest.py):
   smollm2_checkpoint  the converted SmolLM2 ($DDOPS_CACHE/models/smollm2-135m-instruct)
-  vllm_server         a VllmProcess serving it as `smollm2-135m-instruct`
+  vllm_server         a VllmProcess serving it as `smollm2-135m-instruct`, logging its requests
+                      as a mirroring production does (MIRROR_FLAGS)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from ddops.profile.runtimes import VLLM
 from serving.tools.local_server import ServerProcess, free_port
 from tests.vllm_env import CACHE, vllm_python
 
@@ -41,6 +43,9 @@ ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_
        "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 FLAGS = ("--enforce-eager", "--dtype", "float32", "--max-model-len", "2048",
          "--served-model-name", SERVED)
+# The request logging a `service.mirror` vLLM profile renders (the runtime table's rows), on
+# the `vllm_server` fixture's server: tests/rollout/test_vllm_across.py's mirror relay follows it.
+MIRROR_FLAGS = tuple(w for f in VLLM.flags if f.key == "service.mirror" for w in (f.flag, f.value) if w)
 
 
 class VllmProcess(ServerProcess):
@@ -123,7 +128,7 @@ def vllm_server(smollm2_checkpoint, tmp_path_factory):
     with LOCK.open("a") as handle:
         _hold_lock(handle)
         _wait_for_memory()
-        server = VllmProcess(python, smollm2_checkpoint, root)
+        server = VllmProcess(python, smollm2_checkpoint, root, *MIRROR_FLAGS)
         try:
             yield server.wait_ready(timeout_s=START_S)
         finally:

@@ -210,8 +210,10 @@ VLLM = Runtime(
         Flag("service.device", "", "unit"),
         # Mirroring reads the request logs (vllm/entrypoints/serve/utils/request_logger.py):
         # token ids are logged at DEBUG only, and outputs only with --enable-log-requests too.
+        # A stream's deltas (two lines per token) cannot make a record: not logged.
         Flag("service.mirror", "--enable-log-requests", "switch"),
         Flag("service.mirror", "--enable-log-outputs", "switch"),
+        Flag("service.mirror", "--no-enable-log-deltas", "switch"),
         Flag("service.mirror", "--log-level", "switch", value="DEBUG"),
     ),
     api_key_via="env",

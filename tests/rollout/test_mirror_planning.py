@@ -26,7 +26,8 @@ def test_opt_in_renders_the_flag_and_other_runtimes_are_refused(tmp_path):
         profile(tmp_path, "a6000-base", mirror=True)
     assert has_sink("bundled") and not has_sink("sglang") and not has_sink("vllm")
     logging = command_line(profile(tmp_path, "cpu-smollm2-vllm", mirror=True))
-    assert logging[-4:] == ["--enable-log-requests", "--enable-log-outputs", "--log-level", "DEBUG"]
+    assert logging[-5:] == ["--enable-log-requests", "--enable-log-outputs", "--no-enable-log-deltas",
+                            "--log-level", "DEBUG"]
     assert "--log-level" not in command_line(profile(tmp_path, "cpu-smollm2-vllm"))
 
 
@@ -93,3 +94,22 @@ def test_compare_mirrored_with_nothing_listening_is_unreachable_not_a_crash(tmp_
     result = CliRunner().invoke(app, ["shadow", "compare", "--mirrored", "--json", "--production-url", dead,
                                       "--shadow-url", dead])
     assert result.exit_code == 6 and "production at http://127.0.0.1:9" in json.loads(result.stdout)["error"]
+
+
+def test_inventory_mirror_setting_is_read_and_checked(tmp_path):
+    from ddops.inventory import InventoryError, load_inventory
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump({"defaults": {"mirror": False},
+                                    "hosts": {"a": {"address": "10.0.0.1"}, "b": {"address": "10.0.0.2", "mirror": True}}}))
+    hosts = load_inventory(path).hosts
+    assert (hosts["a"].mirror, hosts["b"].mirror) == (False, True)
+    path.write_text(yaml.safe_dump({"hosts": {"a": {"address": "10.0.0.1", "mirror": "no"}}}))
+    with pytest.raises(InventoryError, match="hosts.a.mirror"):
+        load_inventory(path)
+    assert load_inventory(_plain(tmp_path)).hosts["c"].mirror      # allowed unless the inventory says not
+
+
+def _plain(tmp_path):
+    path = tmp_path / "plain.yaml"
+    path.write_text(yaml.safe_dump({"hosts": {"c": {"address": "10.0.0.3"}}}))
+    return path

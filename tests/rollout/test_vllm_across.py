@@ -116,6 +116,23 @@ def test_cli_bundled_shadow_of_vllm_production(bundled, vllm_server, tmp_path, m
     assert "<h1>Shadow comparison</h1>" in Path(doc["report_file"]).read_text()
 
 
+def test_bundled_shadow_compares_vllm_production_mirrored_from_its_logs(bundled, vllm_server,
+                                                                       smollm2_checkpoint, tmp_path, monkeypatch):
+    """docs/mirror.md, vLLM as production: 16 greedy chats give >= 16 mirrored requests, token
+    equality 1.0 and the shadow's accepted length (tests/rollout/mirror_vllm.py)."""
+    from tests.rollout.mirror_vllm import mirror_and_compare
+    monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
+    doc = mirror_and_compare(vllm_server.url, vllm_server.log, bundled.url, smollm2_checkpoint, PROMPTS,
+                             chat, tmp_path)
+    mirrored, comparison = doc["comparison"]["mirrored"], doc["comparison"]
+    print(f"\nvLLM production mirrored to a bundled shadow: {mirrored}, equality {comparison['token_equality']}, "
+          f"shadow {comparison['shadow']}")
+    assert mirrored["requests"] >= 16 and mirrored["offered"] >= 16 and mirrored["sent"] >= 16
+    assert mirrored["dropped"] == mirrored["failed"] == 0 and mirrored["tap"]["truncated"] == 0
+    assert comparison["token_equality"] == 1.0 and doc["exit_code"] == 0
+    assert comparison["shadow"]["accept_length"] is not None and comparison["samples"]
+
+
 def test_scrape_reads_vllm_metrics_over_a_window(vllm_server):
     before = scrape.read(vllm_server.url)
     assert before.runtime == "vllm"
