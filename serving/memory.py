@@ -27,12 +27,14 @@ its pools' bytes, the prefix store's, the parameters of its target and draft).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from torch import nn
 
 from serving import speculative
-from serving.contract.runtime import draft_kv_rows, kv_rows, prefix_rows, state_slots
+from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, kv_rows, one_at_a_time, pool_rows,
+                                      prefix_rows, state_slots)
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache
 from serving.speculative.draft_model import DraftConfig
@@ -47,15 +49,32 @@ def parameter_bytes(modules: list) -> int:
         if not isinstance(module, nn.Module):
             continue
         for tensor in [*module.parameters(), *module.buffers()]:
-            if tensor.data_ptr() not in seen:
-                seen.add(tensor.data_ptr())
+            key = id(tensor) if tensor.is_mkldnn else tensor.data_ptr()   # a packed weight has no data pointer
+            if key not in seen:
+                seen.add(key)
                 total += tensor.numel() * tensor.element_size()
     return total
 
 
-def predict(args) -> dict:
-    """From config.json (and the draft's), read by the loaders' own parsers: parameter, K/V,
-    state and prefix store bytes for resolved `args`."""
+@dataclass(frozen=True)
+class Layout:
+    """What one resolved `args` preallocates, in bytes, before the pool's row count is known."""
+
+    hybrid: bool
+    speculative: bool
+    own_rows: int          # one sequence at full context: context + verify rows
+    weights: int           # target and draft parameters, runtime dtype
+    target_row: int        # target K/V of one position over its full-attention layers
+    draft_row: int         # the draft's K/V of one position (0 without a drafter)
+    state: int             # linear-attention state slots
+    prefix: int            # the prefix store
+
+    def kv(self, rows: int, draft_rows: int) -> int:
+        return self.target_row * rows + self.draft_row * draft_rows
+
+
+def layout(args) -> Layout:
+    """From config.json (and the draft's), read by the loaders' own parsers."""
     target = read_model_config(Path(args.model_path))
     width = DTYPE_BYTES[args.dtype]
     params = hybrid_params(target) if target.hybrid else dense_params(target)
@@ -67,19 +86,40 @@ def predict(args) -> dict:
         params += draft_params(draft)
         verify = method.verify_rows(args.speculative_num_draft_tokens or draft.block_size,
                                     args.speculative_ddtree_budget)
-    rows = kv_rows(target.hybrid, method.speculative, args.context_length, verify, args.max_total_tokens)
-    kv = kv_bytes(*KVCache.dims(target), rows, width)
-    if draft:
-        rows = draft_kv_rows(target.hybrid, method.speculative, args.context_length, verify, args.max_total_tokens)
-        kv += kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, rows, width)
+    target_row = kv_bytes(*KVCache.dims(target), 1, width)
+    draft_row = kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, 1, width) if draft else 0
     linear = len(target.linear_layers)
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)
     state = slots * linear * linear_state_bytes(target.linear, width) if linear else 0
-    per_row = kv_bytes(*KVCache.dims(target), 1, width) + (draft.feature_width * width if draft else 0)
+    per_row = target_row + (draft.feature_width * width if draft else 0)
     prefix = prefix_rows(target.hybrid, args.disable_radix_cache) * per_row
-    return {"predicted_weights_bytes": params * width, "predicted_kv_cache_bytes": kv,
-            "predicted_state_cache_bytes": state, "predicted_prefix_cache_bytes": prefix,
-            "predicted_bytes": params * width + kv + state + prefix}
+    return Layout(target.hybrid, method.speculative, args.context_length + verify, params * width,
+                  target_row, draft_row, state, prefix)
+
+
+def resolve_pool(args, memory_bytes: int | None):
+    """`args` with --max-total-tokens resolved by the start-up rule (contract.runtime.pool_rows)
+    from the device's memory, so the runner allocates it and /server_info reports it; unchanged
+    for a target served one sequence at a time, which has no pool to size."""
+    L = layout(args)
+    if one_at_a_time(L.hybrid, L.speculative):
+        return args
+    fraction = args.mem_fraction_static or DEFAULT_MEM_FRACTION[args.device]
+    rows = pool_rows(L.own_rows, args.max_running_requests, L.target_row + L.draft_row,
+                     L.weights + L.state + L.prefix, memory_bytes, fraction, args.max_total_tokens)
+    return replace(args, max_total_tokens=rows)
+
+
+def predict(args) -> dict:
+    """Parameter, K/V, state and prefix store bytes for resolved `args`."""
+    L = layout(args)
+    verify = L.own_rows - args.context_length
+    rows = kv_rows(L.hybrid, L.speculative, args.context_length, verify, args.max_total_tokens)
+    draft = draft_kv_rows(L.hybrid, L.speculative, args.context_length, verify, args.max_total_tokens)
+    kv = L.kv(rows, draft if L.draft_row else 0)
+    return {"predicted_weights_bytes": L.weights, "predicted_kv_cache_bytes": kv,
+            "predicted_state_cache_bytes": L.state, "predicted_prefix_cache_bytes": L.prefix,
+            "predicted_bytes": L.weights + kv + L.state + L.prefix}
 
 
 def kv_bytes(layers: int, kv_heads: int, head_dim: int, rows: int, width: int) -> int:

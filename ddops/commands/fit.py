@@ -21,6 +21,7 @@ from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, hos
                        needs_gpu, read_models, remote_reader)
 from ddops.fit.profile_fit import predict
 from ddops.fit.bundled import bundled_fit
+from ddops.fit.host_memory import read_host_memory
 from ddops.fit.gpus import known_names
 from ddops.fit.model import ModelFactsError
 from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
@@ -62,12 +63,12 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     if card is None and needs_gpu(resolved):
         raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
                            "with a gpu in the inventory"])
-    loaded, flags = _models(resolved, target_host, models)
+    loaded, flags, host_bytes = _models(resolved, target_host, models)
     refused = target_refusals(resolved, loaded.target)
     if refused:
         raise ConfigError([f"fit {resolved.name}: sglang.extra_args {line}" for line in refused])
     if RUNTIMES[resolved.runtime].memory_model == "exact":
-        _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, as_json)
+        _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, host_bytes, as_json)
     bad_tp = tp_problems(loaded.target, loaded.draft, tp or resolved.model.tp_size)
     if bad_tp:
         raise ConfigError([f"fit {resolved.name}: {line}" for line in bad_tp])
@@ -102,16 +103,20 @@ def _gpu(kind: str | None, memory_gib: float | None, host) -> GpuKind | None:
     return host_gpu(host) if host is not None else None
 
 
-def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck | None]:
-    """The checkpoints' facts; on a host also its SGLang version against the rendered flags."""
+def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck | None, int | None]:
+    """The checkpoints' facts; on a host also its SGLang version against the rendered flags, and
+    for a runtime that sizes its pool from the host's memory (the bundled one on CPU), that memory."""
     try:
         if host is not None and models_dir is None:
             with connect(host) as remote:
                 models = read_models(profile, remote_reader(remote))
+                memory = None
+                if RUNTIMES[profile.runtime].memory_model == "exact" and not needs_gpu(profile):
+                    memory = read_host_memory(remote, profile.service.unit)
                 if not RUNTIMES[profile.runtime].versioned_flags:
-                    return models, None
-                return models, check_flags(profile, installed_version(remote, profile.service.python))
-        return read_models(profile, local_reader(models_dir)), None
+                    return models, None, memory
+                return models, check_flags(profile, installed_version(remote, profile.service.python)), memory
+        return read_models(profile, local_reader(models_dir)), None, None
     except (PreflightError, ModelFactsError) as exc:    # an unreachable host escapes: exit 6
         where = f"on {host.name}" if host is not None and models_dir is None else "locally"
         raise ConfigError([f"fit: cannot read the model configs {where}: {exc}"]) from None
@@ -206,9 +211,9 @@ def _rows(s, p, models: Models) -> list[tuple[str, str]]:
                    ("minimum viable (weights only)", f"{p.min_viable:.3f}")]
 
 
-def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) -> None:
+def _report_exact(profile, models: Models, card: GpuKind | None, host_bytes: int | None, as_json: bool) -> None:
     """A runtime that preallocates everything: the total against the card (or no GPU at all)."""
-    verdict = bundled_fit(profile, models, card)
+    verdict = bundled_fit(profile, models, card, host_bytes)
     predicted, fits = verdict.memory, verdict.fits
     where = f"{card.name} ({gib(verdict.usable_bytes)} usable)" if card else "CPU (host memory, not checked)"
     code = EXIT_FITS if fits else EXIT_DOES_NOT_FIT
@@ -224,8 +229,24 @@ def _report_exact(profile, models: Models, card: GpuKind | None, as_json: bool) 
                   + (f", linear-attention state {gib(predicted.state_cache_bytes)}" if predicted.state_cache_bytes else "")
                   + (f", prefix cache {gib(predicted.prefix_cache_bytes)}" if predicted.prefix_cache_bytes else ""),
                   markup=False)
+        if predicted.pool:
+            out.print(f"  pool: {pool_rule_line(predicted.pool, predicted.kv_slots)}", markup=False)
         out.print("[green]fits[/]" if fits else "[red]does not fit[/]")
     raise typer.Exit(code)
+
+
+def pool_rule_line(rule, rows: int) -> str:
+    """How the runtime's start-up rule gives `rows`, and whether fit knew every figure it needs."""
+    line = f"{rule.max_running} running x {rule.sequence_rows:,} rows (context + verify)"
+    if rule.memory_bytes is not None:
+        line += f", capped at {rule.fraction:g} of {gib(rule.memory_bytes)} ({rule.memory_source}) less the rest"
+    if rule.cap:
+        line += f", --max-total-tokens {rule.cap:,}"
+    line += f" -> {rows:,} rows"
+    if not rule.exact:
+        line += (f"; the host's memory is not known here (give --host): the runtime caps this at "
+                 f"{rule.fraction:g} of it less the rest, never below {rule.sequence_rows:,}")
+    return line
 
 
 def _report_blocks(profile, a, as_json: bool) -> None:

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from ddops.fit.gpus import GpuKind
 from ddops.fit.memory import CUDA_CONTEXT
 from ddops.fit.model import Attention, LinearState, ModelFacts, dtype_bytes
-from ddops.fit.profile_fit import Models, verify_tokens
+from ddops.fit.profile_fit import Models, needs_gpu, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
-from serving.contract.runtime import draft_kv_rows, kv_rows, prefix_rows, state_slots
+from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, draft_kv_rows, kv_rows,
+                                      one_at_a_time, pool_rows, prefix_rows, state_slots)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class BundledMemory:
     state_cache_bytes: int = 0
     draft_kv_slots: int = 0  # draft context K/V rows preallocated (with a drafter)
     prefix_cache_bytes: int = 0  # the prefix store (dense targets)
+    pool: PoolRule | None = None  # how the start-up rule sized the pool (None: one sequence at a time)
 
     @property
     def predicted_bytes(self) -> int:
@@ -51,7 +53,29 @@ class BundledMemory:
         return {"dtype": self.dtype, "kv_slots": self.kv_slots, "draft_kv_slots": self.draft_kv_slots,
                 "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
                 "state_cache_bytes": self.state_cache_bytes, "prefix_cache_bytes": self.prefix_cache_bytes,
-                "predicted_bytes": self.predicted_bytes}
+                "predicted_bytes": self.predicted_bytes, "pool": self.pool.as_dict() if self.pool else None}
+
+
+@dataclass(frozen=True)
+class PoolRule:
+    """The runtime's start-up rule for its pool (serving.contract.runtime.pool_rows), as fit applied it."""
+
+    max_running: int
+    sequence_rows: int  # context + verify: one sequence at full context
+    fraction: float  # --mem-fraction-static, or the runtime's default for the device
+    memory_bytes: int | None  # what the cap is a share of; None: not known to fit (no cap applied)
+    memory_source: str  # where that figure comes from, in words
+    cap: int | None  # --max-total-tokens
+
+    @property
+    def exact(self) -> bool:
+        """The figure is the runtime's, not an estimate: no memory cap can apply, or its memory is known."""
+        return self.memory_bytes is not None or bool(self.cap and self.cap <= self.sequence_rows)
+
+    def as_dict(self) -> dict:
+        return {"max_running": self.max_running, "sequence_rows": self.sequence_rows, "fraction": self.fraction,
+                "memory_bytes": self.memory_bytes, "memory_source": self.memory_source, "cap": self.cap,
+                "exact": self.exact}
 
 
 def runtime_dtype(profile: Profile, target: ModelFacts) -> str:
@@ -61,23 +85,37 @@ def runtime_dtype(profile: Profile, target: ModelFacts) -> str:
     return target.dtype if profile.service.device == "cuda" else "float32"
 
 
-def bundled_memory(profile: Profile, models: Models) -> BundledMemory:
+def device_of(profile: Profile) -> str:
+    return "cuda" if needs_gpu(profile) else "cpu"
+
+
+def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = None,
+                   memory_source: str = "not known", device: str | None = None) -> BundledMemory:
+    """What the runtime allocates; `memory_bytes` is what its pool rule caps from on the device
+    (CPU: the host's memory or the unit's limit, CUDA: the card's free memory before load)."""
     target, draft = models.target, models.draft
     dtype = runtime_dtype(profile, target)
     hybrid, speculative = target.linear is not None, profile.method.is_speculative
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
-    max_total = int_value(profile, POOL_CAP_FLAG)
-    rows = kv_rows(hybrid, speculative, context, verify, max_total)
-    draft_rows = draft_kv_rows(hybrid, speculative, context, verify, max_total) if draft else 0
-    kv = kv_bytes(target.attention, rows, dtype) + (kv_bytes(draft.attention, draft_rows, dtype) if draft else 0)
     weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
+    state = sequences * linear_state_bytes(target.linear, dtype)
     features = draft.feature_width * dtype_bytes(dtype) if draft else 0
     store_rows = prefix_rows(hybrid, switch_on(profile, "--disable-radix-cache"))
     prefix = store_rows * (kv_bytes(target.attention, 1, dtype) + int(features))
-    return BundledMemory(dtype, rows, weights, kv, sequences * linear_state_bytes(target.linear, dtype), draft_rows,
-                         prefix)
+    row = kv_bytes(target.attention, 1, dtype) + (kv_bytes(draft.attention, 1, dtype) if draft else 0)
+    rule, max_total = None, int_value(profile, POOL_CAP_FLAG)
+    if not one_at_a_time(hybrid, speculative):
+        fraction = profile.memory.mem_fraction_static or DEFAULT_MEM_FRACTION[device or device_of(profile)]
+        running = profile.memory.max_running_requests or DEFAULT_MAX_RUNNING
+        rule = PoolRule(running, context + verify, fraction, memory_bytes, memory_source, max_total)
+        max_total = pool_rows(context + verify, running, row, weights + state + prefix, memory_bytes, fraction,
+                              max_total)
+    rows = kv_rows(hybrid, speculative, context, verify, max_total)
+    draft_rows = draft_kv_rows(hybrid, speculative, context, verify, max_total) if draft else 0
+    kv = kv_bytes(target.attention, rows, dtype) + (kv_bytes(draft.attention, draft_rows, dtype) if draft else 0)
+    return BundledMemory(dtype, rows, weights, kv, state, draft_rows, prefix, rule)
 
 
 @dataclass(frozen=True)
@@ -94,9 +132,20 @@ class BundledFit:
         return self.usable_bytes is None or self.memory.predicted_bytes <= self.usable_bytes
 
 
-def bundled_fit(profile: Profile, models: Models, card: GpuKind | None) -> BundledFit:
+def bundled_fit(profile: Profile, models: Models, card: GpuKind | None, host_bytes: int | None = None) -> BundledFit:
+    """On a card the pool rule's memory is the card's less the CUDA context (assuming nothing
+    else holds memory there; the runtime measures the free memory at start); on CPU the host's
+    memory as read from it (`host_bytes`), else not known."""
     usable = card.memory_bytes - CUDA_CONTEXT if card else None
-    return BundledFit(bundled_memory(profile, models), card, usable)
+    if card:
+        source = f"{card.name}'s memory less the CUDA context, the card otherwise free (the runtime reads its free memory)"
+        memory = bundled_memory(profile, models, usable, source, "cuda")
+    elif host_bytes is not None:
+        memory = bundled_memory(profile, models, host_bytes, "the host's memory (MemTotal, or the unit's MemoryMax)",
+                                "cpu")
+    else:
+        memory = bundled_memory(profile, models)
+    return BundledFit(memory, card, usable)
 
 
 def kv_bytes(a: Attention, rows: int, dtype: str) -> int:

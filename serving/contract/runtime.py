@@ -14,6 +14,11 @@ per running sequence. Dense targets hold none.
 from __future__ import annotations
 
 DEFAULT_MAX_RUNNING = 32  # --max-running-requests when unset
+# --mem-fraction-static when unset: the share of the device's memory that weights and
+# preallocated K/V may take. CUDA: about SGLang's default on a 48 GB card (its reserve heuristic
+# gives 0.85-0.86 there), a card the server has to itself. CPU: half, since the host's memory
+# also holds the OS, the tokenizer, Python's heap, activations and other services.
+DEFAULT_MEM_FRACTION = {"cpu": 0.5, "cuda": 0.85}
 PREFIX_BLOCK = 8  # prompt tokens per prefix-cache block
 PREFIX_BLOCKS = 128  # blocks the prefix cache keeps
 
@@ -42,12 +47,31 @@ def max_total_tokens_problem(hybrid: bool, speculative: bool, max_total_tokens: 
             "for it to size; remove it (--context-length sets that cache)")
 
 
+def pool_rows(own_rows: int, max_running: int | None, row_bytes: int, fixed_bytes: int,
+              memory_bytes: int | None, fraction: float, max_total_tokens: int | None) -> int:
+    """The batch runner's pool, resolved once at start (the start-up rule; the runtime then
+    runs with it as --max-total-tokens). Enough rows for every running sequence at full
+    context (`max_running` x (context + verify) = `own_rows`; no more can ever be reserved at
+    once), capped where `fraction` of the device's memory (`memory_bytes`: CPU the host's or
+    its cgroup's limit, CUDA the card's free memory before the weights load; None: not
+    known, no cap) less what else is preallocated (`fixed_bytes`: weights, prefix store,
+    state slots) holds fewer rows of `row_bytes` (target and draft K/V of one position),
+    never below one full sequence; an explicit --max-total-tokens caps it further (SGLang's
+    meaning of the flag)."""
+    rows = (max_running or DEFAULT_MAX_RUNNING) * own_rows
+    if memory_bytes is not None:
+        room = (int(fraction * memory_bytes) - fixed_bytes) // max(row_bytes, 1)
+        rows = max(own_rows, min(rows, room))
+    return min(rows, max_total_tokens) if max_total_tokens else rows
+
+
 def kv_rows(hybrid: bool, speculative: bool, context_length: int, verify_rows: int,
             max_total_tokens: int | None) -> int:
     """Rows of target K/V preallocated over its full-attention layers: one sequence's cache of
     context + verify rows when served one at a time (where the runtime refuses
     --max-total-tokens: `max_total_tokens_problem`), else the batch runner's pool of
-    --max-total-tokens rows, by default that same figure."""
+    --max-total-tokens rows (the runtime resolves the flag at start by `pool_rows`; unset here,
+    one sequence's rows)."""
     own = context_length + verify_rows
     return own if one_at_a_time(hybrid, speculative) else max_total_tokens or own
 

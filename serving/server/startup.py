@@ -18,8 +18,10 @@ import torch
 import uvicorn
 
 from serving.config import FlagError, ServerArgs, resolve
+from serving.device_memory import device_memory
 from serving.engine import Engine
 from serving.engine.build import build_runner_factory
+from serving.memory import resolve_pool
 from serving.models import ModelError, inspect_checkpoint, load_model
 from serving.models.tokenizer import Tokenizer
 from serving.server.app import AppState, create_app, request_counter
@@ -35,6 +37,7 @@ def serve(args: ServerArgs) -> int:
         checkpoint = inspect_checkpoint(args.model_path)
         tokenizer = Tokenizer.from_dir(args.model_path)
         args = resolve(args, checkpoint.config, torch.cuda.is_available())
+        args = resolve_pool(args, device_memory(args.device))   # the pool rule, once, before the port opens
         faults = from_environment()
     except (ModelError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -66,8 +66,13 @@ def test_bundled_profile_reports_its_exact_allocation(tmp_path):
     result = runner.invoke(app, ["fit", "tiny", "--profiles-dir", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     memory = json.loads(result.stdout)["memory"]
-    assert memory["dtype"] == "float32" and memory["kv_slots"] == 1024
-    assert memory["kv_cache_bytes"] == 36 * 8 * 256 * 4 * 1024
+    # the start-up rule: 32 running sequences (the default) at full context; without --host fit
+    # does not know the host's memory, so it applies no cap and says the figure is not exact
+    assert memory["dtype"] == "float32" and memory["kv_slots"] == 32 * 1024
+    assert memory["kv_cache_bytes"] == 36 * 8 * 256 * 4 * 32 * 1024
+    assert memory["pool"]["exact"] is False and memory["pool"]["memory_bytes"] is None
+    text = runner.invoke(app, ["fit", "tiny", "--profiles-dir", str(tmp_path)])
+    assert "32 running x 1,024 rows" in text.stdout and "not known here (give --host)" in text.stdout
 
 
 def test_bundled_profile_on_cuda_needs_a_card_and_is_judged_against_it(tmp_path):

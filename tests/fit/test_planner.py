@@ -164,13 +164,16 @@ def test_bundled_figures_of_the_27b_hybrid_count_kv_of_its_full_layers_and_its_l
     write(tmp_path, "plain", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
                              "memory: {context_length: 4096, max_running_requests: 6}\nservice: {device: cuda}\n")
     plain = bundled_memory(load_profile("plain", tmp_path), Models(qwen27b, None))
-    assert plain.kv_slots == 4096 and plain.draft_kv_slots == 0   # the batch runner: a slot per sequence
+    # the batch runner: a state slot per running sequence, and a pool of 6 full sequences (fit
+    # was given no card here, so no memory cap applies)
+    assert plain.kv_slots == 6 * 4096 and plain.draft_kv_slots == 0
     assert plain.state_cache_bytes == 6 * memory.state_cache_bytes
 
 
 def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen8b, qwen8b_draft):
-    """The batch runner's K/V pool is --max-total-tokens rows when a profile passes it, and the
-    draft pool beside it (the draft's 5 layers) as many rows."""
+    """The batch runner's K/V pool is 32 (the default running count) x (context + verify) rows,
+    capped by --max-total-tokens when a profile passes it, and the draft pool beside it (the
+    draft's 5 layers) as many rows."""
     from ddops.fit import Models
     from ddops.fit.bundled import bundled_memory
     from ddops.profile import load_profile
@@ -182,8 +185,8 @@ def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen
     models = Models(qwen8b, qwen8b_draft)
     default = bundled_memory(load_profile("default", tmp_path), models)
     capped = bundled_memory(load_profile("capped", tmp_path), models)
-    assert default.kv_slots == 4096 + 16 and capped.kv_slots == 20000
-    assert default.draft_kv_slots == 4096 + 16 and capped.draft_kv_slots == 20000
+    assert default.kv_slots == 32 * (4096 + 16) and capped.kv_slots == 20000
+    assert default.draft_kv_slots == 32 * (4096 + 16) and capped.draft_kv_slots == 20000
     assert capped.kv_cache_bytes == (36 + 5) * 2 * 8 * 128 * 20000 * 2
 
 
@@ -208,21 +211,31 @@ def test_bundled_figures_count_no_prefix_store_with_disable_radix_cache(tmp_path
 
 def test_a_bundled_fit_is_the_total_within_the_card_less_its_cuda_context(tmp_path, qwen8b, qwen8b_draft):
     """The decision `ddops fit` prints for the bundled runtime: predicted bytes against the card's
-    memory less CUDA_CONTEXT; a card one byte short of that does not fit; no card (CPU) fits."""
+    memory less CUDA_CONTEXT. The pool rule takes 0.85 (the CUDA default fraction) of that memory
+    less the weights and the prefix store, never less than one full sequence, so the smallest
+    card that fits is the one that holds one sequence; a card one MiB short does not fit; no
+    card (CPU) fits."""
     from ddops.fit import GpuKind, Models
     from ddops.fit.bundled import bundled_fit
     from ddops.fit.memory import CUDA_CONTEXT
     from ddops.profile import load_profile
     from tests.ops.helpers import write
-    write(tmp_path, "p", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
-                         "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+    base = ("runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
+            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+    write(tmp_path, "p", base)
+    write(tmp_path, "one", base + "sglang: {extra_args: [--max-total-tokens=4112]}\n")
     profile, models = load_profile("p", tmp_path), Models(qwen8b, qwen8b_draft)
     on_cpu = bundled_fit(profile, models, None)
     assert on_cpu.fits and on_cpu.usable_bytes is None
-    smallest = -(-(on_cpu.memory.predicted_bytes + CUDA_CONTEXT) // MIB)   # MiB of the smallest card that fits
+    one = bundled_fit(load_profile("one", tmp_path), models, None).memory.predicted_bytes
+    smallest = -(-(one + CUDA_CONTEXT) // MIB)   # MiB of the smallest card that holds one sequence
     fits, short = (bundled_fit(profile, models, GpuKind("card", mib)) for mib in (smallest, smallest - 1))
-    assert fits.fits and not short.fits
+    assert fits.fits and not short.fits and fits.memory.kv_slots == short.memory.kv_slots == 4112
     assert short.usable_bytes == (smallest - 1) * MIB - CUDA_CONTEXT < short.memory.predicted_bytes
+    large = bundled_fit(profile, models, GpuKind("card", 40 * 1024))   # caps below 32 sequences
+    m, row = large.memory, (36 + 5) * 2 * 8 * 128 * 2
+    assert m.kv_slots == (int(0.85 * large.usable_bytes) - m.weights_bytes - m.prefix_cache_bytes) // row
+    assert 4112 < m.kv_slots < 32 * 4112 and large.fits and m.pool.exact
 
 
 def test_max_total_tokens_caps_the_sglang_pool_only_below_what_is_profiled(llama8b):

@@ -21,25 +21,29 @@ import httpx
 import pytest
 
 from ddops.fit import local_reader, read_models
-from ddops.fit.bundled import bundled_memory
+from ddops.fit.bundled import bundled_fit
 from ddops.profile import load_profile
+from serving.device_memory import device_memory
 from serving.tools.tiny_draft import write_tiny_draft
 from tests.server_process import THREADS, ServerProcess
 
 TOLERANCE = 0.01
 
 
+SHARE = "a memory share that holds 4.5 sequences"
 # (arch, dtype, speculative section of the profile, sglang.extra_args, (target, draft) K/V rows):
-# the context (384) plainly; with a tree method 384 + 12 rows (the 11-node tree and its root,
-# wider than the 8-token block), the draft's K/V as many: a speculative hybrid's one-sequence
-# caches, a dense target's batch runner pool and the draft pool beside it; the batch runner's
-# pools take --max-total-tokens rows when it is passed; --disable-radix-cache leaves no prefix store.
-CASES = [("llama", "float32", None, [], (384, 0)), ("qwen3", "bfloat16", None, [], (384, 0)),
-         ("qwen3_5", "bfloat16", None, [], (384, 0)),
+# the batch runner's pool by the start-up rule, 32 running sequences (the default) x the context
+# (384) plainly, x (384 + 12) rows with a tree method (the 11-node tree and its root, wider than
+# the 8-token block), the draft pool beside it as many; a speculative hybrid's one-sequence caches
+# of 396; --max-total-tokens caps the pool; --disable-radix-cache leaves no prefix store; SHARE: a
+# --mem-fraction-static of this machine's memory chosen so the rule's memory cap binds.
+CASES = [("llama", "float32", None, [], SHARE), ("qwen3", "bfloat16", None, [], (32 * 384, 0)),
+         ("qwen3_5", "bfloat16", None, [], (32 * 384, 0)),
          ("qwen3_5", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (396, 396)),
-         ("qwen3", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (396, 396)),
+         ("qwen3", "bfloat16", "{algorithm: ddtree, ddtree_budget: 11}", [], (32 * 396, 32 * 396)),
          ("llama", "float32", "{algorithm: dflash}", ["--max-total-tokens", "500"], (500, 500)),
-         ("llama", "float32", "{algorithm: ddtree, ddtree_budget: 11}", ["--disable-radix-cache"], (396, 396))]
+         ("llama", "float32", "{algorithm: ddtree, ddtree_budget: 11}", ["--disable-radix-cache"],
+          (32 * 396, 32 * 396))]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=lambda c: "-".join(filter(None, (c[0], c[2] and "spec", *c[3]))))
@@ -63,6 +67,10 @@ def served(request, tmp_path_factory):
     if extra:
         lines.append(f"sglang: {{extra_args: {json.dumps(extra)}}}")
     profile = load_profile_text(root, lines)
+    if rows == SHARE:
+        fraction, rows = _binding_share(profile)
+        profile = load_profile_text(root, lines, f", mem_fraction_static: {fraction}")
+        flags += ["--mem-fraction-static", fraction]
     server = ServerProcess(model, root / "server.log", *flags)
     try:
         server.wait_ready()
@@ -71,10 +79,27 @@ def served(request, tmp_path_factory):
         server.stop()
 
 
-def load_profile_text(root, lines: list[str]):
-    (root / "p.yaml").write_text("\n".join(["runtime: bundled", *lines, "memory: {context_length: 384}",
+def load_profile_text(root, lines: list[str], memory: str = ""):
+    (root / "p.yaml").write_text("\n".join(["runtime: bundled", *lines, f"memory: {{context_length: 384{memory}}}",
                                             "service: {device: cpu}", ""]))
     return load_profile(str(root / "p.yaml"))
+
+
+def host_fit(profile):
+    """ddops fit's figures from this host's facts (the server runs here, in this cgroup)."""
+    return bundled_fit(profile, read_models(profile, local_reader()), None, device_memory("cpu")).memory
+
+
+def _binding_share(profile) -> tuple[str, tuple[int, int]]:
+    """A fraction of this host's memory that leaves the pool room for 4.5 sequences after the
+    weights and the prefix store, and the rows that gives: more than one sequence, fewer than 32."""
+    plain, host = host_fit(profile), device_memory("cpu")
+    row = plain.kv_cache_bytes // plain.kv_slots
+    fixed = plain.weights_bytes + plain.prefix_cache_bytes
+    fraction = f"{(fixed + 4.5 * 384 * row) / host:.6g}"
+    rows = (int(float(fraction) * host) - fixed) // row
+    assert 4 * 384 < rows < 5 * 384
+    return fraction, (rows, 0)
 
 
 def _close(predicted: int, measured: int) -> bool:
@@ -84,7 +109,7 @@ def _close(predicted: int, measured: int) -> bool:
 def test_ops_prediction_matches_the_runtime_measurement(served):
     profile, url, _ = served
     memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
-    ops = bundled_memory(profile, read_models(profile, local_reader()))
+    ops = host_fit(profile)
     assert memory["weights_bytes"] > 0 and memory["kv_cache_bytes"] > 0
     assert _close(ops.weights_bytes, memory["weights_bytes"]), (ops, memory)
     assert _close(ops.kv_cache_bytes, memory["kv_cache_bytes"]), (ops, memory)
@@ -99,10 +124,23 @@ def test_ops_figures_equal_the_runtimes_own_prediction(served):
     the prefix store)."""
     profile, url, _ = served
     memory = httpx.get(url + "/server_info", timeout=10).json()["memory"]
-    ops = bundled_memory(profile, read_models(profile, local_reader()))
+    ops = host_fit(profile)
     assert ops.kv_cache_bytes == memory["predicted_kv_cache_bytes"] == memory["kv_cache_bytes"], (ops, memory)
     assert ops.state_cache_bytes == memory["predicted_state_cache_bytes"], (ops, memory)
     assert ops.prefix_cache_bytes == memory["predicted_prefix_cache_bytes"], (ops, memory)
+
+
+def test_server_info_reports_the_pool_the_start_up_rule_resolved(served):
+    """The rows the runner allocated are the resolved --max-total-tokens /server_info reports
+    (None for a target served one sequence at a time, which has no pool to size), and ddops
+    fit, from this host's memory, predicts the same rows."""
+    profile, url, (target_rows, draft_rows) = served
+    info = httpx.get(url + "/server_info", timeout=10).json()
+    one_at_a_time = profile.method.is_speculative and read_models(profile, local_reader()).target.linear
+    assert info["max_total_tokens"] == (None if one_at_a_time else target_rows)
+    ops = host_fit(profile)
+    assert (ops.kv_slots, ops.draft_kv_slots) == (target_rows, draft_rows)
+    assert ops.pool is None if one_at_a_time else ops.pool.exact
 
 
 def test_runtime_prediction_matches_its_own_measurement(served):
