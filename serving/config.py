@@ -77,10 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=_positive_int)
     p.add_argument("--dtype", choices=DTYPES, default="auto")
     p.add_argument("--device", choices=("cpu", "cuda"))
-    p.add_argument("--mem-fraction-static", type=_fraction)
+    p.add_argument("--mem-fraction-static", type=_fraction,
+                   help="share of the device's memory for weights and preallocated K/V when the pool is "
+                        "sized at start (default 0.5 on CPU, 0.85 on CUDA)")
     p.add_argument("--max-running-requests", type=_positive_int, help="most sequences decoding at once (default 32)")
     p.add_argument("--max-total-tokens", type=_positive_int,
-                   help="KV pool rows shared by running sequences (default: context length + verify rows)")
+                   help="cap on the KV pool rows shared by running sequences (default: --max-running-requests "
+                        "x (context length + verify rows), within the memory share, at least one sequence)")
     p.add_argument("--chunked-prefill-size", type=_positive_int, help="prompt tokens per prefill chunk (default 512)")
     p.add_argument("--max-queued-requests", type=_positive_int,
                    help="waiting requests before 503 server_busy (default: --max-running-requests if set, else 256)")

@@ -2,9 +2,10 @@
 
 Its allocation model is simple and exact, and its rules are the runtime's own
 (serving.contract.runtime): every parameter in the runtime's dtype; the target's K/V over its
-full-attention layers, one pool of `--max-total-tokens` rows (a profile passes it in
-`sglang.extra_args`), by default `context_length + verify_tokens` (the extra rows hold one
-verify pass past the context); for a target served one sequence at a time (a speculative
+full-attention layers, one pool sized at start by the runtime's rule (`pool_rows`: max running
+x (context_length + verify_tokens), within --mem-fraction-static of the device's memory less the
+rest, never below one sequence, capped by `--max-total-tokens` when a profile passes it in
+`sglang.extra_args`; the verify rows hold one verify pass past the context); for a target served one sequence at a time (a speculative
 hybrid) one cache of context + verify rows instead; with a drafter, the draft's context K/V
 for the target's rows over the draft's layers (a draft pool beside the batch runner's pool,
 each sequence's draft context the same rows as its target reservation, or the one-sequence

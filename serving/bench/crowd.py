@@ -4,13 +4,14 @@
         [--short-tokens 4] [--server-arg=--context-length=512 ...]
 
 One `python -m serving` on loopback (default: the project's tiny llama, written to a temporary
-folder, served with --context-length 512, whose default KV pool of context rows holds one such
-long sequence). First `--short` chat requests of `--short-tokens` tokens, one after another,
+folder, served with --context-length 512; its pool is the start-up rule's, 32 sequences of 512
+rows, unless a --server-arg=--max-total-tokens=N sets a cap: 512 holds one long sequence, the
+pool before the rule). First `--short` chat requests of `--short-tokens` tokens, one after another,
 alone; then `--long` streams of `--long-tokens` tokens (ignore_eos, T=0) are started, and once
 every one of them is streaming, the same short requests again, one after another, while the
 crowd runs. Prints each phase's p50/p99 end-to-end latency and the ratio of the p99s measured
-in this run (issue 26's goal: under 20 streams of 400 tokens, at most 3x). No API key: the
-benchmark's server has none.
+in this run (issue 26's goal: under 20 streams of 400 tokens, at most 3x), and the machine's
+load average before and after. No API key: the benchmark's server has none.
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ def main(argv=None) -> int:
 
             model = write_tiny(Path(tmp) / "tiny-llama", "llama")
         with Server(model, opts.port, opts.threads, extra) as server:
+            load = os.getloadavg()
             alone, under, running = asyncio.run(measure(server.url, server.name, opts))
     print(f"model {model.name}, server flags {' '.join(extra) or '(none)'}; short requests of "
           f"{opts.short_tokens} tokens, {opts.short} per phase; crowd: {opts.long} streams of {opts.long_tokens}")
@@ -119,6 +121,8 @@ def main(argv=None) -> int:
         print(f"{label:>16}: p50 {1000 * statistics.median(values):8.1f} ms   p99 {1000 * p99(values):8.1f} ms")
     print("engine when the short requests began: " + ", ".join(f"{k} {v}" for k, v in running.items()))
     print(f"p99 under the crowd / p99 alone: {p99(under) / p99(alone):.2f}x (goal <= 3x)")
+    print("load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} {:.2f}".format(
+        *load, *os.getloadavg()))
     return 0
 
 
