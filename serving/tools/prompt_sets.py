@@ -1,9 +1,14 @@
 """The benchmark prompt sets, as chat user turns (serving.bench replays them; the drafter holds
 them out of its training prompts): `default` (half code, half prose: what a
-drafter can learn to predict) and `random-words` (continue a list of random words: what no
-drafter can predict, where speculation must cost next to nothing)."""
+drafter can learn to predict), `random-words` (continue a list of random words: what no
+drafter can predict, where speculation must cost next to nothing) and `unseen` (unlike every
+training prompt of the drafter: other programming and natural languages, lists of numbers,
+long-form answers; serving/data/unseen_prompts.txt)."""
 
 import random
+from pathlib import Path
+
+UNSEEN_FILE = Path(__file__).resolve().parent.parent / "data" / "unseen_prompts.txt"
 
 DEFAULT_PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
@@ -36,4 +41,9 @@ def random_word_prompts(count: int = 8, words: int = 12, seed: int = 0) -> list[
             for _ in range(count)]
 
 
-PROMPT_SETS = {"default": lambda: DEFAULT_PROMPTS, "random-words": random_word_prompts}
+def unseen_prompts() -> list[str]:
+    """The `unseen` set, one prompt per line, kinds in turn (any prefix mixes them)."""
+    return [line for line in UNSEEN_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+PROMPT_SETS = {"default": lambda: DEFAULT_PROMPTS, "random-words": random_word_prompts, "unseen": unseen_prompts}
