@@ -93,3 +93,19 @@ def test_fit_on_the_host_reads_its_models_and_its_sglang(site):
     # the lab host runs the bundled runtime only: SGLang is missing, so the launch would fail
     assert doc["sglang"]["host_version"] is None and doc["sglang"]["problems"]
     assert proc.returncode == 1
+
+
+def test_fit_of_a_cpu_bundled_profile_on_the_host_caps_its_pool_from_the_hosts_memory(site, lab_hosts):
+    """The bundled runtime on CPU sizes its pool from the host's memory (MemTotal, lowered to
+    the unit's MemoryMax): `fit --host` reads that figure over SSH and says its rows are exact."""
+    name, tmp = site
+    (tmp / "profiles" / "cpu-pool.yaml").write_text(
+        f"runtime: bundled\nmodel: {{path: {MODELS}/Qwen3.6-27B, served_name: q}}\n"
+        "memory: {context_length: 4096}\nservice: {device: cpu, unit: ddfit.service}\n")
+    proc = subprocess.run([sys.executable, "-m", "ddops", "fit", "cpu-pool", "--host", name, "--inventory",
+                           str(tmp / "inventory.yaml"), "--profiles-dir", str(tmp / "profiles"), "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    pool = json.loads(proc.stdout)["memory"]["pool"]
+    with connect(lab_hosts.host(name)) as remote:
+        total = int(remote.run("awk '/^MemTotal:/ {print $2}' /proc/meminfo").stdout) * 1024
+    assert proc.returncode == 0 and pool["memory_bytes"] == total and pool["exact"] is True, pool
