@@ -7,8 +7,10 @@ the weights then load while /health answers 503, and a failure there stops the p
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
+import signal
 import sys
 import threading
 import time
@@ -32,6 +34,7 @@ log = logging.getLogger("serving")
 
 
 def serve(args: ServerArgs) -> int:
+    faulthandler.register(signal.SIGUSR1, all_threads=True)   # kill -USR1 PID: every thread's stack to stderr
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         checkpoint = inspect_checkpoint(args.model_path)
