@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
 from serving.models.config import ModelConfig
+from serving.models.cpu_gemm import Linear, head, pack_linears
 from serving.models.kv_cache import KVCache
 from serving.models.rope import apply_rope, rope_tables
 
@@ -39,8 +40,8 @@ class Attention(nn.Module):
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
         self.splits = (q_dim, kv_dim, kv_dim)
-        self.qkv_proj = nn.Linear(c.hidden_size, q_dim + 2 * kv_dim, bias=c.attention_bias, dtype=dtype)
-        self.o_proj = nn.Linear(q_dim, c.hidden_size, bias=False, dtype=dtype)
+        self.qkv_proj = Linear(c.hidden_size, q_dim + 2 * kv_dim, bias=c.attention_bias, dtype=dtype)
+        self.o_proj = Linear(q_dim, c.hidden_size, bias=False, dtype=dtype)
         self.q_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
 
@@ -80,8 +81,8 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> t
 class MLP(nn.Module):
     def __init__(self, c: ModelConfig, dtype: torch.dtype):
         super().__init__()
-        self.gate_up_proj = nn.Linear(c.hidden_size, 2 * c.intermediate_size, bias=False, dtype=dtype)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False, dtype=dtype)
+        self.gate_up_proj = Linear(c.hidden_size, 2 * c.intermediate_size, bias=False, dtype=dtype)
+        self.down_proj = Linear(c.intermediate_size, c.hidden_size, bias=False, dtype=dtype)
 
     def forward(self, x):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -129,11 +130,15 @@ class TargetLM(nn.Module):
         cos, sin = rope_tables(self.config.rope, self.rotary_dim, positions)
         self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
 
+    def pack_weights(self) -> int:
+        """After loading: the layers' projections in oneDNN's layout on CPU (serving.models.cpu_gemm)."""
+        return pack_linears(self)
+
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(tokens)                     # [T] -> [T, hidden]
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.lm_head_weight).float()  # [T, hidden] -> [T, vocab] fp32
+        return head(hidden, self.lm_head_weight).float()  # [T, hidden] -> [T, vocab] fp32
 
 
 class CausalLM(TargetLM):

@@ -89,6 +89,7 @@ def load_model(checkpoint: Checkpoint, dtype: torch.dtype, device, positions: in
             else:
                 _fill(model, checkpoint.config, read)
     model.init_rope(positions)
+    model.pack_weights()
     return model.eval()
 
 
