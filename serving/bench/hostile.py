@@ -2,6 +2,7 @@
 
     python -m serving.bench.hostile [--target MODEL] [--per-phase 4] [--rounds 10] [--large 8]
                                     [--large-bytes 1000000] [--large-nice 0] [--threads 1]
+                                    [--stall-s 30] [--keep-log FILE] [--skip-framing]
 
 Starts the bundled runtime on loopback with an API key (default: a tiny random checkpoint),
 then times sequential keyed chat requests alone and while `--large` keyed clients send chat
@@ -12,7 +13,9 @@ of `--large-bytes` (refused by their length before tokenizing, when far past the
 with bodies just under that character bound (refused once a prefix, tokenized in the runtime's
 pool, is past the context). Prints p50 and p95 of each phase and the loaded/alone ratio (goal:
 <= 1.5) and the runtime's CPU per large body, then sends each request of `ambiguous_requests`
-on a fresh connection and counts responses beyond the first (goal: 0).
+on a fresh connection and counts responses beyond the first (goal: 0). A normal request
+unanswered after `--stall-s` makes the runtime dump every thread's stack into its log
+(SIGUSR1), which `--keep-log` keeps.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import math
 import multiprocessing
 import os
 import re
+import shutil
+import signal
 import socket
 import statistics
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -95,21 +101,36 @@ def statuses(raw: bytes) -> list[int]:
 
 
 TIMEOUT_S = 120.0
+STALLS: list[str] = []   # what the watchdog saw: one line per normal request past --stall-s
 
 
-def keyed_latencies(url: str, count: int) -> list[float]:
-    """Seconds per normal request; a request past TIMEOUT_S counts as infinite (and is reported)."""
+def keyed_latencies(url: str, count: int, pid: int | None = None, stall_s: float = 30.0) -> list[float]:
+    """Seconds per normal request; a request past TIMEOUT_S counts as infinite (and is reported).
+    A request still unanswered after `stall_s` makes the runtime `pid` dump its threads' stacks
+    to its log (SIGUSR1, serving.server.startup), once per request."""
     out = []
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=TIMEOUT_S) as client:
         for _ in range(count):
             began = time.perf_counter()
+            watchdog = threading.Timer(stall_s, _dump, (pid, stall_s)) if pid else None
+            if watchdog:
+                watchdog.start()
             try:
                 client.post("/v1/chat/completions", json=CHAT).raise_for_status()
             except httpx.TimeoutException:
                 out.append(math.inf)
                 continue
+            finally:
+                if watchdog:
+                    watchdog.cancel()
             out.append(time.perf_counter() - began)
     return out
+
+
+def _dump(pid: int, stall_s: float) -> None:
+    os.kill(pid, signal.SIGUSR1)
+    STALLS.append(f"{time.strftime('%H:%M:%S')}: a normal request unanswered after {stall_s:.0f} s; "
+                  f"the runtime's stacks are in its log, load average {os.getloadavg()[0]:.1f}")
 
 
 def p95(values: list[float]) -> float:
@@ -189,10 +210,10 @@ def measure(url: str, args, chars: int, pid: int) -> tuple[list[float], list[flo
     with LargeBodies(url, args.large, chars, args.large_nice) as large:
         for _ in range(args.rounds):
             large.pause()
-            alone += keyed_latencies(url, args.per_phase)
+            alone += keyed_latencies(url, args.per_phase, pid, args.stall_s)
             large.start()
             began = cpu_seconds(pid)
-            loaded += keyed_latencies(url, args.per_phase)
+            loaded += keyed_latencies(url, args.per_phase, pid, args.stall_s)
             cpu += cpu_seconds(pid) - began
     return alone, loaded, large.seen, cpu / max(1, sum(large.seen.values()))
 
@@ -239,22 +260,37 @@ def main(argv=None) -> None:
                     help="niceness of the large-body clients' process (on a machine with few cores, "
                          "19 keeps them from taking the runtime's CPU, as clients on other machines would not)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the runtime")
+    ap.add_argument("--stall-s", type=float, default=30.0,
+                    help="a normal request unanswered this long makes the runtime dump its threads' stacks")
+    ap.add_argument("--keep-log", type=Path, help="copy the runtime's log (with any stack dumps) here at the end")
+    ap.add_argument("--skip-framing", action="store_true", help="measure latencies only")
     args = ap.parse_args(argv)
     with LocalServer(args.target, ["--api-key", KEY], threads=args.threads) as server:
-        headers = {"Authorization": f"Bearer {KEY}"}
-        model = httpx.get(server.url + "/v1/models", headers=headers).json()["data"][0]
-        keyed_latencies(server.url, 2)                         # warm-up
-        context = model["max_model_len"]
-        # just under the length bound: tokenized in the pool, then refused for its token count
-        bound = context * _longest_token_chars(server.url, headers)
-        print(f"target {model['root']}, context {context} tokens; normal request: keyed chat, "
-              f"{CHAT['max_tokens']} tokens, {args.per_phase} per phase, {args.rounds} rounds of alone then loaded")
-        pid = server.server.process.pid
-        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
-        report(f"{args.large_bytes}-byte bodies", *measure(server.url, args, args.large_bytes, pid), args)
-        under = min(args.large_bytes, int(bound * 0.9))
-        report(f"{under}-character bodies (under the character bound: refused from a tokenized prefix)",
-               *measure(server.url, args, under, pid), args)
+        try:
+            probe(server, args)
+        finally:
+            if args.keep_log:
+                shutil.copyfile(server.server.log, args.keep_log)
+
+
+def probe(server, args) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    model = httpx.get(server.url + "/v1/models", headers=headers).json()["data"][0]
+    keyed_latencies(server.url, 2)                         # warm-up
+    context = model["max_model_len"]
+    # just under the length bound: tokenized in the pool, then refused for its token count
+    bound = context * _longest_token_chars(server.url, headers)
+    print(f"target {model['root']}, context {context} tokens; normal request: keyed chat, "
+          f"{CHAT['max_tokens']} tokens, {args.per_phase} per phase, {args.rounds} rounds of alone then loaded")
+    pid = server.server.process.pid
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
+    report(f"{args.large_bytes}-byte bodies", *measure(server.url, args, args.large_bytes, pid), args)
+    under = min(args.large_bytes, int(bound * 0.9))
+    report(f"{under}-character bodies (under the character bound: refused from a tokenized prefix)",
+           *measure(server.url, args, under, pid), args)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print("stalls: " + ("; ".join(STALLS) if STALLS else f"none past {args.stall_s:.0f} s"))
+    if not args.skip_framing:
         framing(server.port)
 
 
