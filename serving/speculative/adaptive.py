@@ -1,26 +1,37 @@
 """Adaptive speculation: per round, plain decoding or one of the method's verify widths.
 
-Pure (no torch): settings in, a choice out, measurements back. Each setting keeps moving
-averages of tokens committed per round and seconds per round; the choice is the measured
-setting with the best tokens per second, changed only when another beats it by `margin`
-(hysteresis).
+Pure (no torch): settings in, a choice out, measurements back. The choice is the setting that
+commits the most tokens per plain step's worth of time, its value
 
-Settings are ordered by verify rows (plain first) and measured by climbing: only the
-neighbours of the current setting are tried, on the assumption that rate is unimodal in
-width (a wider tree accepts more and costs more). A never-measured neighbour in the direction
-of the last move is tried at once (the climb goes on while it pays); every other trial is an
-exploration, paid for from a budget: what rounds off the current setting lost against it
-(their seconds minus the seconds the current setting would have taken for their tokens) may
-add up to at most `explore_share` of the wall time so far. So on content where speculation
-loses, the controller costs at most about that share against plain decoding, warm-up
-included; a setting about as fast as the current one is explored almost for free, and one
-that became better (other content, a cooler CPU) is noticed. Whatever is chosen, output
+    value(w) = tokens per round at w / cost(w),   cost(w) = seconds per round at w / seconds per plain step
+
+(plain: 1 / 1). The two factors are measured apart, because they change apart:
+
+- Tokens per round depend on the content (code, prose, a list of numbers) and change from
+  prompt to prompt. They come from trials (serving.speculative.tree.Trial): a tree drafted at
+  the widest setting, followed along the tokens the sequence then commits. The first r rows of
+  that tree are the tree of r rows, so one trial says what every width would have accepted,
+  whatever width was verified. Every speculative round is a trial; while plain decoding runs,
+  one round in `trial_gap` drafts without verifying (its cost: one draft pass).
+- Cost depends on the machine (rows per verify pass, the draft pass, the load). A width's
+  cost is measured by running it: its round seconds over the moving average of plain steps.
+  Both sides slow down alike under load, so the ratio holds where raw tokens/s would not.
+
+A width is run only to measure its cost, and only when its measured acceptance could win even
+at the cheapest cost it can have (plain plus the draft pass, or the cost of a narrower width
+already measured), and while the time such rounds lost against the current setting stays
+under `explore_share` of all round time. A setting takes over when its value beats the
+current one's by `margin` (hysteresis). While a width runs, a plain step is re-timed every
+`plain_gap` rounds. So where speculation loses, the controller costs the trials' draft passes
+plus at most explore_share against plain decoding, warm-up included. Whatever it picks, output
 is lossless: every setting is plain decoding or an ordinary speculative round.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+STEPS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)  # half octaves
 
 
 @dataclass
@@ -30,126 +41,201 @@ class Setting:
     label: str
     rows: int
     rounds: int = 0  # rounds run
-    measured: int = 0  # rounds run in full (see Controller.record): warm-up counts these
-    tokens: float = 0.0  # moving average of tokens committed per round
-    seconds: float = 0.0  # moving average of seconds per round
+    accepted: float | None = None  # moving average of drafts a trial's first `rows` rows accepted
+    trials: int = 0
+    cost: float | None = None  # moving average of round seconds over a plain step's (plain: 1)
+    measured: int = 0  # rounds that fed `cost` (the first round of a width primes it, unmeasured)
     last_round: int = -1  # controller round it last ran in
 
     @property
-    def rate(self) -> float:
-        """Measured tokens per second (0 until measured)."""
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+    def plain(self) -> bool:
+        return self.rows == 1
 
-    def report(self) -> dict:
+    @property
+    def tokens(self) -> float:
+        """Tokens committed per round (bonus included), as measured by trials; 0 until then."""
+        if self.plain:
+            return 1.0
+        return 1.0 + self.accepted if self.accepted is not None else 0.0
+
+    def report(self, plain_seconds: float | None) -> dict:
+        cost = 1.0 if self.plain else self.cost
+        rate = self.tokens / (cost * plain_seconds) if cost and plain_seconds else 0.0
         return {"setting": self.label, "verify_rows": self.rows, "rounds": self.rounds,
-                "tokens_per_round": round(self.tokens, 3), "tokens_per_s": round(self.rate, 2)}
+                "tokens_per_round": round(self.tokens, 3), "tokens_per_s": round(rate, 2),
+                "cost": round(cost, 3) if cost else None, "trials": self.trials}
 
 
-def widths(largest: int, smallest: int = 4) -> list[int]:
-    """Verify widths to try: powers of two from `smallest` below `largest`, and `largest`."""
-    out, w = [], smallest
-    while w < largest:
-        out.append(w)
-        w *= 2
-    return out + [largest]
+def widths(largest: int, smallest: int = 1) -> list[int]:
+    """Widths to try: half octaves (1, 2, 3, 4, 6, 8, 12, ...) from `smallest` below `largest`,
+    and `largest`. Trials measure every width at once, so a fine grid costs only the widths
+    that look worth timing."""
+    return [w for w in STEPS if smallest <= w < largest] + [largest]
+
+
+def _average(old: float | None, new: float, alpha: float) -> float:
+    return new if old is None else old + alpha * (new - old)
 
 
 @dataclass
 class Controller:
-    settings: list[Setting]  # ordered by verify rows; settings[0] is where measuring starts
-    alpha: float = 0.2  # weight of the newest round in the current setting's moving averages
-    alpha_explored: float = 0.5  # ... and in an explored one's (its average is older: let it move)
-    margin: float = 0.05  # a challenger must be this much faster to take over
-    warmup: int = 3  # rounds a setting runs before it is compared (the first one unmeasured)
-    explore_share: float = 0.02  # most of the wall time lost to rounds off the current setting
-    explore_gap: int = 8  # fewest rounds between two explorations
+    settings: list[Setting]  # ordered by verify rows; with several, settings[0] is plain
+    alpha_tokens: float = 0.3  # weight of the newest trial (acceptance follows the content) ...
+    alpha_drop: float = 0.6  # ... when it accepted less: back to plain within a few rounds of a change
+    alpha_cost: float = 0.2  # weight of the newest round in the costs (the machine moves slowly)
+    margin: float = 0.05  # a challenger must be this much more valuable to take over
+    warmup: int = 2  # measured rounds before a width's cost is trusted
+    explore_share: float = 0.03  # most of the round time lost to rounds off the current setting
+    explore_gap: int = 1  # fewest rounds between two exploring rounds
+    allowance: float = 4.0  # plain steps' worth of loss the budget starts with
+    trial_gap: int = 8  # while plain runs, one round in this many drafts a trial
+    min_trials: int = 3  # trials before a width's acceptance may send the controller to time it
+    plain_gap: int = 32  # while a width runs, a plain step is re-timed this often
+    retime_gap: int = 256  # a width not run for this many rounds may be timed again (the load moved)
+    churn: bool = False  # tests: a different setting every round, each one a trial
     round: int = 0
     spent: float = 0.0  # seconds of all rounds
-    exploring: float = 0.0  # seconds those rounds lost against the current setting
+    exploring: float = 0.0  # seconds rounds off the current setting lost against it
+    plain_seconds: float | None = None  # moving average of a plain step's seconds
+    draft_seconds: float | None = None  # moving average of a draft pass's seconds
+    trial: bool = False  # the round just chosen drafts (for a trial) even if it verifies nothing
     current: Setting = field(init=False)
-    heading: int = 1  # direction of the last move: +1 wider, -1 narrower
+    trying: Setting | None = None  # a width being timed
+    last_trial: int = 0
     last_exploration: int = 0
 
     def __post_init__(self):
         self.current = self.settings[0]
 
+    @property
+    def fixed(self) -> bool:
+        return len(self.settings) == 1
+
+    @property
+    def base(self) -> Setting:
+        return self.settings[0]
+
     def choose(self) -> Setting:
-        """The setting for the next round."""
+        """The setting for the next round; `trial` says whether a plain round drafts."""
         self.round += 1
-        if self.current.measured < self.warmup:
+        self.trial = False
+        if self.fixed:
             return self.current
-        started = [s for s in self._near() if 0 < s.measured < self.warmup]
-        if started:
-            return started[0]  # finish a started warm-up: one round teaches little
-        ahead = self._neighbour(self.heading)
-        if ahead is not None and ahead.measured == 0:
-            return ahead  # climbing: current is the start, or got there by a move that paid
-        if self.round - self.last_exploration >= self.explore_gap:
-            pick = self._explore()
-            if pick is not None:
-                self.last_exploration = self.round
-                return pick
+        if self.churn:
+            self.trial = True
+            return min(self.settings, key=lambda s: s.last_round)
+        if self.base.rounds < 2:  # a plain step is the unit of cost: time one first (the first primes)
+            return self.base
+        if self.trying is not None and self.trying.measured < self.warmup and self._can_explore():
+            return self._explore(self.trying)
+        self.trying = None
+        self._settle()
+        if not self.current.plain and self.round - self.base.last_round >= self.plain_gap:
+            return self._explore(self.base)
+        pick = self._promising()
+        if pick is not None:
+            self.trying = pick
+            return self._explore(pick)
+        if self.current.plain and self.round - self.last_trial >= self._trial_gap():
+            self.trial, self.last_trial = True, self.round
         return self.current
 
-    def _neighbour(self, step: int) -> Setting | None:
-        i = self.settings.index(self.current) + step
-        return self.settings[i] if 0 <= i < len(self.settings) else None
+    def value(self, setting: Setting) -> float | None:
+        """Tokens per plain step's time (plain: 1); None until both factors are measured."""
+        if setting.plain:
+            return 1.0
+        if setting.accepted is None or setting.measured < self.warmup or not setting.cost:
+            return None
+        return setting.tokens / setting.cost
 
-    def _near(self) -> list[Setting]:
-        return [s for s in (self._neighbour(-1), self._neighbour(1)) if s is not None]
+    def floor(self, setting: Setting) -> float:
+        """The least cost `setting` can have: plain plus the draft pass, and no less than a
+        narrower width measured (a wider verify pass costs at least as much)."""
+        draft = self.draft_seconds / self.plain_seconds if self.draft_seconds and self.plain_seconds else 0.0
+        narrower = [s.cost for s in self.settings
+                    if not s.plain and s.rows <= setting.rows and s.measured >= self.warmup and s.cost]
+        return max([1.0 + draft] + narrower)
 
-    def _explore(self) -> Setting | None:
-        """The least recently run neighbour whose expected loss the budget still covers."""
-        room = self.explore_share * self.spent - self.exploring
-        affordable = [s for s in self._near() if self._expected_loss(s) <= room]
-        return min(affordable, key=lambda s: s.last_round, default=None)
+    def _trial_gap(self) -> int:
+        """Trials more often until a few have scored the content, or while a width is close."""
+        near = [s.tokens / self.floor(s) for s in self.settings if not s.plain and s.accepted is not None]
+        if min((s.trials for s in self.settings if not s.plain), default=0) < self.min_trials:
+            return 2
+        return max(2, self.trial_gap // 2) if max(near, default=0) > 1.0 else self.trial_gap
+
+    def _settle(self) -> None:
+        """Move to the most valuable measured setting if it beats the current one by `margin`."""
+        known = [(v, s) for s in self.settings if (v := self.value(s)) is not None]
+        best_value, best = max(known, key=lambda vs: vs[0])
+        here = self.value(self.current)
+        if best is not self.current and (here is None or best_value > here * (1 + self.margin)):
+            self.current = best
+
+    def _promising(self) -> Setting | None:
+        """The width whose trials promise the most value at its least possible cost, if that could
+        beat the current setting, its cost is not yet measured, and the budget allows a round."""
+        here = self.value(self.current) or 1.0
+        hopes = [(s.tokens / self.floor(s), s) for s in self.settings if not s.plain and s.trials >= self.min_trials
+                 and (s.measured < self.warmup or self.round - s.last_round > self.retime_gap)]
+        hopes = [(v, s) for v, s in hopes if v > here * (1 + self.margin)]
+        if not hopes or not self._can_explore():
+            return None
+        pick = max(hopes, key=lambda vs: vs[0])[1]
+        if pick.measured >= self.warmup:  # timed long ago: time it afresh
+            pick.cost, pick.measured = None, 0
+        return pick
+
+    def _can_explore(self) -> bool:
+        if self.round - self.last_exploration < self.explore_gap:
+            return False
+        # the budget (a share of all round time, and `allowance` plain steps to start with, so a
+        # width that promises much is timed at once) must cover one more round of the current setting
+        step = self.plain_seconds or 0.0
+        here = (self.current.cost or 1.0) * step
+        return self.exploring + here <= self.explore_share * (self.spent + here) + self.allowance * step
+
+    def _explore(self, setting: Setting) -> Setting:
+        self.last_exploration = self.round
+        return setting
 
     def _lost(self, tokens: float, seconds: float) -> float:
-        """Seconds a round of `tokens` in `seconds` loses against the current setting's rate."""
-        if self.current.rate <= 0:
-            return seconds
-        return max(0.0, seconds - tokens / self.current.rate)
+        """Seconds a round of `tokens` in `seconds` lost against the current setting."""
+        here = self.value(self.current)
+        if not here or not self.plain_seconds:
+            return 0.0
+        return max(0.0, seconds - tokens * self.plain_seconds / here)
 
-    def _expected_loss(self, setting: Setting) -> float:
-        if setting.seconds <= 0:  # never measured: a round of the current setting, as far as known
-            return self.current.seconds
-        return self._lost(setting.tokens, setting.seconds)
-
-    def record(self, setting: Setting, tokens: int, seconds: float, full: bool = True) -> None:
-        """A finished round: tokens committed (bonus included) and its wall time. `full`: it
-        could draft its whole depth; a round cut short by a request's last tokens costs what it
-        cost but says nothing of the setting (it is not measured: a 1-token tail would
-        condemn a width)."""
-        if setting is not self.current:
+    def record(self, setting: Setting, tokens: int, seconds: float, full: bool = True,
+               draft_seconds: float = 0.0) -> None:
+        """A finished round: tokens committed (bonus included), its wall time, and of that the
+        draft pass's. `full`: every sequence could draft the setting's whole depth; a round cut
+        short by a request's last tokens costs what it cost but says nothing of the setting."""
+        if setting is not self.current and not self.churn:
             self.exploring += self._lost(tokens, seconds)
         self.spent += seconds
         setting.rounds += 1
         setting.last_round = self.round
-        if full:
-            self._measure(setting, tokens, seconds)
+        if draft_seconds > 0:
+            self.draft_seconds = _average(self.draft_seconds, draft_seconds, self.alpha_cost)
+        if setting.plain:
+            if setting.rounds > 1:  # the first plain round primes (allocator, first kernels)
+                step = seconds - draft_seconds
+                if self.plain_seconds is not None:
+                    step = min(step, 3 * self.plain_seconds)  # one stall must not make widths look cheap
+                self.plain_seconds = _average(self.plain_seconds, step, self.alpha_cost)
+        elif full and setting.rounds > 1 and self.plain_seconds:
+            setting.cost = _average(setting.cost, seconds / self.plain_seconds, self.alpha_cost)
             setting.measured += 1
-            self._maybe_move()
 
-    def _measure(self, setting: Setting, tokens: int, seconds: float) -> None:
-        # A setting's first round primes it (first kernels of that width, allocator, the
-        # drafter catching up on features) and is not averaged: one slow outlier would
-        # otherwise condemn a setting, and make it look too dear to explore again.
-        if setting.measured == 0:
-            return
-        if setting.measured == 1:
-            setting.tokens, setting.seconds = float(tokens), seconds
-            return
-        a = self.alpha if setting is self.current else self.alpha_explored
-        setting.tokens += a * (tokens - setting.tokens)
-        setting.seconds += a * (seconds - setting.seconds)
-
-    def _maybe_move(self) -> None:
-        warm = [s for s in self.settings if s.measured >= self.warmup]
-        best = max(warm, key=lambda s: s.rate, default=self.current)
-        if best is self.current or best.rate <= self.current.rate * (1 + self.margin):
-            return
-        self.heading = 1 if best.rows > self.current.rows else -1
-        self.current = best
+    def observe(self, path: list[int]) -> None:
+        """A finished trial: the rows its walk accepted (root excluded, ascending)."""
+        for s in self.settings:
+            if not s.plain:   # the first trials are averaged alike: one lucky walk promises nothing
+                got = sum(r < s.rows for r in path)
+                fall = s.accepted is not None and got < s.accepted   # a drop is followed faster than a rise
+                alpha = max(self.alpha_drop if fall else self.alpha_tokens, 1 / (s.trials + 1))
+                s.accepted = _average(s.accepted, got, alpha)
+                s.trials += 1
 
     def report(self) -> list[dict]:
-        return [s.report() for s in self.settings]
+        return [s.report(self.plain_seconds) for s in self.settings]

@@ -44,6 +44,7 @@ class DraftContext:
     def __init__(self, cache: KVCache):
         self.cache = cache
         self.pending: list[torch.Tensor] = []          # [n, feature_width] each, in order
+        self.trials: list = []                         # the adaptive controller's trees in flight (lane.py)
 
     @property
     def length(self) -> int:

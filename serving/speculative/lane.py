@@ -33,7 +33,7 @@ from serving.models.packing import row_slices
 
 from .adaptive import Controller, Setting, widths
 from .base import Method
-from .tree import Tree, chain_tree, visibility, walk
+from .tree import Trial, Tree, chain_tree, visibility, walk
 
 ABSORB_ROWS = 64  # while plain rounds run, project a sequence's queued features once this many wait
 
@@ -68,7 +68,7 @@ def settings(method: Method, adaptive: bool) -> list[Setting]:
     if method.needs.tree_attention:
         fixed = [Setting(f"budget {b}", b + 1) for b in widths(rows - 1)]
     else:
-        fixed = [Setting(f"block {b}", b) for b in widths(rows)]
+        fixed = [Setting(f"block {b}", b) for b in widths(rows, 2)]
     return [Setting("plain", 1)] + fixed if adaptive else fixed[-1:]
 
 
@@ -137,15 +137,22 @@ class SpecLane:
         controller = self.last = self.controller(len(seqs))
         probes = [s.request.probe and s.rounds == 0 for s in seqs]
         setting = controller.settings[-1] if any(probes) else controller.choose()
+        widest = controller.settings[-1].rows    # the tree drafted: trials score every width from it
         block = self.drafter.needs.draft_tokens
         # measured unless more than a quarter of the sequences had their drafts cut short by their
         # last tokens (draft_depth's room): one cut sequence in 8 barely moves the round's yield,
         # but requiring none would leave large batches nearly unmeasured
         cut = sum(not probe and drafts_cut(block, setting.rows, s.remaining) for s, probe in zip(seqs, probes))
         full = cut <= len(seqs) // 4
-        drafts, rows = self._draft(seqs, setting, probes)
+        short = [not probe and drafts_cut(block, widest, s.remaining) for s, probe in zip(seqs, probes)]
+        drafting = setting.rows > 1 or controller.trial
+        drafts = self._draft(seqs, widest, probes) if drafting else {}
         t1 = time.perf_counter()
-        trees = self._plan(seqs, drafts, rows)
+        trees = self._plan(seqs, drafts, widest)
+        if not controller.fixed:
+            self._try(seqs, trees, short, controller)
+        trees = [tree.prefix(min(setting.rows, s.state.cache.capacity - s.state.cache.length))
+                 for s, tree in zip(seqs, trees)]
         t2 = time.perf_counter()
         logits, hidden = self._verify(seqs, trees)
         t3 = time.perf_counter()
@@ -153,19 +160,21 @@ class SpecLane:
         choices = self._choices(seqs, trees, logits, slices)
         committed = [self._accept(seq, tree, choices[rows], hidden[rows])
                      for seq, tree, rows in zip(seqs, trees, slices)]
+        if not controller.fixed:
+            self._score(seqs, committed)
         if setting.rows == 1:
             self.drafter.absorb([s.state.draft for s in seqs if s.state.draft.pending_rows >= ABSORB_ROWS])
         t4 = time.perf_counter()
-        controller.record(setting, sum(map(len, committed)), t4 - t0, full)
+        controller.record(setting, sum(map(len, committed)), t4 - t0, full, t1 - t0 if drafts else 0.0)
         self.times.add(len(seqs), sum(map(len, committed)), t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         return committed
 
-    def _draft(self, seqs, setting: Setting, probes: list[bool]) -> tuple[dict, list[int]]:
-        """One draft pass for every sequence that drafts: {index: draft logits [depth, V']}, and
-        each sequence's verify rows."""
+    def _draft(self, seqs, rows: int, probes: list[bool]) -> dict:
+        """One draft pass for every sequence that drafts, as deep as `rows` verify rows can use:
+        {index: draft logits [depth, V']}."""
         block = self.drafter.needs.draft_tokens
-        rows = [min(setting.rows, s.state.cache.capacity - s.state.cache.length) for s in seqs]
-        depths = [draft_depth(block, r, block if probe else s.remaining) for s, r, probe in zip(seqs, rows, probes)]
+        depths = [draft_depth(block, min(rows, s.state.cache.capacity - s.state.cache.length),
+                              block if probe else s.remaining) for s, probe in zip(seqs, probes)]
         drafting = [i for i, d in enumerate(depths) if d]
         for i in drafting:      # the draft context must describe exactly the target's committed tokens
             context, length = seqs[i].state.draft, seqs[i].state.cache.length
@@ -175,13 +184,32 @@ class SpecLane:
         proposals = self.drafter.propose([seqs[i].state.draft for i in drafting],
                                          [seqs[i].state.next for i in drafting],
                                          [depths[i] for i in drafting]) if drafting else []
-        return dict(zip(drafting, proposals)), rows
+        return dict(zip(drafting, proposals))
 
-    def _plan(self, seqs, drafts: dict, rows: list[int]) -> list[Tree]:
-        """Each sequence's tree: its verifier's plan of its draft (a lone root if it drafts nothing)."""
+    def _plan(self, seqs, drafts: dict, rows: int) -> list[Tree]:
+        """Each sequence's tree of up to `rows` rows: its verifier's plan of its draft (a lone
+        root if it drafts nothing); a round verifies its setting's first rows of it."""
         plan = self.method.verifier.plan
-        return [plan(s.state.next, drafts[i], rows[i], self.drafter.vocab) if i in drafts
+        return [plan(s.state.next, drafts[i], min(rows, s.state.cache.capacity - s.state.cache.length),
+                     self.drafter.vocab) if i in drafts
                 else chain_tree(s.state.next, []) for i, s in enumerate(seqs)]
+
+    @staticmethod
+    def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller) -> None:
+        """Start a trial of each drafted tree whose sequence could draft its full depth."""
+        for seq, tree, short in zip(seqs, trees, cut):
+            if len(tree) > 1 and not short:
+                seq.state.draft.trials.append(Trial(tree, controller))
+
+    @staticmethod
+    def _score(seqs, committed: list[list[int]]) -> None:
+        """Follow every running trial along the round's committed tokens; report finished ones."""
+        for seq, tokens in zip(seqs, committed):
+            trials = seq.state.draft.trials
+            for trial in trials:
+                if trial.feed(tokens):
+                    trial.owner.observe(trial.path)
+            trials[:] = [t for t in trials if not t.done]
 
     def _verify(self, seqs, trees: list[Tree]):
         """One target forward over every tree: logits [N, vocab], captured features [N, width]."""

@@ -30,6 +30,15 @@ class Tree:
     def is_chain(self) -> bool:
         return all(p == i - 1 for i, p in enumerate(self.parents))
 
+    def prefix(self, rows: int) -> Tree:
+        """The first `rows` rows (root included). Rows are in heap-pop (or chain) order, so this
+        is the tree a smaller budget (or block) builds from the same draft, and a parent's row
+        always precedes its children's."""
+        if rows >= len(self):
+            return self
+        return _assemble(self.tokens[0], [(self.tokens[i], self.parents[i], self.depths[i])
+                                          for i in range(1, max(rows, 1))])
+
 
 def _assemble(root: int, nodes: Sequence[tuple[int, int, int]]) -> Tree:
     """nodes: (token, parent row, depth) in row order 1..n."""
@@ -109,6 +118,37 @@ def walk(tree: Tree, choices: Sequence[int]) -> tuple[list[int], int]:
         path.append(row)
         token = choices[row]
     return path, token
+
+
+class Trial:
+    """A drafted tree followed along the tokens the sequence then commits, whatever was verified:
+    the rows it would have accepted. At T=0 the committed tokens are the target's argmax; with
+    positional draws they are the samples a verify pass would draw, so the path is exactly the
+    walk a verify of this tree would take. Its first r rows are the tree of r rows (`prefix`),
+    so one trial scores every width."""
+
+    def __init__(self, tree: Tree, owner=None):
+        self.tree, self.owner = tree, owner
+        self.row, self.path, self.done = 0, [], False   # path: accepted rows, root excluded
+
+    def feed(self, tokens: Sequence[int]) -> bool:
+        """The sequence's next committed tokens; True once the walk has ended."""
+        children = self.tree.children
+        for token in tokens:
+            child = children[self.row].get(token)
+            if child is None:
+                self.done = True
+                break
+            self.row = child
+            self.path.append(child)
+            if not children[child]:
+                self.done = True
+                break
+        return self.done
+
+    def accepted(self, rows: int) -> int:
+        """Drafts a tree of the first `rows` rows would have accepted (path rows ascend)."""
+        return sum(r < rows for r in self.path)
 
 
 def surrogate(tree: Tree, logp_of: dict[tuple[int, int], float]) -> float:

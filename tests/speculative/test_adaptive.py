@@ -1,148 +1,194 @@
-"""The adaptive controller: picks the setting with the best measured tokens per second, with
-hysteresis, climbing over widths and exploration paid from a share of the wall time; the
-runner's forced (probe) round speculates whatever it prefers."""
+"""The adaptive controller: value = tokens per round (from trials, every width at once) over cost
+(round seconds over a plain step's); a width is timed only when its trials promise it could
+win; hysteresis; back to plain as soon as acceptance drops. Fake clocks here (milliseconds);
+the runner's forced (probe) round and a trial over a real drafted tree run on a tiny model."""
 
 import torch
 
+from serving.engine import GenerationRequest, StopRule
+from serving.engine.batch import BatchRunner
+from serving.sampling import SamplingParams
 from serving.speculative.adaptive import Controller, Setting, widths
 from serving.speculative.base import Method
 from serving.speculative.ddtree import TreeVerifier
-from serving.engine import GenerationRequest, StopRule
-from serving.engine.batch import BatchRunner
 from serving.speculative.dflash import DFlashDrafter, load_model
 from serving.speculative.lane import settings
-from serving.sampling import SamplingParams
+from serving.speculative.tree import Trial, chain_tree, heap_tree
 from tests.rounds import scheduler
 
 
-def run(controller: Controller, cost: dict[str, tuple[float, float]], rounds: int) -> list[str]:
-    """Feed `rounds` rounds where setting label -> (tokens per round, seconds per round)."""
-    chosen = []
-    for _ in range(rounds):
-        s = controller.choose()
-        tokens, seconds = cost[s.label]
-        controller.record(s, tokens, seconds)
-        chosen.append(s.label)
-    return chosen
+def tree_controller(budgets=(1, 2, 4, 8, 16, 32)) -> Controller:
+    return Controller([Setting("plain", 1)] + [Setting(f"budget {b}", b + 1) for b in budgets])
 
 
-def three() -> Controller:
-    return Controller([Setting("plain", 1), Setting("budget 8", 9), Setting("budget 32", 33)])
+class World:
+    """A machine and a content: a round of r verify rows costs plain + per_row * (r - 1), plus the
+    draft pass if it drafts; a drafted tree's walk accepts rows 1..L (a chain-like path)."""
+
+    def __init__(self, plain=0.100, per_row=0.005, draft=0.012, accept=lambda n: 0):
+        self.plain, self.per_row, self.draft, self.accept = plain, per_row, draft, accept
+        self.n = self.made = self.spent = 0
+
+    def run(self, c: Controller, rounds: int) -> list[str]:
+        chosen = []
+        for _ in range(rounds):
+            s = c.choose()
+            drafted = s.rows > 1 or c.trial
+            path = list(range(1, self.accept(self.n) + 1))
+            tokens = 1 + sum(r < s.rows for r in path)
+            seconds = self.plain + self.per_row * (s.rows - 1) + (self.draft if drafted else 0.0)
+            c.record(s, tokens, seconds, draft_seconds=self.draft if drafted else 0.0)
+            if drafted:     # in the runtime the walk ends a round or more later; here at once
+                c.observe(path)
+            self.n, self.made, self.spent = self.n + 1, self.made + tokens, self.spent + seconds
+            chosen.append(s.label)
+        return chosen
+
+    @property
+    def slowdown(self) -> float:
+        """Seconds per token over plain decoding's."""
+        return self.spent / self.made / self.plain
 
 
-def test_speculation_that_pays_is_chosen():
-    c = three()
-    chosen = run(c, {"plain": (1, 0.10), "budget 8": (3, 0.15), "budget 32": (3.5, 0.30)}, 60)
-    assert c.current.label == "budget 8"
-    assert chosen[-20:].count("budget 8") >= 17  # the rest: exploration rounds
+def test_speculation_that_pays_is_chosen_at_the_best_width():
+    # accepts 3 drafts a round: budget 4 is the narrowest setting here that takes them all
+    c, w = tree_controller(), World(accept=lambda n: 3)
+    chosen = w.run(c, 200)
+    assert c.current.label == "budget 4"
+    assert chosen[-50:].count("budget 4") >= 47       # the rest: plain steps re-timed
+    best = 4 / (1 + 0.12 + 0.2)                        # tokens per plain step's time at budget 4
+    assert 1 / w.slowdown >= 0.9 * best
 
 
-def test_speculation_that_does_not_pay_falls_back_to_plain():
-    c = three()
-    run(c, {"plain": (1, 0.10), "budget 8": (1.2, 0.18), "budget 32": (1.4, 0.30)}, 60)
+def test_speculation_that_loses_costs_its_trials_and_little_more():
+    # a weak draft on unseen content: one accepted draft in five rounds, dearer than it gives
+    c, w = tree_controller(), World(accept=lambda n: n % 5 == 0)
+    w.run(c, 400)
     assert c.current.label == "plain"
+    assert w.slowdown <= 1.03                          # trials: a draft pass (12 %) every 8th round
+    # a lucky run of trials may send it to time budget 1; never a wider tree, which accepts no more
+    assert all(s.rounds == 0 for s in c.settings[2:])
+    c, w = tree_controller(), World(accept=lambda n: 0)   # random words: nothing is ever accepted
+    w.run(c, 400)
+    assert all(s.rounds == 0 for s in c.settings[1:]) and w.slowdown <= 1.02
 
 
-def test_a_small_edge_does_not_switch_and_exploration_notices_change():
-    c = three()
-    cost = {"plain": (1, 0.10), "budget 8": (2, 0.15), "budget 32": (2, 0.30)}
-    run(c, cost, 30)
-    assert c.current.label == "budget 8"
-    cost["plain"] = (1, 0.0735)  # 13.6 tok/s vs 13.3: inside the 5 % margin
-    run(c, cost, 40)
-    assert c.current.label == "budget 8"
-    cost["plain"] = (1, 0.05)  # 20 tok/s: found by exploration once the budget allows, taken over
-    run(c, cost, 200)
+def test_a_width_timed_and_found_dear_is_left_and_the_loss_stays_in_budget():
+    # trials promise the wider trees pay at their least possible cost, but verify rows are dear
+    c, w = tree_controller(), World(per_row=0.1, accept=lambda n: 2)
+    w.run(c, 600)
     assert c.current.label == "plain"
+    assert any(s.measured for s in c.settings[1:])
+    assert w.slowdown <= 1 + c.explore_share + 0.03
 
 
-def test_widths_cover_the_range_up_to_the_configured_one():
-    assert widths(64) == [4, 8, 16, 32, 64]
-    assert widths(15) == [4, 8, 15]
-    assert widths(3) == [3]
+def test_back_to_plain_within_a_few_rounds_when_acceptance_drops():
+    accepting = {"on": True}
+    c, w = tree_controller(), World(accept=lambda n: 3 if accepting["on"] else 0)
+    w.run(c, 150)
+    assert c.current.label == "budget 4"
+    accepting["on"] = False                            # the prompt changed: a list of random words
+    chosen = w.run(c, 20)
+    assert chosen.index("plain") <= 6 and c.current.label == "plain"   # via a narrower, cheaper width or not
+    assert chosen[10:].count("plain") >= 9
+
+
+def test_speculation_is_taken_up_again_when_the_content_turns_predictable():
+    accepting = {"on": False}
+    c, w = tree_controller(), World(accept=lambda n: 3 if accepting["on"] else 0)
+    w.run(c, 100)
+    assert c.current.label == "plain"
+    accepting["on"] = True
+    chosen = w.run(c, 60)
+    assert c.current.label == "budget 4" and chosen[-20:].count("budget 4") >= 18
+
+
+def test_a_small_edge_does_not_switch():
+    # budget 1 (rows 2) worth 1.03 plain steps: inside the 5 % margin
+    c, w = tree_controller((1,)), World(per_row=0.0, draft=0.0, accept=lambda n: 0)
+    c.settings[1].accepted, c.settings[1].trials = 0.9, 10
+    w.plain = 0.1
+    for _ in range(3):
+        s = c.choose()
+        c.record(s, 1, 0.1)
+    c.settings[1].cost, c.settings[1].measured, c.settings[1].rounds = 1.85, 5, 5
+    c.choose()
+    assert c.current.label == "plain"
+    c.settings[1].cost = 1.7                            # 1.9 / 1.7 = 1.12 plain steps
+    c.choose()
+    assert c.current.label == "budget 1"
+
+
+def test_a_cold_first_round_does_not_condemn_plain_or_a_width():
+    c, w = tree_controller(), World(accept=lambda n: 3)
+    first = c.choose()
+    c.record(first, 1, 5.0)                            # the process's first round: allocator, kernels
+    w.run(c, 100)
+    assert c.plain_seconds < 0.2 and c.current.label == "budget 4"
+
+
+def test_rounds_cut_short_by_a_request_end_are_not_measured():
+    c = tree_controller((8,))
+    s = c.settings[1]
+    c.plain_seconds = 0.1
+    for _ in range(3):
+        c.record(s, 1, 0.15, full=False)
+    assert s.rounds == 3 and s.measured == 0 and s.cost is None and c.spent > 0
+
+
+def test_a_fixed_setting_always_runs_and_never_trials():
+    c = Controller([Setting("budget 16", 17)])
+    for _ in range(20):
+        assert c.choose().label == "budget 16" and not c.trial
+        c.record(c.settings[0], 2, 0.1)
+
+
+def test_widths_are_half_octaves_up_to_the_configured_one():
+    assert widths(32) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+    assert widths(15) == [1, 2, 3, 4, 6, 8, 12, 15]
+    assert widths(8, 2) == [2, 3, 4, 6, 8]
+    assert widths(1) == [1]
+
+
+def test_a_trial_scores_every_width_from_one_tree():
+    # depth 1: tokens 10 (logp -0.1), 11; depth 2: 20, 21; depth 3: 30, 31
+    logp = [[-0.1, -2.5], [-0.2, -2.0], [-0.3, -1.9]]
+    tokens = [[10, 11], [20, 21], [30, 31]]
+    big = heap_tree(5, logp, tokens, 6)
+    for budget in range(1, 6):           # a smaller budget's tree is the big tree's first rows
+        assert big.prefix(budget + 1) == heap_tree(5, logp, tokens, budget)
+    assert chain_tree(5, [1, 2, 3]).prefix(3) == chain_tree(5, [1, 2])
+    trial = Trial(big)
+    assert not trial.feed([10])          # one round committed 10: the walk goes on
+    assert trial.feed([20, 99, 7])       # then 20 and a token no child names: ended
+    assert trial.path == [1, 2]
+    rows = {big.tokens[r]: r for r in trial.path}
+    assert [trial.accepted(r) for r in (1, rows[10] + 1, rows[20] + 1, len(big))] == [0, 1, 2, 2]
 
 
 def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts):
     target = targets["llama"]
     drafter = DFlashDrafter(load_model(random_drafts["llama"], torch.float32, "cpu"), target)
     method = Method("under-test", drafter, TreeVerifier(budget=16))
-    assert [s.label for s in settings(method, adaptive=True)] == ["plain", "budget 4", "budget 8", "budget 16"]
+    assert [s.label for s in settings(method, adaptive=True)] == \
+        ["plain"] + [f"budget {b}" for b in (1, 2, 3, 4, 6, 8, 12, 16)]
     assert [s.label for s in settings(method, adaptive=False)] == ["budget 16"]
     small = Method("small", drafter, TreeVerifier(budget=3))  # narrower than the drafter's block
     assert [s.label for s in settings(small, adaptive=False)] == ["budget 3"]
     runner = BatchRunner(target, method, capacity=64, adaptive=True)
     controller = runner.spec.controller(1)
     for s in controller.settings:  # warmed up, plain the clear favourite
-        s.rounds = s.measured = 5
-        s.tokens, s.seconds = (1.0 if s.rows == 1 else 0.5), (1e-4 if s.rows == 1 else 1.0)
-    controller.current = controller.settings[0]
+        s.rounds = s.measured = s.trials = 5
+        s.accepted, s.cost = 0.1, 10.0
+    controller.plain_seconds = 1e-4
     # a /health_generate probe (its first round is forced); room for full drafts: rounds measured
     steps = scheduler(runner)
     assert steps.admit(GenerationRequest([5, 6, 7], SamplingParams(temperature=0), StopRule(40), lambda e: None,
                                          probe=True), 0.0)
     steps.step()    # the prefill, then the first round
     assert controller.settings[-1].rounds == 6 and runner.spec.times.draft > 0
+    # the forced round's tree was followed along its own committed tokens: the bonus ends the walk
+    assert controller.settings[1].trials == 6
     steps.step()    # not forced: the controller's choice, plain
     assert controller.settings[0].rounds == 6
     assert runner.server_args["speculative_current_setting"] == "plain"
-
-
-def five() -> Controller:
-    return Controller([Setting("plain", 1)] + [Setting(f"budget {b}", b + 1) for b in (4, 8, 16, 32)])
-
-
-def seconds_per_token(controller: Controller, cost: dict, tokens: int) -> float:
-    made = spent = 0.0
-    while made < tokens:
-        s = controller.choose()
-        k, sec = cost[s.label]
-        controller.record(s, k, sec)
-        made, spent = made + k, spent + sec
-    return spent / made
-
-
-def test_speculation_that_loses_costs_at_most_the_exploration_share():
-    # Every width loses to plain, the wider the worse (a CPU with a weak drafter).
-    cost = {"plain": (1, 0.10), "budget 4": (1.2, 0.15), "budget 8": (1.25, 0.2),
-            "budget 16": (1.3, 0.25), "budget 32": (1.45, 0.4)}
-    for tokens in (200, 2000):
-        c = five()
-        slowdown = seconds_per_token(c, cost, tokens) / 0.10
-        assert c.current.label == "plain"
-        assert slowdown <= 1 + c.explore_share + 0.01  # warm-ups included
-        assert c.exploring <= c.explore_share * c.spent + 2 * 0.15
-        assert c.settings[2].rounds == 0  # climbing: budget 8 is never tried past a losing budget 4
-
-
-def test_climb_reaches_the_best_width_within_ten_percent():
-    # Verify rows nearly free (a GPU): rate grows with width up to budget 16.
-    cost = {"plain": (1, 0.02), "budget 4": (2, 0.025), "budget 8": (2.5, 0.026),
-            "budget 16": (3.2, 0.028), "budget 32": (3.3, 0.034)}
-    c = five()
-    rate = 1 / seconds_per_token(c, cost, 200)
-    assert c.current.label == "budget 16"
-    assert rate >= 0.9 * 3.2 / 0.028
-
-
-def test_a_cold_first_round_does_not_condemn_a_setting():
-    # The process's very first round is slow (allocator, first kernels): plain must still win.
-    c = five()
-    cost = {"plain": (1, 0.10), "budget 4": (1.1, 0.3), "budget 8": (1.2, 0.4),
-            "budget 16": (1.3, 0.5), "budget 32": (1.4, 0.6)}
-    first = c.choose()
-    c.record(first, 1, 5.0)
-    run(c, cost, 100)
-    assert c.current.label == "plain"
-    assert c.settings[1].rounds <= c.warmup + 1
-
-
-def test_rounds_cut_short_by_a_request_end_are_not_measured():
-    # A width first tried on 1-token request tails (nothing to draft) must not be condemned.
-    c = three()
-    run(c, {"plain": (1, 0.10), "budget 8": (1, 0.15), "budget 32": (1, 0.3)}, 3)
-    for _ in range(5):
-        s = c.choose()
-        c.record(s, 1, 0.15 if s.rows > 1 else 0.10, full=s.rows == 1)
-    assert c.settings[1].rounds > 0 and c.settings[1].measured == 0 and c.spent > 0
-    run(c, {"plain": (1, 0.10), "budget 8": (3, 0.15), "budget 32": (3, 0.3)}, 10)
-    assert c.current.label == "budget 8"

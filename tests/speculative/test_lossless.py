@@ -67,7 +67,7 @@ def test_greedy_speculative_equals_plain(plain_runs, targets, distilled_drafts, 
     engine = engine_for(name, targets[arch], tokenizer, distilled_drafts[arch], block, budget, adaptive)
     if adaptive:  # explore every round: settings switch all the time (on these tiny targets plain wins)
         controller = engine.runner.spec.controller(1)     # one request at a time: batch size 1
-        controller.explore_share, controller.explore_gap = 1.0, 1
+        controller.churn = True
     reasons = set()
     try:
         for prompt, rule, expected in runs:
