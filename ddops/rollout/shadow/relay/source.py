@@ -10,8 +10,9 @@ import time
 
 def journal_command(unit: str) -> list[str]:
     # -n 0: from now on (old requests are not mirrored); json: journald marks a line it split
-    # at LineMax (_LINE_BREAK=line-max), which `-o cat` would hide.
-    return ["journalctl", "--unit", unit, "--follow", "--lines", "0", "--output", "json"]
+    # at LineMax (_LINE_BREAK=line-max), which `-o cat` would hide; --all: without it the json
+    # output gives null for a field over 4096 bytes, i.e. any long prompt's line.
+    return ["journalctl", "--unit", unit, "--follow", "--lines", "0", "--output", "json", "--all"]
 
 
 def journal_lines(entries):
