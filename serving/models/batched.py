@@ -21,6 +21,7 @@ import weakref
 import torch
 
 from serving.models import hybrid_batched
+from serving.models.decode_attention import DecodeRows
 from serving.models.kv_cache import KVCache
 from serving.models.llama import Attention, CausalLM, DecoderLayer, attend, attention_mask
 from serving.models.packing import row_slices
@@ -70,9 +71,11 @@ def forward(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, cach
     cos, sin = model.cos.index_select(0, positions), model.sin.index_select(0, positions)
     groups, masks = model.config.kv_groups, tree_masks or [None] * len(caches)
     masks = [attention_mask(n, c.length, m, groups, x.device) for n, c, m in zip(counts, caches, masks)]
+    one_row = len(caches) > 1 and all(n == 1 for n in counts) and all(m is None for m in masks)
+    decode = DecodeRows.plan(caches, x.device) if one_row else None     # plain decode: one call per layer
     captured = {}
     for i, layer in enumerate(model.layers):
-        x = x + _attention(layer.self_attn, layer.input_layernorm(x), cos, sin, caches, counts, masks, i)
+        x = x + _attention(layer.self_attn, layer.input_layernorm(x), cos, sin, caches, counts, masks, i, decode)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
         if i in capture:
             captured[i] = x
@@ -83,13 +86,15 @@ def forward(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, cach
 
 
 def _attention(attn: Attention, x, cos, sin, caches: list[KVCache], counts: list[int], masks,
-               layer: int) -> torch.Tensor:
+               layer: int, decode: DecodeRows | None) -> torch.Tensor:
     N, KV, D = x.shape[0], attn.kv_heads, attn.head_dim
     q, k, v = attn.qkv_proj(x).split(attn.splits, dim=-1)
     q, k, v = q.view(N, attn.heads, D), k.view(N, KV, D), v.view(N, KV, D)
     if attn.q_norm is not None:
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if decode is not None:
+        return attn.o_proj(decode.attend(layer, q, k, v))
     out = torch.empty(N, attn.heads * D, dtype=x.dtype, device=x.device)
     for cache, rows, mask in zip(caches, row_slices(counts), masks):
         keys, values = cache.write(layer, k[rows].transpose(0, 1), v[rows].transpose(0, 1))  # [KV, L, D]

@@ -11,6 +11,9 @@ import torch
 
 
 class KVCache:
+    pool: "KVCache | None" = None    # the cache this one is a row range of (`rows`), at `pool_start`
+    pool_start = 0
+
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, capacity: int,
                  dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
         # k[layer], v[layer]: [num_kv_heads, capacity, head_dim]; rows past `length` are never read
@@ -30,7 +33,7 @@ class KVCache:
     def rows(self, start: int, count: int) -> "KVCache":
         """A cache over rows [start, start + count) of this one's storage (a pool's loan), empty."""
         view = KVCache.over(self.k[:, :, start:start + count], self.v[:, :, start:start + count])
-        view.pool_start = start
+        view.pool, view.pool_start = self, start
         return view
 
     def kv_bytes(self) -> int:
