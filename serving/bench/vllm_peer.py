@@ -2,7 +2,7 @@
 against vLLM's DFlash on the same draft, DDTree against vLLM's DFlash, in one run.
 
     python -m serving.bench.vllm_peer --model DIR --draft DIR [--concurrency 1,8,16] [--limit 16]
-        [--max-tokens 64] [--budget 16] [--vllm-python PY] [--json FILE]
+        [--max-tokens 64] [--budget 16] [--vllm-python PY] [--json FILE] [--plain-only]
 
 Two phases, each with one vLLM server (plain, then with `--speculative-config` DFlash on the
 draft) pinned to its own core (taskset, serving.bench.vllm_side) and the bundled runtime pinned
@@ -14,7 +14,8 @@ bundled server on the bundled core, started after the first stops). Per side: co
 tokens per second of wall time, TTFT p50 and accepted length. Prints the ratios bundled / vLLM
 measured in this run (issue 22's goals: plain >= 1.0x at concurrency 1 and 8; DDTree >= 1.2x
 vLLM's DFlash). Needs vLLM in $DDOPS_CACHE/vllm-venv (`make vllm`); a peer, never imported.
-Figures mean something only on an otherwise idle machine.
+`--plain-only` runs phase one alone (one vLLM start). Figures mean something only on an
+otherwise idle machine; the load average before and after is printed with them.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def parse(argv=None):
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--vllm-python", default=os.environ.get("DDOPS_VLLM_PYTHON") or str(cache / "vllm-venv/bin/python"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plain-only", action="store_true", help="skip the speculative phase")
     return ap.parse_args(argv)
 
 
@@ -148,8 +150,11 @@ def main(argv=None) -> int:
     prompts = PROMPT_SETS[args.prompts]()[: args.limit]
     work = Path(tempfile.mkdtemp(prefix="ddops-peer-"))
     result = {"model": str(args.model), "draft": str(args.draft), "max_tokens": args.max_tokens,
-              "plain": plain_phase(args, work, prompts), "speculative": spec_phase(args, work, prompts)}
-    for row in [*result["plain"].values(), *(v for v in result["speculative"].values() if isinstance(v, dict))]:
+              "load_before": os.getloadavg()[0], "plain": plain_phase(args, work, prompts)}
+    if not args.plain_only:
+        result["speculative"] = spec_phase(args, work, prompts)
+    result["load_after"] = os.getloadavg()[0]
+    for row in [*result["plain"].values(), *(v for v in result.get("speculative", {}).values() if isinstance(v, dict))]:
         for side in (row.get("bundled"), row.get("vllm"), row):
             if isinstance(side, dict):
                 side.pop("texts", None)
@@ -157,9 +162,11 @@ def main(argv=None) -> int:
     print(text)
     for c, row in result["plain"].items():
         print(f"plain, concurrency {c}: bundled / vLLM tok/s {row['ratio_tok_s']:.2f}x")
-    spec = result["speculative"]
-    print(f"DFlash: bundled / vLLM DFlash tok/s {spec['ratio_dflash_tok_s']:.2f}x; "
-          f"DDTree:{args.budget} / vLLM DFlash {spec['ratio_ddtree_over_vllm_dflash_tok_s']:.2f}x")
+    spec = result.get("speculative")
+    if spec:
+        print(f"DFlash: bundled / vLLM DFlash tok/s {spec['ratio_dflash_tok_s']:.2f}x; "
+              f"DDTree:{args.budget} / vLLM DFlash {spec['ratio_ddtree_over_vllm_dflash_tok_s']:.2f}x")
+    print(f"load average (1 min) {result['load_before']:.2f} before, {result['load_after']:.2f} after")
     if args.json:
         args.json.write_text(text + "\n")
     return 0
