@@ -2,14 +2,16 @@
 measured in one run:
 
     python -m serving.bench.vllm_logging --model DIR [--rounds 4] [--prompts 8] [--max-tokens 48]
-        [--concurrency 2] [--stream] [--relay] [--vllm-python PY]
+        [--concurrency 2] [--stream] [--relay] [--targeted] [--vllm-python PY]
 
 Two vLLM servers at once on the same checkpoint, each pinned to its own core (taskset): one
 plain, one with the flags a `service.mirror: true` vLLM profile renders (the runtime table's
 service.mirror rows, given here with --mirror-flags). Rounds alternate which side goes first;
 each side gets the same prompts (temperature 0). With --relay, the mirror relay follows the
-logging side's log on the first core and posts to a port nothing listens on (its parsing is
-the work; its sends fail and back off), and its CPU seconds are reported. Prints completion
+logging side's log on that side's core and posts to a port nothing listens on (its parsing is
+the work; its sends fail and back off), and its CPU seconds are reported. With --targeted the
+logging side runs at INFO with only vLLM's request logger at DEBUG (a dictConfig file through
+VLLM_LOGGING_CONFIG_PATH), which ddops does not render (docs/mirror.md). Prints completion
 tokens per second of wall time per side and their ratio, from this run. vLLM comes from
 $DDOPS_CACHE/vllm-venv (`make vllm`); a peer, never imported. Figures mean something only on
 an otherwise idle machine.
@@ -37,13 +39,26 @@ from serving.tools.prompt_sets import PROMPT_SETS
 MIRROR_FLAGS = "--enable-log-requests --enable-log-outputs --no-enable-log-deltas --log-level DEBUG"
 
 
-def start(python: str, model: Path, core: int, log: Path, flags: list[str]) -> tuple[subprocess.Popen, str]:
+# INFO everywhere but vLLM's request logger (vllm/logger.py's default handler and format).
+TARGETED = {"version": 1, "disable_existing_loggers": False,
+            "formatters": {"vllm": {"()": "vllm.logging_utils.NewLineFormatter", "datefmt": "%m-%d %H:%M:%S",
+                                    "format": "(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s "
+                                              "[%(fileinfo)s:%(lineno)d] %(message)s"}},
+            "handlers": {"vllm": {"class": "logging.StreamHandler", "formatter": "vllm", "level": "DEBUG",
+                                  "stream": "ext://sys.stdout"}},
+            "loggers": {"vllm": {"handlers": ["vllm"], "level": "INFO", "propagate": False},
+                        "vllm.entrypoints.serve.utils.request_logger": {"level": "DEBUG"}}}
+
+
+def start(python: str, model: Path, core: int, log: Path, flags: list[str],
+          extra_env: dict | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     cmd = ["taskset", "-c", str(core), python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
            "--max-model-len", "2048", "--enforce-eager", *flags]
     home = tempfile.mkdtemp(prefix="vllm-logging-")
-    env = {**VLLM_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "OMP_NUM_THREADS": "1"}
+    env = {**VLLM_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "OMP_NUM_THREADS": "1",
+           **(extra_env or {})}
     process = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=home,
                                start_new_session=True)
     return process, f"http://127.0.0.1:{port}"
@@ -80,17 +95,23 @@ def run(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="vllm-logging-"))
     prompts = (PROMPT_SETS["default"]() * args.prompts)[: args.prompts]
     plain, purl = start(args.vllm_python, args.model, 0, work / "plain.log", [])
-    logged, lurl = start(args.vllm_python, args.model, 1, work / "logged.log", args.mirror_flags.split())
+    flags, env = args.mirror_flags.split(), {}
+    if args.targeted:
+        (work / "logging.json").write_text(json.dumps(TARGETED))
+        flags = [f for f in flags if f not in ("--log-level", "DEBUG")]
+        env = {"VLLM_LOGGING_CONFIG_PATH": str(work / "logging.json")}
+    logged, lurl = start(args.vllm_python, args.model, 1, work / "logged.log", flags, env)
     relay = None
     try:
         wait_health(purl, plain, work / "plain.log")
         wait_health(lurl, logged, work / "logged.log")
         if args.relay:
             package = Path(__file__).resolve().parents[2] / "ddops" / "rollout" / "shadow"
-            relay = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "relay", "--log-file",
+            relay_port = free_port()
+            relay = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "relay", "--log-file",
                                       str(work / "logged.log"), "--url", f"http://127.0.0.1:{free_port()}",
-                                      "--port", str(free_port())], env={**os.environ, "PYTHONPATH": str(package)},
-                                     stderr=subprocess.DEVNULL)
+                                      "--port", str(relay_port)], env={**os.environ, "PYTHONPATH": str(package)},
+                                     stderr=(work / "relay.log").open("wb"))
         for url in (purl, lurl):
             block(url, prompts[:2], args)                  # warm-up
         totals = {"plain": [0, 0.0], "logged": [0, 0.0]}
@@ -104,11 +125,13 @@ def run(args) -> dict:
         rates = {name: round(t / s, 2) for name, (t, s) in totals.items()}
         log_mib = (work / "logged.log").stat().st_size / 2**20
         requests = args.rounds * len(prompts)
-        out = {"tok_s": rates, "ratio_logged_over_plain": round(rates["logged"] / rates["plain"], 3),
+        out = {"tok_s": rates, "targeted": args.targeted, "ratio_logged_over_plain": round(rates["logged"] / rates["plain"], 3),
                "requests_per_side": requests, "stream": args.stream, "logged_log_mib": round(log_mib, 2),
                "load_avg": os.getloadavg()}
         if relay:
             out["relay_cpu_ms_per_request"] = round(1000 * (cpu_s(relay.pid) - relay_before) / requests, 3)
+            counts = httpx.get(f"http://127.0.0.1:{relay_port}/mirror", timeout=5, trust_env=False).json()
+            out["relay_counts"] = {k: v for k, v in counts.items() if isinstance(v, int) and v}
         return out
     finally:
         for process in (plain, logged):
@@ -128,6 +151,7 @@ def main(argv=None) -> int:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--relay", action="store_true")
+    parser.add_argument("--targeted", action="store_true")
     parser.add_argument("--mirror-flags", default=MIRROR_FLAGS)
     cache = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
     parser.add_argument("--vllm-python", default=str(cache / "vllm-venv" / "bin" / "python"))
