@@ -81,12 +81,14 @@ async def gauges(client: httpx.AsyncClient) -> dict:
 
 
 async def measure(url: str, model: str, opts) -> tuple[list[float], list[float], dict]:
-    """(latencies alone, latencies under the crowd, the engine's gauges as the second phase began)."""
+    """(latencies alone, latencies under the crowd, the engine's gauges as the second phase began
+    and the seconds the crowd took)."""
     limits = httpx.Limits(max_connections=opts.long + 8)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         await short_latencies(client, model, 2, opts.short_tokens)          # warm-up
         alone = await short_latencies(client, model, opts.short, opts.short_tokens)
         started: list = []
+        began = time.perf_counter()
         crowd = [asyncio.create_task(long_stream(client, model, opts.long_tokens, i, started))
                  for i in range(opts.long)]
         while len(started) < opts.long:        # every long stream's response has begun: all are in the engine
@@ -94,6 +96,7 @@ async def measure(url: str, model: str, opts) -> tuple[list[float], list[float],
         state = await gauges(client)
         under = await short_latencies(client, model, opts.short, opts.short_tokens)
         await asyncio.gather(*crowd)
+    state["crowd seconds"] = round(time.perf_counter() - began, 1)    # all long streams, start to last token
     return alone, under, state
 
 
@@ -119,7 +122,9 @@ def main(argv=None) -> int:
           f"{opts.short_tokens} tokens, {opts.short} per phase; crowd: {opts.long} streams of {opts.long_tokens}")
     for label, values in (("alone", alone), ("under the crowd", under)):
         print(f"{label:>16}: p50 {1000 * statistics.median(values):8.1f} ms   p99 {1000 * p99(values):8.1f} ms")
-    print("engine when the short requests began: " + ", ".join(f"{k} {v}" for k, v in running.items()))
+    print("engine when the short requests began: " + ", ".join(f"{k} {v}" for k, v in running.items()
+                                                            if k != "crowd seconds"))
+    print(f"the crowd's {opts.long} streams took {running['crowd seconds']} s from start to last token")
     print(f"p99 under the crowd / p99 alone: {p99(under) / p99(alone):.2f}x (goal <= 3x)")
     print("load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} {:.2f}".format(
         *load, *os.getloadavg()))
