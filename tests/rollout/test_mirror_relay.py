@@ -16,7 +16,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import pytest
 
 from ddops.rollout.shadow import relay_unit
 from ddops.rollout.shadow.relay.__main__ import eos_ids

@@ -8,6 +8,7 @@ this machine unless samples were asked for, and then only the shadow's bounded, 
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -118,8 +119,6 @@ def start_tap(production: Endpoint, shadow_url: str, shadow_key: str | None, sam
 def start_relay(remote, record, source: Source, key: str | None, sample: float) -> tuple[str, dict]:
     """Install and start the relay beside production (relay_unit.py); its GET /mirror URL on
     production's host and its first answer."""
-    import time
-
     from ddops.rollout.shadow import relay_unit
     if not 0 <= sample <= 1:
         raise BadInput(f"--sample: a fraction 0..1 of mirrored requests kept as samples, got {sample}")

@@ -6,7 +6,6 @@ templates/mirror-relay.service.j2 and starts it; `ddops shadow abort` removes it
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import jinja2
@@ -71,7 +70,3 @@ def remove(remote, production_unit: str) -> None:
     name = unit_name(production_unit)
     remote.run(systemd.remove(name, f"{UNIT_DIR}/{name}", f"{ENV_DIR}/{name.removesuffix('.service')}.env"),
                check=False)
-
-
-def quoted(words: list[str]) -> str:
-    return " ".join(shlex.quote(w) for w in words)
