@@ -147,11 +147,12 @@ class BatchRunner:
             return self.spec.round(seqs)
         caches = [s.state.cache for s in seqs]
         logits = self._plain_logits(seqs, caches)                                  # [B, vocab]
-        picks = []   # each on the device; one download for the batch, not one per sequence
+        picks = logits.argmax(-1)     # [B]: greedy rows in one pass, then each sampled row its own draw
         for b, seq in enumerate(seqs):
             caches[b].commit(1)
-            picks.append(seq.state.draws.choose(logits[b:b + 1], seq.request.sampling, [caches[b].length]))
-        tokens = torch.cat(picks).tolist()
+            if not seq.request.sampling.greedy:
+                picks[b] = seq.state.draws.choose(logits[b:b + 1], seq.request.sampling, [caches[b].length])[0]
+        tokens = picks.tolist()   # one download for the batch, not one per sequence
         for seq, token in zip(seqs, tokens):
             seq.state.next = token
         return [[token] for token in tokens]

@@ -26,7 +26,6 @@ from serving.models.kv_cache import KVCache
 from serving.models.llama import Attention, CausalLM, DecoderLayer, attend, attention_mask
 from serving.models.packing import row_slices
 from serving.models.qwen3_5 import HybridLM
-from serving.models.rope import apply_rope
 
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # model -> supports(model)
 
@@ -87,12 +86,8 @@ def forward(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, cach
 
 def _attention(attn: Attention, x, cos, sin, caches: list[KVCache], counts: list[int], masks,
                layer: int, decode: DecodeRows | None) -> torch.Tensor:
-    N, KV, D = x.shape[0], attn.kv_heads, attn.head_dim
-    q, k, v = attn.qkv_proj(x).split(attn.splits, dim=-1)
-    q, k, v = q.view(N, attn.heads, D), k.view(N, KV, D), v.view(N, KV, D)
-    if attn.q_norm is not None:
-        q, k = attn.q_norm(q), attn.k_norm(k)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    N, D = x.shape[0], attn.head_dim
+    q, k, v = attn.project(x, cos, sin)
     if decode is not None:
         return attn.o_proj(decode.attend(layer, q, k, v))
     out = torch.empty(N, attn.heads * D, dtype=x.dtype, device=x.device)

@@ -39,19 +39,24 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         q_dim, kv_dim = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        self.splits = (q_dim, kv_dim, kv_dim)
         self.qkv_proj = Linear(c.hidden_size, q_dim + 2 * kv_dim, bias=c.attention_bias, dtype=dtype)
         self.o_proj = Linear(q_dim, c.hidden_size, bias=False, dtype=dtype)
         self.q_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
 
+    def project(self, x, cos, sin):
+        """x [T, hidden] -> q [T, heads, D], k and v [T, KV, D], q and k rotated."""
+        T, H, KV, D = x.shape[0], self.heads, self.kv_heads, self.head_dim
+        qkv = self.qkv_proj(x)                                   # [T, (H + 2 KV) * D]
+        v = qkv[:, (H + KV) * D:].view(T, KV, D)
+        if self.q_norm is None:       # q and k side by side rotate in one pass: [T, H + KV, D]
+            qk = apply_rope(qkv[:, :(H + KV) * D].view(T, H + KV, D), cos, sin)
+            return qk[:, :H], qk[:, H:], v
+        q, k = self.q_norm(qkv[:, :H * D].view(T, H, D)), self.k_norm(qkv[:, H * D:(H + KV) * D].view(T, KV, D))
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
     def forward(self, x, cos, sin, cache: KVCache, layer: int, mask):
-        T, KV, D = x.shape[0], self.kv_heads, self.head_dim
-        q, k, v = self.qkv_proj(x).split(self.splits, dim=-1)
-        q, k, v = q.view(T, self.heads, D), k.view(T, KV, D), v.view(T, KV, D)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = self.project(x, cos, sin)
         keys, values = cache.write(layer, k.transpose(0, 1), v.transpose(0, 1))  # [KV, L, D]
         return self.o_proj(attend(q, keys, values, mask))
 
