@@ -4,7 +4,8 @@
 Speculation per prompt set, as ratios to plain decoding measured in one run. For each set
 every method gets a fresh runner (an adaptive controller starts cold, its warm-up and trials
 included in its figure) and the methods run interleaved prompt by prompt, the turn rotating
-(serving.bench.spec.run_methods). Prints, per method, tokens/s over the same set's `none`,
+(serving.bench.spec.run_methods). Prints, per method, tokens/s over the same set's `none` (the
+mean of its `none` runs when given twice, first and last: their spread is the run's noise),
 tau, and the setting an adaptive run ended on; then whether every output equals `none`'s.
 The `unseen` set is unlike every training prompt of the drafter (serving.tools.prompt_sets).
 The load average of the machine is printed before and after: on a shared machine quote it.
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 METHODS = ("none,dflash,dflash+adaptive,ddtree:8,ddtree:8+adaptive,ddtree:16,ddtree:16+adaptive,"
-           "ddtree:32,ddtree:32+adaptive")
+           "ddtree:32,ddtree:32+adaptive,none")
 
 
 def parse(argv):
@@ -41,26 +42,31 @@ def load() -> str:
 
 
 def rows(set_name: str, results) -> list[dict]:
-    """One row per method: the set, ratio to the set's `none`, tau, adaptive choice, equality."""
+    """One row per method: the set, ratio to the set's plain decoding (the mean of its `none`
+    runs: give `none` twice, first and last, and their spread is the run's noise), tau, adaptive
+    choice, equality."""
+    plain = [r.tokens_per_s for r in results if not r.speculative]
+    base = sum(plain) / len(plain)
     return [{"set": set_name, "method": r.label, "tokens_per_s": round(r.tokens_per_s, 2),
-             "ratio": round(r.speedup, 3), "tau": round(r.tau, 3), "choice": r.choice,
-             "equal_to_none": r.equal_to_none, "settings": r.settings} for r in results]
+             "ratio": round(r.tokens_per_s / base, 3) if base else 0.0, "tau": round(r.tau, 3),
+             "choice": r.choice, "equal_to_none": r.equal_to_none, "settings": r.settings} for r in results]
 
 
 def table(results: list[dict], sets: list[str]):
     from rich.table import Table
 
-    t = Table(title="ratio to plain (tau), per prompt set, one run")
+    t = Table(title="ratio to plain (mean of the none runs), tau in brackets, per prompt set, one run")
     t.add_column("method")
     for name in sets:
         t.add_column(name, justify="right")
-    for method in dict.fromkeys(r["method"] for r in results):
+    per_set = {name: [r for r in results if r["set"] == name] for name in sets}
+    for i, method in enumerate(r["method"] for r in per_set[sets[0]]):
         cells = []
         for name in sets:
-            r = next(x for x in results if x["set"] == name and x["method"] == method)
+            r = per_set[name][i]
             mark = "" if r["equal_to_none"] else " NOT EQUAL"
             if r["method"] == "none":
-                cells.append(f"{r['tokens_per_s']:.1f} tok/s")
+                cells.append(f"{r['tokens_per_s']:.1f} tok/s = {r['ratio']:.2f}x")
             else:
                 cells.append(f"{r['ratio']:.2f}x ({r['tau']:.2f}){' ' + r['choice'] if r['choice'] and '+adaptive' in method else ''}{mark}")
         t.add_row(method, *cells)
