@@ -6,7 +6,8 @@ preallocated for the server's life. The batch runner holds one target K/V pool o
 full-attention layers of `--max-total-tokens` rows, resolved at start by `resolve_pool`
 (contract.runtime.pool_rows: max running sequences x (context + verify rows), within a share
 of the device's memory, never below one sequence; the verify rows hold one verify pass past
-the context: the method's `verify_rows`, read from its METHODS capabilities); running sequences share it (serving.engine.kv_pool). With a
+the context: the method's `verify_rows`, read from its METHODS capabilities); running
+sequences share it (serving.engine.kv_pool). With a
 speculative method a draft pool of as many rows over the draft's layers sits beside it, and
 each admitted sequence's draft context is the same row range as its target reservation
 (`draft_kv_rows`). A speculative hybrid is served one sequence at a time (`one_at_a_time`, the

@@ -5,7 +5,8 @@ Its allocation model is simple and exact, and its rules are the runtime's own
 full-attention layers, one pool sized at start by the runtime's rule (`pool_rows`: max running
 x (context_length + verify_tokens), within --mem-fraction-static of the device's memory less the
 rest, never below one sequence, capped by `--max-total-tokens` when a profile passes it in
-`sglang.extra_args`; the verify rows hold one verify pass past the context); for a target served one sequence at a time (a speculative
+`sglang.extra_args`; the verify rows hold one verify pass past the context); for a target
+served one sequence at a time (a speculative
 hybrid) one cache of context + verify rows instead; with a drafter, the draft's context K/V
 for the target's rows over the draft's layers (a draft pool beside the batch runner's pool,
 each sequence's draft context the same rows as its target reservation, or the one-sequence
@@ -139,7 +140,8 @@ def bundled_fit(profile: Profile, models: Models, card: GpuKind | None, host_byt
     memory as read from it (`host_bytes`), else not known."""
     usable = card.memory_bytes - CUDA_CONTEXT if card else None
     if card:
-        source = f"{card.name}'s memory less the CUDA context, the card otherwise free (the runtime reads its free memory)"
+        source = (f"{card.name}'s memory less the CUDA context, the card otherwise free "
+                  "(the runtime reads its free memory)")
         memory = bundled_memory(profile, models, usable, source, "cuda")
     elif host_bytes is not None:
         memory = bundled_memory(profile, models, host_bytes, "the host's memory (MemTotal, or the unit's MemoryMax)",
