@@ -150,12 +150,16 @@ def record_body(prompt_ids, sampling: SamplingParams, rule: StopRule, finished, 
 
 
 def parse_record(data: dict) -> dict:
-    """A record as the sink uses it; APIError 400 naming the field when it is malformed."""
+    """A record as the sink uses it; APIError 400 naming the field when it is malformed.
+    Production's answer is either `answer_ids` (with `finish_reason`) or, from a relay that saw
+    only the answer's text (a streamed vLLM chat), `answer_text`: exactly one of them."""
     def ints(key: str) -> tuple[int, ...]:
         value = data.get(key)
         if not isinstance(value, list) or not all(type(i) is int and i >= 0 for i in value):
             raise APIError(400, f"{key} must be a list of token ids", key, "invalid_value")
         return tuple(value)
+    if not isinstance(data, dict):
+        raise APIError(400, "a mirror record is a JSON object", None, "invalid_value")
     try:
         sampling = SamplingParams(**data["sampling"])
         rule = StopRule(int(data["max_new_tokens"]), tuple(map(str, data.get("stop_strings", ()))),
@@ -165,8 +169,19 @@ def parse_record(data: dict) -> dict:
     prompt = ints("prompt_ids")
     if not prompt or rule.max_new_tokens < 1:
         raise APIError(400, "a mirror record needs prompt ids and max_new_tokens >= 1", None, "invalid_value")
-    return {"prompt": list(prompt), "sampling": sampling, "rule": rule, "answer": ints("answer_ids"),
-            "reason": str(data.get("finish_reason")), "sample": data.get("sample") is True}
+    has_ids, has_text = "answer_ids" in data, "answer_text" in data
+    if has_ids == has_text:
+        raise APIError(400, "a mirror record has exactly one of answer_ids and answer_text",
+                       "answer_text" if has_text else "answer_ids", "invalid_value")
+    text = data["answer_text"] if has_text else None
+    if has_text and not isinstance(text, str):
+        raise APIError(400, "answer_text must be a string", "answer_text", "invalid_value")
+    reason = data.get("finish_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise APIError(400, "finish_reason must be a string", "finish_reason", "invalid_value")
+    return {"prompt": list(prompt), "sampling": sampling, "rule": rule,
+            "answer": ints("answer_ids") if has_ids else None, "text": text,
+            "reason": reason[:64] if reason else "unknown", "sample": data.get("sample") is True}
 
 
 class Sink:
@@ -204,11 +219,16 @@ class Sink:
             raise RuntimeError("the model is still loading")
         finished = await Admitted(engine, r["prompt"], r["sampling"], r["rule"]).result(GENERATE_TIMEOUT_S)
         deterministic = r["sampling"].greedy or r["sampling"].seed is not None
-        self.tally.add(deterministic, r["answer"], r["reason"], finished.token_ids, finished.finish_reason,
-                       finished.usage)
+        decode = self.state.tokenizer.decode
+        if r["answer"] is not None:
+            self.tally.add(deterministic, r["answer"], r["reason"], finished.token_ids, finished.finish_reason,
+                           finished.usage)
+        else:   # production's text only: compare with the text this server would send a client
+            self.tally.add_text(deterministic, r["text"], finished.text, len(finished.token_ids),
+                                finished.finish_reason, finished.usage)
         if r["sample"]:
-            decode = self.state.tokenizer.decode
-            self.tally.keep_sample(decode(r["prompt"]), decode(list(r["answer"])), finished.text,
+            production = decode(list(r["answer"])) if r["answer"] is not None else r["text"]
+            self.tally.keep_sample(decode(r["prompt"]), production, finished.text,
                                    (self.state.args.api_key or "",))
 
 

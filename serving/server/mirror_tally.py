@@ -4,8 +4,13 @@ Deterministic records (temperature 0, or a seed) are compared token by token aga
 answer production actually sent: `matched` is the common prefix of the two id sequences,
 `compared` the longer one (after the first difference the two continuations condition on
 different text). Other records are compared by distribution: completion length and finish
-reason on each side. The shadow's own figures (accepted length, TTFT, ITL, tokens/s) come
-from its engine's `Usage` of each regenerated answer.
+reason on each side. A record that carries production's answer as text only (a streamed vLLM
+chat, from the relay) is compared by text, kept apart so `token_equality` keeps its meaning:
+`matched_chars` is the common prefix of the two texts, `compared_chars` the longer one. A
+non-deterministic text record has no production length in tokens nor finish reason: it joins
+the distribution on the shadow's side only and is counted apart (`text.sampled`). The
+shadow's own figures (accepted length, TTFT, ITL, tokens/s) come from its engine's `Usage` of
+each regenerated answer.
 
 Everything kept grows with the number of distinct finish reasons (capped) and the fixed
 windows below, never with the number of requests.
@@ -82,6 +87,11 @@ class Tally:
     equal: int = 0
     matched: int = 0
     compared: int = 0
+    text: int = 0             # deterministic records compared by text
+    text_equal: int = 0
+    text_matched: int = 0     # characters
+    text_compared: int = 0
+    text_sampled: int = 0     # non-deterministic text records (the shadow's side of the distribution)
     production: Side = field(default_factory=Side)
     shadow: Side = field(default_factory=Side)
     rounds: int = 0
@@ -104,6 +114,24 @@ class Tally:
         else:
             self.production.add(len(expected), expected_reason)
             self.shadow.add(len(got), got_reason)
+        self._usage(usage)
+        return deterministic and tuple(expected) == tuple(got)
+
+    def add_text(self, deterministic: bool, expected: str, got: str, got_length: int, got_reason: str,
+                 usage) -> bool:
+        """One regenerated record whose production answer is text only. True: equal."""
+        if deterministic:
+            self.text += 1
+            self.text_matched += common_prefix(expected, got)
+            self.text_compared += max(len(expected), len(got))
+            self.text_equal += expected == got
+        else:
+            self.text_sampled += 1
+            self.shadow.add(got_length, got_reason)
+        self._usage(usage)
+        return deterministic and expected == got
+
+    def _usage(self, usage) -> None:
         self.rounds += usage.rounds
         self.accepted += usage.accepted
         self.tokens += usage.completion_tokens
@@ -111,7 +139,6 @@ class Tally:
         self.ttft.append(usage.ttft_s)
         if usage.completion_tokens > 1:
             self.itl.append((usage.total_s - usage.ttft_s) / (usage.completion_tokens - 1))
-        return deterministic and tuple(expected) == tuple(got)
 
     def keep_sample(self, prompt: str, production: str, shadow: str, keys: tuple[str, ...]) -> None:
         self.samples.append({name: redact(text, keys)[:SAMPLE_CHARS] for name, text in
@@ -119,12 +146,16 @@ class Tally:
 
     def to_dict(self) -> dict:
         equality = self.matched / self.compared if self.compared else (1.0 if self.deterministic else None)
+        by_text = self.text_matched / self.text_compared if self.text_compared else (1.0 if self.text else None)
         return {
             "received": self.received, "dropped": self.dropped, "failed": self.failed,
-            "compared": self.deterministic + self.production.requests,
+            "compared": self.deterministic + self.production.requests + self.text + self.text_sampled,
             "deterministic": {"requests": self.deterministic, "equal": self.equal,
                               "matched_tokens": self.matched, "compared_tokens": self.compared,
                               "token_equality": equality},
+            "text": {"requests": self.text, "equal": self.text_equal, "matched_chars": self.text_matched,
+                     "compared_chars": self.text_compared, "text_equality": by_text,
+                     "sampled": self.text_sampled},
             "distribution": {"production": self.production.to_dict(), "shadow": self.shadow.to_dict()},
             "shadow": {"accept_length": self.accepted / self.rounds if self.rounds else None,
                        "ttft_p50_s": percentile(self.ttft, 50), "ttft_p95_s": percentile(self.ttft, 95),

@@ -6,6 +6,7 @@ shadow comparing) is tests/rollout/test_vllm_across.py's mirror test."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -44,7 +45,7 @@ def feed(lines, pairing=None) -> tuple[list[dict], Pairing]:
 def test_captured_lines_give_the_records_the_clients_received():
     clock = Clock()
     records, pairing = feed(LINES, Pairing((2,), clock))
-    greedy, sampled = records
+    greedy, streamed, sampled = records
     assert greedy["prompt_ids"] == SEEN["chat"]["prompt_token_ids"]
     assert greedy["answer_ids"] == SEEN["chat"]["token_ids"] and greedy["answer_ids"][-1] == 2   # EOS kept
     assert greedy["finish_reason"] == SEEN["chat"]["finish_reason"] == "stop"
@@ -52,8 +53,15 @@ def test_captured_lines_give_the_records_the_clients_received():
     assert (greedy["max_new_tokens"], greedy["stop_ids"], greedy["stop_strings"]) == (24, [2], [])
     assert sampled["sampling"] == {"temperature": 0.8, "top_p": 0.9, "top_k": 20, "seed": 7}
     assert sampled["stop_strings"] == ["5", "\n\n"] and sampled["finish_reason"] == SEEN["chat_sampled"]["finish_reason"]
-    # the streaming chat logs no complete ids: counted, not guessed; the completion logs no output
-    assert pairing.counts["offered"] == 3 and pairing.counts["skipped_streaming"] == 1
+    # the streamed chat logs no complete ids: its record is the text its client received in
+    # deltas (the captured log has them), with no ids and no finish reason
+    deltas = [ast.literal_eval(line.split("(streaming delta): output: ", 1)[1].rsplit(", finish_reason:", 1)[0])
+              for line in LINES if "(streaming delta): output: " in line]
+    assert streamed["answer_text"] == "".join(deltas) == "1. Red\n2. Blue\n3. Green"
+    assert "answer_ids" not in streamed and "finish_reason" not in streamed
+    assert streamed["prompt_ids"] and streamed["sampling"]["temperature"] == 0.0 and streamed["stop_ids"] == [2]
+    # the completion logs no output: it waits, then is forgotten
+    assert pairing.counts["offered"] == 3 and pairing.counts["streamed"] == 1
     assert len(pairing.pending) == 1
     clock.now = PENDING_S + 1
     feed(LINES[:1], pairing)
@@ -71,21 +79,21 @@ def index_of(text: str) -> int:
 def test_a_truncated_line_mirrors_nothing_of_its_request():
     prompt = index_of(f"Request {CHAT} details")
     records, pairing = feed(lines_with({prompt: LINES[prompt][: len(LINES[prompt]) // 2]}))
-    assert [r["sampling"]["seed"] for r in records] == [7]     # only the other request
+    assert [r["sampling"]["seed"] for r in records] == [None, 7]     # only the other requests
     assert pairing.counts["truncated"] == 1
     answer = index_of(f"Generated response {CHAT} details")
     records, pairing = feed(lines_with({answer: LINES[answer][:-6]}))
-    assert len(records) == 1 and pairing.counts["truncated"] == 1
+    assert len(records) == 2 and pairing.counts["truncated"] == 1
 
 
 def test_garbled_and_forged_lines_cannot_corrupt_a_record():
     params = index_of(f"Received request {CHAT}")
     garbled = LINES[params].replace("temperature=0.0", "temperature=__import__('os')")
     records, pairing = feed(lines_with({params: garbled}))
-    assert len(records) == 1 and pairing.counts["garbled"] == 1
+    assert len(records) == 2 and pairing.counts["garbled"] == 1
     unbalanced = LINES[params].replace("stop=[]", "stop=['")
     records, pairing = feed(lines_with({params: unbalanced}))
-    assert len(records) == 1 and pairing.counts["garbled"] == 1
+    assert len(records) == 2 and pairing.counts["garbled"] == 1
     # a prompt that quotes the logger's own words: the ids are the ones vLLM wrote at the end
     prompt = index_of(f"Request {CHAT} details")
     forged = LINES[prompt].replace("Say hi.", "x', prompt_token_ids: [7, 7], prompt_embeds shape: None. '")
@@ -97,7 +105,7 @@ def test_garbled_and_forged_lines_cannot_corrupt_a_record():
     assert feed(lines_with({finish: text}))[0][0]["finish_reason"] == "stop"
     # two requests under one id (a client's X-Request-Id): neither is mirrored
     records, pairing = feed(LINES[: prompt + 1] + [LINES[prompt]] + LINES[prompt + 1:])
-    assert len(records) == 1 and pairing.counts["garbled"] == 1
+    assert len(records) == 2 and pairing.counts["garbled"] == 1
     # bytes that are not UTF-8, and lines of no logger at all
     assert feed(["\udcff\x00 garbage", "INFO 12-02 [request_logger.py:1] Generated response "])[0] == []
 
@@ -106,9 +114,34 @@ def test_sampling_the_record_cannot_carry_is_skipped_and_ignore_eos_drops_the_eo
     params = index_of(f"Received request {CHAT}")
     penalty = LINES[params].replace("repetition_penalty=1.0", "repetition_penalty=1.1")
     records, pairing = feed(lines_with({params: penalty}))
-    assert len(records) == 1 and pairing.counts["skipped_unsupported"] == 1
+    assert len(records) == 2 and pairing.counts["skipped_unsupported"] == 1
     ignoring = LINES[params].replace("ignore_eos=False", "ignore_eos=True")
     assert feed(lines_with({params: ignoring}))[0][0]["stop_ids"] == []
+
+
+STREAM = "chatcmpl-9b7fe7c3c492e027"
+
+
+def test_a_streamed_chats_text_is_read_as_a_literal_and_forged_or_cut_text_mirrors_nothing_wrong():
+    done = index_of(f"Generated response {STREAM} (streaming complete): output")
+    # an answer that quotes the logger's own end: %r escapes its quote, the record is its text
+    forged = "x', finish_reason: streaming_complete"
+    line = LINES[done].replace("'1. Red\\n2. Blue\\n3. Green'", repr(forged))
+    assert line != LINES[done]
+    assert feed(lines_with({done: line}))[0][1]["answer_text"] == forged
+    # text that is no literal, or a literal that is not a string: garbled, never evaluated
+    for bad in ("__import__('os').getcwd()", "[1, 2]"):
+        records, pairing = feed(lines_with({done: LINES[done].replace("'1. Red\\n2. Blue\\n3. Green'", bad)}))
+        assert len(records) == 2 and pairing.counts["garbled"] == 1
+    # a cut end line (journald, or an unmarked cut): the stream is not mirrored
+    records, pairing = feed(lines_with({done: LINES[done][:-10]}))
+    assert len(records) == 2 and pairing.counts["truncated"] == 1 and pairing.counts["streamed"] == 0
+    # text shaped otherwise than the bundled server shows it to a client: not comparable
+    params = index_of(f"Received request {STREAM}")
+    for flag in ("skip_special_tokens", "spaces_between_special_tokens"):
+        raw = LINES[params].replace(f"{flag}=True", f"{flag}=False")
+        records, pairing = feed(lines_with({params: raw}))
+        assert len(records) == 2 and pairing.counts["skipped_unsupported"] == 1
 
 
 def entry(message, pid=7, split=False) -> str:
@@ -181,9 +214,10 @@ def test_relay_process_posts_records_to_the_shadow_and_counts(tmp_path):
     try:
         with log.open("a") as handle:
             handle.write("\n".join(LINES) + "\n")
-        now = wait_for(port, "sent", 2)
-        assert (now["offered"], now["sent"], now["skipped_streaming"], now["failed"]) == (3, 2, 1, 0)
-        assert [auth for auth, _ in StandInSink.received] == ["Bearer relay-key"] * 2
+        now = wait_for(port, "sent", 3)
+        assert (now["offered"], now["sent"], now["streamed"], now["failed"]) == (3, 3, 1, 0)
+        assert [auth for auth, _ in StandInSink.received] == ["Bearer relay-key"] * 3
+        assert StandInSink.received[1][1]["answer_text"] == "1. Red\n2. Blue\n3. Green"
         assert StandInSink.received[0][1]["answer_ids"] == SEEN["chat"]["token_ids"]
         unkeyed = httpx.get(f"http://127.0.0.1:{port}/mirror", trust_env=False)
         assert unkeyed.status_code == 401 and "relay-key" not in unkeyed.text
@@ -198,12 +232,12 @@ def test_relay_toward_a_dead_shadow_backs_off_and_counts(tmp_path):
     process, log = relay_process(tmp_path, f"http://127.0.0.1:{free_port()}", port)
     try:
         with log.open("a") as handle:
-            handle.write("\n".join(LINES + LINES) + "\n")     # 4 records within one backoff
+            handle.write("\n".join(LINES + LINES) + "\n")     # 6 records within one backoff
         now = wait_for(port, "offered", 6)
         deadline = time.monotonic() + 5
-        while now["failed"] + now["dropped_backoff"] < 4 and time.monotonic() < deadline:
+        while now["failed"] + now["dropped_backoff"] < 6 and time.monotonic() < deadline:
             now = counts(port)
-        assert (now["failed"], now["dropped_backoff"], now["sent"]) == (1, 3, 0)
+        assert (now["failed"], now["dropped_backoff"], now["sent"]) == (1, 5, 0)
     finally:
         process.kill()
 

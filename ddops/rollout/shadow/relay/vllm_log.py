@@ -7,9 +7,13 @@ vllm/entrypoints/serve/utils/request_logger.py writes per request, in this order
   DEBUG  Generated response RID details: output_token_ids: [...]
   INFO   Generated response RID: output: '...', finish_reason: stop
 Texts are written with %r, so a prompt cannot start a line of its own; each pattern is
-anchored at the line's end, where the logger's own words follow the quoted text. Streaming
-chats log deltas and a "(streaming complete)" line without ids or finish reason, and
-/v1/completions logs no output at all: those are counted, never guessed.
+anchored at the line's end, where the logger's own words follow the quoted text. A streamed
+chat ends with
+  DEBUG  Generated response RID (streaming complete) details: output_token_ids: None
+  INFO   Generated response RID (streaming complete): output: '...', finish_reason: streaming_complete
+whose text is the concatenation of every delta's text (chat_completion/serving.py,
+previous_texts): its record carries `answer_text` instead of `answer_ids`, and no finish
+reason. /v1/completions logs no output at all: counted, never guessed.
 """
 
 from __future__ import annotations
@@ -30,7 +34,11 @@ PROMPT = re.compile(rf"^Request {_RID} details: prompt: .*, prompt_token_ids: {_
 PARAMS = re.compile(rf"^Received request {_RID}: params: SamplingParams\((.*)\), lora_request: None\.$")
 ANSWER = re.compile(rf"^Generated response {_RID} details: output_token_ids: {_IDS}$")
 FINISH = re.compile(rf"^Generated response {_RID}: output: .*, finish_reason: (\w+)$")
-STREAM = re.compile(rf"^Generated response {_RID} \(streaming (delta|complete)\)")
+STREAMED = re.compile(rf"^Generated response {_RID} \(streaming complete\): output: (.*), "
+                      r"finish_reason: streaming_complete$")
+# a delta (when deltas are logged), or the ids line of a stream's end: nothing to keep
+STREAM = re.compile(rf"^Generated response {_RID} \((streaming delta)\)|"
+                    rf"^Generated response {_RID} \((streaming complete)\) details: output_token_ids: None$")
 # The start of a line this parser reads: a line that starts so and matches none of the above
 # was cut (journald's LineMax, --max-log-len mid-list) or is not vLLM's.
 OURS = re.compile(r"^(Request \S+ details:|Received request |Generated response )")
@@ -40,8 +48,12 @@ CUT_RID = re.compile(r"^(?:Request|Received request|Generated response) ([^\s:]+
 DEFAULTS = {"n": 1, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
             "min_p": 0.0, "min_tokens": 0, "bad_words": [], "structured_outputs": None,
             "logit_bias": None, "allowed_token_ids": None, "logprobs": None, "prompt_logprobs": None}
+# A text record compares the shadow's text as the bundled server shows it to a client: the
+# stop string left out, special tokens skipped.
+TEXT_DEFAULTS = {"include_stop_str_in_output": False, "skip_special_tokens": True,
+                 "spaces_between_special_tokens": True}
 WANTED = ("temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens",
-          *DEFAULTS)
+          *DEFAULTS, *TEXT_DEFAULTS)
 
 
 def message(line: str) -> tuple[str, str] | None:
@@ -97,7 +109,7 @@ class Pairing:
         self.eos_ids = eos_ids
         self.clock = clock
         self.pending: OrderedDict[str, dict] = OrderedDict()
-        self.counts = dict.fromkeys(("offered", "truncated", "garbled", "skipped_streaming",
+        self.counts = dict.fromkeys(("offered", "truncated", "garbled", "streamed",
                                      "skipped_unsupported", "skipped_long", "unanswered"), 0)
 
     def feed(self, line: str, cut: bool = False) -> dict | None:
@@ -112,7 +124,8 @@ class Pairing:
                 self.cut(text)
             return None
         for pattern, step in ((PROMPT, self._prompt), (PARAMS, self._params), (ANSWER, self._answer),
-                              (FINISH, self._finish), (STREAM, self._stream)):
+                              (FINISH, self._finish), (STREAMED, self._streamed),
+                                (STREAM, self._stream)):
             match = pattern.match(text)
             if match:
                 try:
@@ -148,24 +161,42 @@ class Pairing:
         if rid in self.pending:
             self.pending[rid]["answer"] = ids_of(ids)
 
-    def _stream(self, rid: str, kind: str) -> None:
-        if kind == "complete" and rid in self.pending:
-            self.pending.pop(rid)
-            self.counts["offered"] += 1
-            self.counts["skipped_streaming"] += 1
+    def _stream(self, *groups: str | None) -> None:
+        """A delta, or the ids line of a stream's end (ids None): nothing to keep."""
 
-    def _finish(self, rid: str, reason: str) -> dict | None:
+    def _streamed(self, rid: str, quoted: str) -> dict | None:
+        """A stream's end: its whole text, as vLLM's %r wrote it (a literal, never evaluated)."""
+        if rid not in self.pending:
+            return None
+        text = ast.literal_eval(quoted)
+        if not isinstance(text, str):
+            raise ValueError("streamed output is not a string")
+        self.counts["streamed"] += 1
+        return self._finish(rid, None, text)
+
+    def _finish(self, rid: str, reason: str | None, text: str | None = None) -> dict | None:
         entry = self.pending.pop(rid, None)
         if entry is None:
             return None
         self.counts["offered"] += 1
-        record = self.record(entry, reason)
+        record = self.record(entry, reason) if text is None else self.text_record(entry, text)
         if record is None:
             self.counts["skipped_unsupported"] += 1
-        elif len(record["prompt_ids"]) + len(record["answer_ids"]) > MAX_RECORD_IDS:
-            self.counts["skipped_long"] += 1
+        elif len(record["prompt_ids"]) + len(record.get("answer_ids", record.get("answer_text", ""))) > MAX_RECORD_IDS:
+            self.counts["skipped_long"] += 1     # a text's characters bound its tokens from above
             return None
         return record
+
+    def text_record(self, entry: dict, text: str) -> dict | None:
+        """A streamed chat's record: the answer's text, no ids, no finish reason."""
+        s = entry.get("sampling") or {}
+        if any(key in s and s[key] != default for key, default in TEXT_DEFAULTS.items()):
+            return None
+        record = self.record({**entry, "answer": []}, None)
+        if record is None:
+            return None
+        del record["answer_ids"], record["finish_reason"]
+        return {**record, "answer_text": text}
 
     def record(self, entry: dict, reason: str) -> dict | None:
         """The mirror record (docs/mirror.md), None when a part is missing or not expressible."""
