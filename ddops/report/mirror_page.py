@@ -24,8 +24,10 @@ def render(doc: dict) -> str:
 def _verdict(doc: dict, comparison: dict) -> str:
     judged = doc.get("verdict") or {}
     reasons = "".join(f"<li>{escape(r)}</li>" for r in judged.get("reasons", []))
-    equality = comparison["token_equality"]
+    equality, by_text = comparison["token_equality"], comparison.get("text_equality")
     shown = "-" if equality is None else f"{equality:.3f}"
+    if by_text is not None:
+        shown += f", text equality {by_text:.3f}"
     urls = f"production {doc.get('production_url', '')}, shadow {doc.get('shadow_url', '')}"
     return section("Verdict", f"<p>{verdict(bool(judged.get('passed')))}: token equality {shown} over "
                    f"{comparison['mirrored']['requests']} mirrored requests ({escape(urls)})</p>"
@@ -37,8 +39,13 @@ def _counts(comparison: dict) -> str:
     keys = ("offered", "sent", "dropped", "failed", "requests")
     rows = [[cell("production tap / shadow"), *(cell(m[k]) for k in keys)]]
     det_keys = ("requests", "equal", "matched_tokens", "compared_tokens", "token_equality")
+    text = comparison.get("text") or {}
+    text_keys = ("requests", "equal", "matched_chars", "compared_chars", "text_equality")
+    by_text = (table(["deterministic, compared by text (production logged text only)", *text_keys],
+                     [[cell(""), *(cell(text[k]) for k in text_keys)]]) if text.get("requests") else "")
     return (table(["", *keys], rows) +
-            table(["deterministic (T=0 or seeded)", *det_keys], [[cell(""), *(cell(det[k]) for k in det_keys)]]))
+            table(["deterministic (T=0 or seeded)", *det_keys], [[cell(""), *(cell(det[k]) for k in det_keys)]]) +
+            by_text)
 
 
 def _shadow(shadow: dict) -> str:

@@ -83,6 +83,23 @@ def test_requirement_checks_count_equality_and_accepted_length():
     assert not judge_mirrored(Mirrored({}, sink(20, None, None)), need).passed   # nothing deterministic
 
 
+def test_a_text_difference_fails_the_equality_floor_like_a_token_difference():
+    """Records compared by text (streamed vLLM chats) meet min_token_equality too."""
+    need = MirrorRequirement(min_requests=16, min_token_equality=1.0, min_accept_length=None)
+
+    def by_text(ids: float | None, text: float | None) -> Mirrored:
+        doc = sink(16, ids, 1.0)
+        doc["text"] = {"requests": 8, "equal": 8, "matched_chars": 1, "compared_chars": 1,
+                       "text_equality": text, "sampled": 0}
+        return Mirrored({}, doc)
+    assert judge_mirrored(by_text(None, 1.0), need).passed                 # all streamed, all equal
+    assert judge_mirrored(by_text(1.0, 1.0), need).passed
+    failed = judge_mirrored(by_text(1.0, 0.98), need)
+    assert [c.name for c in failed.checks if not c.passed] == ["mirrored text equality"]
+    assert [c.name for c in judge_mirrored(by_text(None, 0.5), need).checks] == [
+        "mirrored requests", "mirrored text equality"]
+
+
 def test_compare_mirrored_with_nothing_listening_is_unreachable_not_a_crash(tmp_path, monkeypatch):
     import json
 

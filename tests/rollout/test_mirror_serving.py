@@ -184,3 +184,37 @@ def test_a_record_the_shadow_refuses_is_counted_not_backed_off(pair):
         time.sleep(0.1)
     assert counts["rejected"] == 3 and counts["dropped_backoff"] == counts["failed"] == 0
     httpx.delete(prod + "/mirror", headers=AUTH).raise_for_status()
+
+
+def text_record(prompt: list[int], text, **extra) -> dict:
+    return {"prompt_ids": prompt, "sampling": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "seed": None},
+            "max_new_tokens": 12, "stop_strings": [], "stop_ids": [], "answer_text": text, **extra}
+
+
+def test_a_record_with_only_production_text_is_compared_by_text_apart_from_ids(pair):
+    """A relay's record of a streamed chat (docs/mirror.md): production's answer as text. The
+    shadow regenerates from the prompt ids and compares the text it would send a client."""
+    prod, shadow = pair["production"].url, pair["shadow"].url
+    prompt = [1, 15, 27, 40, 52, 63]
+    answer = httpx.post(prod + "/v1/completions", headers=AUTH, timeout=60, json={
+        "prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": True}).json()["choices"][0]["text"]
+    assert answer
+    before = httpx.get(shadow + "/mirror/stats", headers=AUTH).json()
+    for text in (answer, answer[:3] + "\u2603" + answer[3:]):       # production's own, and one that differs
+        sent = httpx.post(shadow + "/mirror/records", json=text_record(prompt, text), headers=AUTH)
+        assert sent.status_code == 202, sent.text
+    stats = settled(shadow, before["compared"] + before["failed"] + before["dropped"] + 2)
+    by_text, was = stats["text"], before["text"]
+    assert (by_text["requests"] - was["requests"], by_text["equal"] - was["equal"]) == (2, 1)
+    matched, compared = by_text["matched_chars"] - was["matched_chars"], by_text["compared_chars"] - was["compared_chars"]
+    assert (matched, compared) == (len(answer) + 3, 2 * len(answer) + 1)
+    assert by_text["text_equality"] < 1.0
+    assert stats["deterministic"] == before["deterministic"]          # token equality keeps its meaning
+    # exactly one of answer_ids / answer_text, each well formed: a 400 naming the field
+    both = text_record(prompt, answer, answer_ids=[5])
+    neither = {k: v for k, v in text_record(prompt, answer).items() if k != "answer_text"}
+    for record, field in ((both, "answer_text"), (neither, "answer_ids"), (text_record(prompt, [5]), "answer_text"),
+                          (text_record(prompt, answer, finish_reason=7), "finish_reason")):
+        refused = httpx.post(shadow + "/mirror/records", json=record, headers=AUTH)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == field, refused.text
+    assert httpx.get(shadow + "/health").status_code == 200

@@ -158,6 +158,16 @@ class Mirrored:
         return self.sink["deterministic"]["token_equality"]
 
     @property
+    def text(self) -> dict:
+        """Records compared by text (production's answer as text only); an older shadow: none."""
+        return self.sink.get("text") or {"requests": 0, "equal": 0, "matched_chars": 0, "compared_chars": 0,
+                                         "text_equality": None, "sampled": 0}
+
+    @property
+    def text_equality(self) -> float | None:
+        return self.text["text_equality"]
+
+    @property
     def accept_length(self) -> float | None:
         return self.sink["shadow"]["accept_length"]
 
@@ -168,9 +178,13 @@ class Mirrored:
                          # the sink's drops are the tap's refused_full, counted once
                          "dropped": tap["dropped_full"] + tap["dropped_backoff"] + sink["dropped"],
                          "failed": tap["failed"] + sink["failed"], "tap": tap,
+                         "by_ids": self.requests - self.text["requests"] - self.text["sampled"],
+                         "by_text": self.text["requests"] + self.text["sampled"],
                          "sink": {k: sink[k] for k in ("received", "dropped", "failed")}},
             "token_equality": self.token_equality,
+            "text_equality": self.text_equality,
             "deterministic": sink["deterministic"],
+            "text": self.text,
             "distribution": sink["distribution"],
             "shadow": sink["shadow"],
             "samples": sink["samples"],
@@ -209,11 +223,19 @@ def judge_mirrored(mirrored: Mirrored, requirement) -> Verdict:
     checks = [Check("mirrored requests", n >= need, float(n), f">= {need}",
                     f"{n} mirrored requests compared (need {need})")]
     equality, floor = mirrored.token_equality, requirement.min_token_equality
+    by_text = mirrored.text_equality
     if floor is not None:
-        ok = equality is not None and equality >= floor
-        checks.append(Check("mirrored token equality", ok, equality, f">= {floor:.2%}",
-                            "no deterministic mirrored requests" if equality is None else
-                            f"token equality {equality:.2%} on mirrored traffic (required {floor:.2%})"))
+        # min_token_equality bounds both measures: ids where production logged them, text where it
+        # logged only the text (streamed vLLM chats). Each with records is checked; with neither, fail.
+        if equality is not None or by_text is None:
+            ok = equality is not None and equality >= floor
+            checks.append(Check("mirrored token equality", ok, equality, f">= {floor:.2%}",
+                                "no deterministic mirrored requests" if equality is None else
+                                f"token equality {equality:.2%} on mirrored traffic (required {floor:.2%})"))
+        if by_text is not None:
+            checks.append(Check("mirrored text equality", by_text >= floor, by_text, f">= {floor:.2%}",
+                                f"text equality {by_text:.2%} on mirrored requests compared by text "
+                                f"(required {floor:.2%})"))
     length, least = mirrored.accept_length, requirement.min_accept_length
     if least is not None:
         ok = length is not None and length >= least

@@ -78,6 +78,8 @@ def mirrored_table(mirrored) -> Table:
             ("dropped / failed", f"{m['dropped']} / {m['failed']}"),
             ("deterministic: equal / requests", f"{det['equal']} / {det['requests']}"),
             ("matched / compared tokens", f"{det['matched_tokens']} / {det['compared_tokens']}"),
+            ("by text: equal / requests, chars", f"{doc['text']['equal']} / {doc['text']['requests']}, "
+                                                 f"{doc['text']['matched_chars']} / {doc['text']['compared_chars']}"),
             ("sampled: mean length prod / shadow",
              f"{_num(dist['production']['mean_length'])} / {_num(dist['shadow']['mean_length'])}"),
             ("shadow accepted length", _num(shadow["accept_length"], "{:.2f}")),
