@@ -65,7 +65,7 @@ def test_relay_unit_follows_a_units_journal_and_sends_its_records(lab_hosts):
             time.sleep(1.0)                              # journalctl opened the journal
             remote.run(f"systemctl daemon-reload && systemctl restart {FAKE}")
             deadline = time.monotonic() + 30
-            while len(Sink.received) < 2 and time.monotonic() < deadline:
+            while len(Sink.received) < 3 and time.monotonic() < deadline:
                 time.sleep(0.2)
             with dialable(host, f"http://127.0.0.1:{PORT}") as url:
                 counts = httpx.get(f"{url}/mirror", headers={"Authorization": "Bearer lab-relay-key"},
@@ -76,6 +76,6 @@ def test_relay_unit_follows_a_units_journal_and_sends_its_records(lab_hosts):
                        "systemctl daemon-reload", check=False)
             sink.shutdown()
         assert remote.run(f"systemctl is-active {name}", check=False).stdout.strip() != "active"
-    assert (counts["offered"], counts["sent"], counts["skipped_streaming"], counts["truncated"]) == (3, 2, 1, 1)
-    assert [auth for auth, _ in Sink.received] == ["Bearer lab-relay-key"] * 2
+    assert (counts["offered"], counts["sent"], counts["streamed"], counts["truncated"]) == (3, 3, 1, 1)
+    assert [auth for auth, _ in Sink.received] == ["Bearer lab-relay-key"] * 3
     assert Sink.received[0][1]["answer_ids"] == answers["chat"]["token_ids"]
