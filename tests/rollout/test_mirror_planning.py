@@ -98,6 +98,10 @@ def test_a_text_difference_fails_the_equality_floor_like_a_token_difference():
     assert [c.name for c in failed.checks if not c.passed] == ["mirrored text equality"]
     assert [c.name for c in judge_mirrored(by_text(None, 0.5), need).checks] == [
         "mirrored requests", "mirrored text equality"]
+    forged = by_text(1.0, 1.0)
+    forged.sink["text"] = {**forged.sink["text"], "text_equality": "1.0<script>"}
+    with pytest.raises(BadInput, match="malformed text field"):
+        judge_mirrored(forged, need)
 
 
 def test_compare_mirrored_with_nothing_listening_is_unreachable_not_a_crash(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ from ddops.rollout.shadow.compare import Endpoint
 from ddops.rollout.shadow.judge import Check, Verdict
 
 TIMEOUT_S = 10.0
+TEXT_COUNTS = ("requests", "equal", "matched_chars", "compared_chars", "sampled")
 
 
 class MirrorUnavailable(BadInput):
@@ -159,9 +160,17 @@ class Mirrored:
 
     @property
     def text(self) -> dict:
-        """Records compared by text (production's answer as text only); an older shadow: none."""
-        return self.sink.get("text") or {"requests": 0, "equal": 0, "matched_chars": 0, "compared_chars": 0,
-                                         "text_equality": None, "sampled": 0}
+        """Records compared by text (production's answer as text only); an older shadow: none.
+        Only its known fields, checked, so what a shadow answers cannot change what is saved."""
+        got = self.sink.get("text")
+        if got is None:
+            return dict.fromkeys(TEXT_COUNTS, 0) | {"text_equality": None}
+        counts = {k: got.get(k) if isinstance(got, dict) else None for k in TEXT_COUNTS}
+        equality = got.get("text_equality") if isinstance(got, dict) else "?"
+        if not all(type(v) is int and v >= 0 for v in counts.values()) or not (
+                equality is None or (type(equality) in (int, float) and 0 <= equality <= 1)):
+            raise MirrorUnavailable(f"the shadow's /mirror/stats has a malformed text field: {str(got)[:200]!r}")
+        return counts | {"text_equality": equality}
 
     @property
     def text_equality(self) -> float | None:
