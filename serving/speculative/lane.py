@@ -220,6 +220,8 @@ class SpecLane:
                               dtype=torch.long, device=device)                  # [2, N]: tokens, positions
         masks = [None if tree.is_chain else visibility(tree, device) for tree in trees]
         counts = [len(t) for t in trees]
+        if batched.supports(self.target) and all(n == 1 for n in counts):   # a plain round: the plain step
+            return batched.decode_step(self.target, packed[0], packed[1], caches, capture=self.layers)
         if batched.supports(self.target):
             return batched.forward(self.target, packed[0], packed[1], caches, counts, masks, capture=self.layers)
         outs = [self.target.forward(packed[0, rows], packed[1, rows], cache, tree_mask=mask, capture=self.layers)
