@@ -38,12 +38,14 @@ def compared(shadow_url: str) -> int:
 
 
 def mirror_and_compare(vllm_url: str, log, shadow_url: str, model, prompts, chat, tmp_path) -> dict:
-    """16 greedy chats to vLLM; the CLI's --mirrored document once the shadow compared them."""
+    """16 greedy chats to vLLM, every other one streamed (its record carries the answer's text
+    only); the CLI's --mirrored document once the shadow compared them."""
     relay, tap_url = start_relay(log, shadow_url, model)
     try:
         before = compared(shadow_url)
         with ThreadPoolExecutor(2) as pool:
-            answers = list(pool.map(lambda p: chat(vllm_url, p.text, max_tokens=16), prompts))
+            answers = list(pool.map(lambda ip: chat(vllm_url, ip[1].text, max_tokens=16, stream=ip[0] % 2 == 1),
+                                    enumerate(prompts)))
         assert [a.status_code for a in answers] == [200] * len(prompts)
         deadline = time.monotonic() + WAIT_S
         while compared(shadow_url) < before + len(prompts) and time.monotonic() < deadline:

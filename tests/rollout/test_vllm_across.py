@@ -118,18 +118,23 @@ def test_cli_bundled_shadow_of_vllm_production(bundled, vllm_server, tmp_path, m
 
 def test_bundled_shadow_compares_vllm_production_mirrored_from_its_logs(bundled, vllm_server,
                                                                        smollm2_checkpoint, tmp_path, monkeypatch):
-    """docs/mirror.md, vLLM as production: 16 greedy chats give >= 16 mirrored requests, token
-    equality 1.0 and the shadow's accepted length (tests/rollout/mirror_vllm.py)."""
+    """docs/mirror.md, vLLM as production: 16 greedy chats, 8 of them streamed, give >= 16
+    mirrored requests, token equality 1.0 on the non-streamed, text equality 1.0 on the streamed
+    (compared by text) and the shadow's accepted length (tests/rollout/mirror_vllm.py)."""
     from tests.rollout.mirror_vllm import mirror_and_compare
     monkeypatch.setenv("DDOPS_STATE", str(tmp_path / "state"))
     doc = mirror_and_compare(vllm_server.url, vllm_server.log, bundled.url, smollm2_checkpoint, PROMPTS,
                              chat, tmp_path)
     mirrored, comparison = doc["comparison"]["mirrored"], doc["comparison"]
     print(f"\nvLLM production mirrored to a bundled shadow: {mirrored}, equality {comparison['token_equality']}, "
+          f"text {comparison['text']}, "
           f"shadow {comparison['shadow']}")
     assert mirrored["requests"] >= 16 and mirrored["offered"] >= 16 and mirrored["sent"] >= 16
     assert mirrored["dropped"] == mirrored["failed"] == 0 and mirrored["tap"]["truncated"] == 0
     assert comparison["token_equality"] == 1.0 and doc["exit_code"] == 0
+    assert mirrored["tap"]["streamed"] >= 8 and mirrored["by_text"] >= 8 and mirrored["by_ids"] >= 8
+    assert comparison["text"]["requests"] >= 8 and comparison["text"]["compared_chars"] > 0
+    assert comparison["text_equality"] == 1.0 == comparison["text"]["equal"] / comparison["text"]["requests"]
     assert comparison["shadow"]["accept_length"] is not None and comparison["samples"]
 
 
