@@ -51,7 +51,9 @@ def test_captured_lines_give_the_records_the_clients_received():
     assert greedy["finish_reason"] == SEEN["chat"]["finish_reason"] == "stop"
     assert greedy["sampling"] == {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "seed": None}
     assert (greedy["max_new_tokens"], greedy["stop_ids"], greedy["stop_strings"]) == (24, [2], [])
-    assert sampled["sampling"] == {"temperature": 0.8, "top_p": 0.9, "top_k": 20, "seed": 7}
+    # vLLM's seed (7) fixes vLLM's draws only, not the bundled sampler's: the record leaves it out,
+    # so the sampled answer is compared by distribution, not token by token
+    assert sampled["sampling"] == {"temperature": 0.8, "top_p": 0.9, "top_k": 20, "seed": None}
     assert sampled["stop_strings"] == ["5", "\n\n"] and sampled["finish_reason"] == SEEN["chat_sampled"]["finish_reason"]
     # the streamed chat logs no complete ids: its record is the text its client received in
     # deltas (the captured log has them), with no ids and no finish reason
@@ -79,7 +81,7 @@ def index_of(text: str) -> int:
 def test_a_truncated_line_mirrors_nothing_of_its_request():
     prompt = index_of(f"Request {CHAT} details")
     records, pairing = feed(lines_with({prompt: LINES[prompt][: len(LINES[prompt]) // 2]}))
-    assert [r["sampling"]["seed"] for r in records] == [None, 7]     # only the other requests
+    assert [r["sampling"]["temperature"] for r in records] == [0.0, 0.8]     # only the other requests
     assert pairing.counts["truncated"] == 1
     answer = index_of(f"Generated response {CHAT} details")
     records, pairing = feed(lines_with({answer: LINES[answer][:-6]}))

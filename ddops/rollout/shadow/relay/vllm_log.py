@@ -206,10 +206,12 @@ class Pairing:
         if any(key in s and s[key] != default for key, default in DEFAULTS.items()):
             return None
         top_k = s.get("top_k", 0)
+        # The seed is left out: a seed fixes the draws of one runtime's sampler only, and the
+        # shadow's sampler is another's, so a seeded answer of vLLM's is compared by distribution.
         stop_ids = set(s.get("stop_token_ids") or ()) | (set() if s.get("ignore_eos") else set(self.eos_ids))
         return {"prompt_ids": prompt, "max_new_tokens": s["max_tokens"],
                 "sampling": {"temperature": float(s.get("temperature", 1.0)), "top_p": float(s.get("top_p", 1.0)),
-                             "top_k": -1 if top_k in (0, -1) else int(top_k), "seed": s.get("seed")},
+                             "top_k": -1 if top_k in (0, -1) else int(top_k), "seed": None},
                 "stop_strings": [str(x) for x in s.get("stop") or ()], "stop_ids": sorted(stop_ids),
                 "answer_ids": answer, "finish_reason": reason}
 
