@@ -56,23 +56,32 @@ def test_relay_unit_follows_a_units_journal_and_sends_its_records(lab_hosts):
     with connect(host) as remote:
         try:
             remote.write("/root/mirror-lines.txt", lines + long_line(lines) + "\n")
+            # The stand-in pings until the relay has read a line (its journalctl opens the journal
+            # a moment after the unit starts; lines logged before that are never seen), then logs.
+            remote.write("/root/mirror-fake.sh", "while [ ! -e /root/mirror-go ]; do echo ping; sleep 0.2; done\n"
+                         "cat /root/mirror-lines.txt\nexec sleep infinity\n")
             remote.write(f"/etc/systemd/system/{FAKE}", "[Service]\nType=exec\n"
-                         "ExecStart=/bin/sh -c 'cat /root/mirror-lines.txt; exec sleep infinity'\n")
+                         "ExecStart=/bin/sh /root/mirror-fake.sh\n")
             files = relay_unit.render(FAKE, f"http://{sink.server_address[0]}:{sink.server_address[1]}", PORT,
                                       None, 0.5, "lab-relay-key")
             name = relay_unit.install(remote, files)
             assert remote.run(f"stat -c %a {relay_unit.ENV_DIR}/{name.removesuffix('.service')}.env").stdout.strip() == "600"
-            time.sleep(1.0)                              # journalctl opened the journal
-            remote.run(f"systemctl daemon-reload && systemctl restart {FAKE}")
-            deadline = time.monotonic() + 30
-            while len(Sink.received) < 3 and time.monotonic() < deadline:
-                time.sleep(0.2)
+            remote.run(f"rm -f /root/mirror-go && systemctl daemon-reload && systemctl restart {FAKE}")
             with dialable(host, f"http://127.0.0.1:{PORT}") as url:
-                counts = httpx.get(f"{url}/mirror", headers={"Authorization": "Bearer lab-relay-key"},
-                                   trust_env=False).json()
+                def read_counts():
+                    return httpx.get(f"{url}/mirror", headers={"Authorization": "Bearer lab-relay-key"},
+                                     trust_env=False).json()
+                deadline = time.monotonic() + 30
+                while read_counts()["lines_read"] == 0 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                remote.run("touch /root/mirror-go")
+                while len(Sink.received) < 3 and time.monotonic() < deadline + 30:
+                    time.sleep(0.2)
+                counts = read_counts()
         finally:
             relay_unit.remove(remote, FAKE)
-            remote.run(f"systemctl stop {FAKE}; rm -f /etc/systemd/system/{FAKE} /root/mirror-lines.txt; "
+            remote.run(f"systemctl stop {FAKE}; rm -f /etc/systemd/system/{FAKE} /root/mirror-lines.txt "
+                       "/root/mirror-fake.sh /root/mirror-go; "
                        "systemctl daemon-reload", check=False)
             sink.shutdown()
         assert remote.run(f"systemctl is-active {name}", check=False).stdout.strip() != "active"

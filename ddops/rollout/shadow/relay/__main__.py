@@ -41,17 +41,19 @@ class Relay:
     def __init__(self, pairing: Pairing, sender: Sender):
         self.pairing, self.sender = pairing, sender
         self.lock = threading.Lock()
+        self.lines_read = 0      # > 0: journalctl is following; lines logged before then are never seen
 
     def consume(self, lines) -> None:
         for line, cut in lines:
             with self.lock:
+                self.lines_read += 1
                 record = self.pairing.feed(line, cut)
             if record is not None:
                 self.sender.offer(record)
 
     def status(self) -> dict:
         with self.lock:
-            counts = dict(self.pairing.counts)
+            counts = dict(self.pairing.counts, lines_read=self.lines_read)
         return {"allowed": True, "relay": "vllm_log", **self.sender.snapshot(), **counts}
 
 
