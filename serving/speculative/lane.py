@@ -146,6 +146,10 @@ class SpecLane:
         full = cut <= len(seqs) // 4
         short = [not probe and drafts_cut(block, widest, s.remaining) for s, probe in zip(seqs, probes)]
         drafting = setting.rows > 1 or controller.trial
+        caught = 0.0
+        if drafting:   # features queued over plain rounds: owed whatever runs, so not this setting's cost
+            self.drafter.absorb([s.state.draft for s in seqs])
+            caught = time.perf_counter() - t0
         drafts = self._draft(seqs, widest, probes) if drafting else {}
         t1 = time.perf_counter()
         trees = self._plan(seqs, drafts, widest)
@@ -165,7 +169,8 @@ class SpecLane:
         if setting.rows == 1:
             self.drafter.absorb([s.state.draft for s in seqs if s.state.draft.pending_rows >= ABSORB_ROWS])
         t4 = time.perf_counter()
-        controller.record(setting, sum(map(len, committed)), t4 - t0, full, t1 - t0 if drafts else 0.0)
+        controller.record(setting, sum(map(len, committed)), t4 - t0 - caught, full,
+                          t1 - t0 - caught if drafts else 0.0)
         self.times.add(len(seqs), sum(map(len, committed)), t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         return committed
 
