@@ -99,7 +99,7 @@ def accept_length(url: str) -> float | None:
 def spec_flags(args, algorithm: str) -> list[str]:
     """The bundled server's flags for a method; a tree budget where the method takes one."""
     flags = ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(args.draft),
-             "--speculative-num-draft-tokens", str(args.block), "--speculative-adaptive", "off"]
+             "--speculative-num-draft-tokens", str(args.block), "--speculative-adaptive", args.adaptive]
     return flags + (["--speculative-ddtree-budget", str(args.budget)] if resolve(algorithm).takes_budget else [])
 
 
@@ -141,7 +141,11 @@ def parse(argv=None):
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--vllm-python", default=os.environ.get("DDOPS_VLLM_PYTHON") or str(cache / "vllm-venv/bin/python"))
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--plain-only", action="store_true", help="skip the speculative phase")
+    ap.add_argument("--adaptive", choices=("off", "on"), default="off",
+                    help="the bundled runtime's --speculative-adaptive in the speculative phase")
+    phases = ap.add_mutually_exclusive_group()
+    phases.add_argument("--plain-only", action="store_true", help="skip the speculative phase")
+    phases.add_argument("--spec-only", action="store_true", help="skip the plain phase")
     return ap.parse_args(argv)
 
 
@@ -150,7 +154,8 @@ def main(argv=None) -> int:
     prompts = PROMPT_SETS[args.prompts]()[: args.limit]
     work = Path(tempfile.mkdtemp(prefix="ddops-peer-"))
     result = {"model": str(args.model), "draft": str(args.draft), "max_tokens": args.max_tokens,
-              "load_before": os.getloadavg()[0], "plain": plain_phase(args, work, prompts)}
+              "adaptive": args.adaptive, "load_before": os.getloadavg()[0],
+              "plain": {} if args.spec_only else plain_phase(args, work, prompts)}
     if not args.plain_only:
         result["speculative"] = spec_phase(args, work, prompts)
     result["load_after"] = os.getloadavg()[0]
@@ -164,8 +169,9 @@ def main(argv=None) -> int:
         print(f"plain, concurrency {c}: bundled / vLLM tok/s {row['ratio_tok_s']:.2f}x")
     spec = result.get("speculative")
     if spec:
-        print(f"DFlash: bundled / vLLM DFlash tok/s {spec['ratio_dflash_tok_s']:.2f}x; "
-              f"DDTree:{args.budget} / vLLM DFlash {spec['ratio_ddtree_over_vllm_dflash_tok_s']:.2f}x")
+        adaptive = " (adaptive)" if args.adaptive == "on" else ""
+        print(f"DFlash{adaptive}: bundled / vLLM DFlash tok/s {spec['ratio_dflash_tok_s']:.2f}x; "
+              f"DDTree:{args.budget}{adaptive} / vLLM DFlash {spec['ratio_ddtree_over_vllm_dflash_tok_s']:.2f}x")
     print(f"load average (1 min) {result['load_before']:.2f} before, {result['load_after']:.2f} after")
     if args.json:
         args.json.write_text(text + "\n")
