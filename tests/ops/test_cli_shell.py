@@ -195,6 +195,10 @@ def test_json_events_ends_in_one_result_line_with_the_envelope(args, code):
 
 def test_one_module_spells_systemctl_and_journalctl():
     spelled = re.compile(r"""["'f](systemctl|journalctl)\b""")
+    # The mirror relay is a program of its own on production's host, uploaded alone and run by
+    # the host's python3 (stdlib only): it cannot import ddops.systemd, so it spells its one
+    # journalctl command itself (relay/source.py).
+    relay = REPO / "ddops/rollout/shadow/relay"
     others = sorted(str(f.relative_to(REPO)) for f in (REPO / "ddops").rglob("*.py")
-                    if f.name != "systemd.py" and spelled.search(f.read_text()))
+                    if f.name != "systemd.py" and relay not in f.parents and spelled.search(f.read_text()))
     assert others == []
