@@ -23,6 +23,11 @@ PROFILES = HERE / "profiles"
 SERVED = "smollm2-135m-instruct"
 
 
+def told(out: dict) -> str:
+    """A failed deploy's own words first: pytest's repr of the whole dict cuts them off."""
+    return "\n".join([out.get("message", ""), *map(str, out.get("diagnosis") or []), json.dumps(out)[:3000]])
+
+
 class VllmSite(Site):
     bundled_answer = ""
     def deploy_json(self, profile: str, *extra: str) -> tuple[int, dict]:
@@ -78,14 +83,14 @@ def test_install_again_pushes_nothing(vsite):
 
 def test_bundled_production_serves_smollm2(vsite):
     code, out = vsite.deploy_json("cpu-smollm2-ar")
-    assert (code, out["result"]) == (0, "deployed"), out
+    assert (code, out["result"]) == (0, "deployed"), told(out)
     vsite.bundled_answer = vsite.ask().json()["choices"][0]["message"]["content"]
     assert "Paris" in vsite.bundled_answer
 
 
 def test_vllm_replaces_bundled_passes_the_gate_and_answers_from_outside(vsite):
     code, out = vsite.deploy_json("cpu-smollm2-vllm")
-    assert (code, out["result"]) == (0, "deployed"), out
+    assert (code, out["result"]) == (0, "deployed"), told(out)
     assert "--model /var/lib/ddops/models/smollm2-135m-instruct" in out["plan"]["unit_diff"]
     checks = {c["name"]: c for c in out["gate"]["checks"]}
     assert list(checks) == ["health", "smoke", "server_info"]       # no probe route, /v1/models identity
@@ -107,7 +112,7 @@ def test_vllm_replaces_bundled_passes_the_gate_and_answers_from_outside(vsite):
 def test_a_knowably_bad_vllm_change_exits_2_with_zero_restarts(vsite, profile, check, words):
     before_bytes, before = vsite.unit_bytes(), vsite.started()
     code, out = vsite.deploy_json(str(PROFILES / profile))
-    assert (code, out["result"]) == (2, "refused"), out
+    assert (code, out["result"]) == (2, "refused"), told(out)
     found = [(r["check"], r["reason"]) for r in out["plan"]["refusals"]]
     assert any(c == check and words in reason for c, reason in found), found
     assert vsite.unit_bytes() == before_bytes
@@ -117,7 +122,7 @@ def test_a_knowably_bad_vllm_change_exits_2_with_zero_restarts(vsite, profile, c
 def test_a_vllm_change_that_fails_at_start_is_reverted_byte_for_byte(vsite):
     before_unit, before_env = vsite.unit_bytes(), vsite.env_bytes()
     code, out = vsite.deploy_json(str(PROFILES / "vllm-block-size-7.yaml"))
-    assert (code, out["result"]) == (1, "reverted"), out
+    assert (code, out["result"]) == (1, "reverted"), told(out)
     assert out["gate"]["checks"][0]["name"] == "health" and not out["gate"]["checks"][0]["ok"]
     assert vsite.unit_bytes() == before_unit and vsite.env_bytes() == before_env
     assert vsite.ask().status_code == 200     # the previous vLLM serves again
