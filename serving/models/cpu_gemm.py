@@ -59,7 +59,9 @@ def pack_linears(module: nn.Module) -> int:
 
 
 def head(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """hidden [T, H] @ weight [V, H]^T -> [T, V], weight dense (the LM head)."""
-    if packable(weight) and hidden.dtype == weight.dtype:
+    """hidden [T, H] @ weight [V, H]^T -> [T, V], weight dense (the LM head). oneDNN's op has no
+    backward: a draft trained through the target's head (serving/tools/train_draft.py) would
+    learn nothing from it, so a hidden that carries gradients takes F.linear."""
+    if packable(weight) and hidden.dtype == weight.dtype and not (hidden.requires_grad and torch.is_grad_enabled()):
         return torch.ops.mkldnn._linear_pointwise(hidden.contiguous(), weight, None, "none", [], "")
     return F.linear(hidden, weight)

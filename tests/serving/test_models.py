@@ -135,3 +135,19 @@ def test_kv_cache_rejects_overflow_and_bad_truncate():
         cache.truncate(5)
     cache.truncate(1)
     assert cache.length == 1
+
+
+def test_the_lm_head_carries_gradients_to_what_is_trained_through_it():
+    """A draft is trained through the target's frozen head (serving/tools/train_draft.py). oneDNN's
+    product has no backward and drops gradients without an error, so a draft trained through it
+    learned nothing and accepted nothing: the head must give the hidden the same gradient as
+    F.linear, and the same logits in inference."""
+    from serving.models.cpu_gemm import head
+    weight = torch.randn(512, 64)
+    hidden = torch.randn(5, 64, requires_grad=True)
+    head(hidden, weight).square().sum().backward()
+    reference = hidden.detach().clone().requires_grad_()
+    torch.nn.functional.linear(reference, weight).square().sum().backward()
+    assert hidden.grad is not None and torch.allclose(hidden.grad, reference.grad, atol=1e-4)
+    with torch.no_grad():
+        assert torch.allclose(head(hidden, weight), reference @ weight.T, atol=1e-4)
