@@ -32,6 +32,8 @@ class Sequence:
     rounds: int = 0
     accepted: int = 0
     first_round: int = 0                # tokens the first decode round committed
+    trials: int = 0                     # drafted trees followed to their end (serving.speculative.tree.Trial)
+    trial_accepted: int = 0             # drafts those trees' walks accepted, at the method's widest width
     state: object = None                # the runner's, while admitted (serving.engine.batch.SequenceState)
 
     @property
@@ -118,7 +120,7 @@ class Scheduler:
     def _finish(self, seq: Sequence) -> None:
         self._leave(seq)
         usage = Usage(len(seq.prompt), len(seq.text.ids), seq.rounds, seq.accepted,
-                      seq.ttft, time.perf_counter() - seq.began, seq.first_round)
+                      seq.ttft, time.perf_counter() - seq.began, seq.first_round, seq.trials, seq.trial_accepted)
         self.record(usage)
         self.deliver(seq.request, Finished(seq.text.text, tuple(seq.text.ids),
                                            seq.text.finish_reason or "abort", usage))

@@ -15,10 +15,19 @@ class Usage:
     ttft_s: float
     total_s: float
     first_round_tokens: int = 0  # tokens the first decoder round committed (the probe's forced round)
+    trials: int = 0          # drafted trees followed along what was committed, to their end
+    trial_accepted: int = 0  # drafts their walks accepted at the method's widest width
 
     @property
     def accept_length(self) -> float:
+        """Tokens per round as run: an adaptive sequence's plain rounds count 1 each."""
         return self.accepted / self.rounds if self.rounds else 1.0
+
+    @property
+    def draft_accept_length(self) -> float | None:
+        """Tokens a round at the method's widest width commits on this sequence (bonus included),
+        from its trials: what the draft accepts here, whatever the controller ran. None: no trial."""
+        return 1.0 + self.trial_accepted / self.trials if self.trials else None
 
     @property
     def decode_tokens_per_s(self) -> float:

@@ -96,6 +96,8 @@ class Tally:
     shadow: Side = field(default_factory=Side)
     rounds: int = 0
     accepted: int = 0         # tokens the shadow's decoder rounds committed
+    trials: int = 0           # the shadow's drafted trees followed to their end (Usage.trials)
+    trial_accepted: int = 0   # drafts their walks accepted at the method's widest width
     tokens: int = 0
     seconds: float = 0.0      # the shadow's total generation time over `tokens`
     ttft: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
@@ -134,6 +136,8 @@ class Tally:
     def _usage(self, usage) -> None:
         self.rounds += usage.rounds
         self.accepted += usage.accepted
+        self.trials += usage.trials
+        self.trial_accepted += usage.trial_accepted
         self.tokens += usage.completion_tokens
         self.seconds += usage.total_s
         self.ttft.append(usage.ttft_s)
@@ -143,6 +147,15 @@ class Tally:
     def keep_sample(self, prompt: str, production: str, shadow: str, keys: tuple[str, ...]) -> None:
         self.samples.append({name: redact(text, keys)[:SAMPLE_CHARS] for name, text in
                              (("prompt", prompt), ("production", production), ("shadow", shadow))})
+
+    def accept_length(self) -> float | None:
+        """The draft's accepted length on the mirrored traffic: tokens a round at the configured
+        width commits, from the shadow's trials, so an adaptive shadow that ran plain rounds still
+        says what its draft would accept; without trials (a plain shadow, or answers too short to
+        finish one), tokens per round as run."""
+        if self.trials:
+            return 1.0 + self.trial_accepted / self.trials
+        return self.accepted / self.rounds if self.rounds else None
 
     def to_dict(self) -> dict:
         equality = self.matched / self.compared if self.compared else (1.0 if self.deterministic else None)
@@ -157,7 +170,9 @@ class Tally:
                      "compared_chars": self.text_compared, "text_equality": by_text,
                      "sampled": self.text_sampled},
             "distribution": {"production": self.production.to_dict(), "shadow": self.shadow.to_dict()},
-            "shadow": {"accept_length": self.accepted / self.rounds if self.rounds else None,
+            "shadow": {"accept_length": self.accept_length(),
+                       "tokens_per_round": self.accepted / self.rounds if self.rounds else None,
+                       "trials": self.trials,
                        "ttft_p50_s": percentile(self.ttft, 50), "ttft_p95_s": percentile(self.ttft, 95),
                        "itl_p50_s": percentile(self.itl, 50), "itl_p95_s": percentile(self.itl, 95),
                        "tokens_per_s": self.tokens / self.seconds if self.seconds > 0 else None,

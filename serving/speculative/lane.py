@@ -153,8 +153,7 @@ class SpecLane:
         drafts = self._draft(seqs, widest, probes) if drafting else {}
         t1 = time.perf_counter()
         trees = self._plan(seqs, drafts, widest)
-        if not controller.fixed:
-            self._try(seqs, trees, short, controller)
+        self._try(seqs, trees, short, None if controller.fixed else controller)
         trees = [tree.prefix(min(setting.rows, s.state.cache.capacity - s.state.cache.length))
                  for s, tree in zip(seqs, trees)]
         t2 = time.perf_counter()
@@ -164,8 +163,7 @@ class SpecLane:
         choices = self._choices(seqs, trees, logits, slices)
         committed = [self._accept(seq, tree, choices[rows], hidden[rows])
                      for seq, tree, rows in zip(seqs, trees, slices)]
-        if not controller.fixed:
-            self._score(seqs, committed)
+        self._score(seqs, committed)
         if setting.rows == 1:
             self.drafter.absorb([s.state.draft for s in seqs if s.state.draft.pending_rows >= ABSORB_ROWS])
         t4 = time.perf_counter()
@@ -200,20 +198,25 @@ class SpecLane:
                 else chain_tree(s.state.next, []) for i, s in enumerate(seqs)]
 
     @staticmethod
-    def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller) -> None:
-        """Start a trial of each drafted tree whose sequence could draft its full depth."""
+    def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller | None) -> None:
+        """Start a trial of each drafted tree whose sequence could draft its full depth (the
+        controller scores the widths from it; a fixed setting has none to tell)."""
         for seq, tree, short in zip(seqs, trees, cut):
             if len(tree) > 1 and not short:
                 seq.state.draft.trials.append(Trial(tree, controller))
 
     @staticmethod
     def _score(seqs, committed: list[list[int]]) -> None:
-        """Follow every running trial along the round's committed tokens; report finished ones."""
+        """Follow every running trial along the round's committed tokens; count finished ones on
+        their sequence (the draft's acceptance at the widest width, whatever the rounds ran) and
+        report them to their controller."""
         for seq, tokens in zip(seqs, committed):
             trials = seq.state.draft.trials
             for trial in trials:
                 if trial.feed(tokens):
-                    trial.owner.observe(trial.path)
+                    seq.trials, seq.trial_accepted = seq.trials + 1, seq.trial_accepted + len(trial.path)
+                    if trial.owner is not None:
+                        trial.owner.observe(trial.path)
             trials[:] = [t for t in trials if not t.done]
 
     def _verify(self, seqs, trees: list[Tree]):

@@ -65,7 +65,9 @@ def test_mirrored_greedy_requests_are_equal_token_by_token(pair):
     assert det["requests"] >= 6 and det["equal"] == det["requests"] and det["token_equality"] == 1.0
     assert det["compared_tokens"] > 0
     assert stats["distribution"]["shadow"]["requests"] >= 1          # the T=1 request: by distribution
-    assert stats["shadow"]["accept_length"] > 1.0 and stats["shadow"]["ttft_p50_s"] > 0   # it speculated
+    # the draft accepts on this traffic (from its trials, whatever rounds the adaptive shadow ran)
+    assert stats["shadow"]["accept_length"] > 1.0 and stats["shadow"]["trials"] > 0
+    assert stats["shadow"]["ttft_p50_s"] > 0
     assert stats["samples"] and all("sk-abcdefghijklmnop" not in s["prompt"] for s in stats["samples"])
     assert any("[redacted]" in s["prompt"] for s in stats["samples"])
     counts = httpx.get(prod + "/mirror", headers=AUTH).json()

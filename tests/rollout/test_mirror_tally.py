@@ -35,6 +35,17 @@ def test_shadow_figures_come_from_its_usage():
     assert abs(shadow["itl_p50_s"] - 0.002) < 1e-9 and shadow["tokens_per_s"] > 0
 
 
+def test_the_shadows_accepted_length_is_its_drafts_from_trials_when_it_ran_plain_rounds():
+    """An adaptive shadow that decoded plainly (one token a round) still says what its draft
+    would accept on this traffic: the rounds as run are tokens_per_round."""
+    tally = Tally()
+    plain_rounds = Usage(prompt_tokens=4, completion_tokens=9, rounds=8, accepted=8, ttft_s=0.01,
+                         total_s=0.03, trials=4, trial_accepted=6)
+    tally.add(True, (1,) * 9, "length", (1,) * 9, "length", plain_rounds)
+    shadow = tally.to_dict()["shadow"]
+    assert shadow["accept_length"] == 2.5 and shadow["tokens_per_round"] == 1.0 and shadow["trials"] == 4
+
+
 def test_memory_is_bounded_however_many_records_arrive():
     tally = Tally()
     for i in range(5 * WINDOW):

@@ -7,6 +7,7 @@ import torch
 
 from serving.engine import GenerationRequest, StopRule
 from serving.engine.batch import BatchRunner
+from serving.engine.scheduler import Scheduler
 from serving.sampling import SamplingParams
 from serving.speculative.adaptive import Controller, Setting, widths
 from serving.speculative.base import Method
@@ -14,7 +15,7 @@ from serving.speculative.ddtree import TreeVerifier
 from serving.speculative.dflash import DFlashDrafter, load_model
 from serving.speculative.lane import settings
 from serving.speculative.tree import Trial, chain_tree, heap_tree
-from tests.rounds import scheduler
+from tests.rounds import Ids, scheduler
 
 
 def tree_controller(budgets=(1, 2, 4, 8, 16, 32)) -> Controller:
@@ -192,3 +193,40 @@ def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts
     steps.step()    # not forced: the controller's choice, plain
     assert controller.settings[0].rounds == 6
     assert runner.server_args["speculative_current_setting"] == "plain"
+
+
+def test_a_sequence_reports_its_drafts_acceptance_whatever_its_rounds_ran(targets, distilled_drafts):
+    """Usage.draft_accept_length comes from the sequence's trials, so an adaptive runtime that runs
+    plain rounds (a mirroring shadow, docs/mirror.md) still says what its draft accepts there; a
+    fixed setting's trials are its own rounds."""
+    target = targets["llama"]
+    drafter = DFlashDrafter(load_model(distilled_drafts["llama"], torch.float32, "cpu"), target)
+    method = Method("under-test", drafter, TreeVerifier(budget=16))
+    prompts = [[5 + i, 6 + 2 * i, 7, 9 + i] for i in range(6)]
+
+    def usages(runner) -> list:
+        got: list = []
+        steps = Scheduler(runner, Ids(), lambda r, event: r.emit(event), got.append)
+        for prompt in prompts:
+            assert steps.admit(GenerationRequest(prompt, SamplingParams(temperature=0), StopRule(40),
+                                                 lambda e: None), 0.0)
+            while steps.running:
+                steps.step()
+        return got
+
+    adaptive = BatchRunner(target, method, capacity=64, adaptive=True)
+    controller = adaptive.spec.controller(1)
+    for s in controller.settings:  # warmed up, plain the clear favourite: only plain rounds and trials
+        s.rounds = s.measured = s.trials = 5
+        s.accepted, s.cost = 0.1, 10.0
+    controller.plain_seconds = 1e-4
+    plain_run = usages(adaptive)
+    assert all(u.accepted == u.rounds for u in plain_run)                 # every round committed one token
+    trials = sum(u.trials for u in plain_run)
+    assert trials > 0 and 1 + sum(u.trial_accepted for u in plain_run) / trials > 1.0   # the draft accepts
+    fixed = usages(BatchRunner(target, method, capacity=64, adaptive=False))
+    assert all(u.trials > 0 for u in fixed)
+    assert sum(u.accepted for u in fixed) / sum(u.rounds for u in fixed) > 1.0
+    rate = 1 + sum(u.trial_accepted for u in fixed) / sum(u.trials for u in fixed)
+    as_run = sum(u.accepted for u in fixed) / sum(u.rounds for u in fixed)
+    assert abs(rate - as_run) < 0.5          # trials of a fixed setting are its rounds (less cut last ones)
