@@ -9,7 +9,8 @@ then times sequential keyed chat requests alone and while `--large` keyed client
 bodies of `--large-bytes` back to back (from a child process, so they never hold the measuring
 client's interpreter lock; each loaded phase starts once every client has a body in flight,
 each alone phase once none has); the two phases alternate `--rounds` times. Twice: with bodies
-of `--large-bytes` (refused by their length before tokenizing, when far past the context), and
+of `--large-bytes` (413 from their Content-Length when past the runtime's body bound, else refused
+by their length before tokenizing, when far past the context), and
 with bodies just under that character bound (refused once a prefix, tokenized in the runtime's
 pool, is past the context). Prints p50 and p95 of each phase and the loaded/alone ratio (goal:
 <= 1.5) and the runtime's CPU per large body, then sends each request of `ambiguous_requests`

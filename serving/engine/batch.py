@@ -75,7 +75,7 @@ class BatchRunner:
         return self.spec.server_args if self.spec else {}
 
     def fits(self, prompt_tokens: int, max_new_tokens: int) -> bool:
-        return prompt_tokens + max_new_tokens + self.verify_rows <= self.pool.capacity
+        return prompt_tokens + max_new_tokens <= self.max_sequence_tokens
 
     def admit(self, seq) -> bool:
         if not seq.prompt:
@@ -182,7 +182,12 @@ class BatchRunner:
         return RunnerInfo(speculative=self.server_args, kv_rows=self.pool.capacity,
                           kv_used=self.pool.capacity - self.pool.free_tokens, prefix_cache=self.prefix is not None,
                           prefix_hit_rate=self.prefix.hit_rate if self.prefix else 0.0, memory=measured,
-                          kernels=memory.target_kernels(self.target))
+                          kernels=memory.target_kernels(self.target), max_sequence_tokens=self.max_sequence_tokens)
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        """prompt + max_tokens one sequence can hold: the pool less the verify rows it reserves."""
+        return self.pool.capacity - self.verify_rows
 
     @staticmethod
     def _choose(seq, logits: torch.Tensor, position: int) -> int:

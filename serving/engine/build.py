@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from functools import partial
 
+import torch
+
 from serving import speculative
 from serving.engine.batch import BatchRunner
+from serving.engine.engine import Engine
+from serving.models import inspect_checkpoint, load_model
+from serving.models.tokenizer import Tokenizer
 
 
 def build_runner_factory(args, target, tokenizer=None):
@@ -34,3 +39,13 @@ def runner_factory(target, capacity: int, spec=None, options=None, seed: int = 0
     return partial(BatchRunner, target, speculative.build(spec, target, options), capacity=capacity,
                    max_running=max_running, max_total_tokens=max_total_tokens, seed=seed,
                    adaptive=options.adaptive, prefix_cache=prefix_cache)
+
+
+def load_engine(args, max_queued: int = 0):
+    """The server's engine for its resolved `args`, started: the checkpoint loaded and the runner
+    built (in the engine process, serving.engine.process). max_queued 0: no bound of its own (the
+    process's parent keeps it)."""
+    tokenizer = Tokenizer.from_dir(args.model_path)
+    model = load_model(inspect_checkpoint(args.model_path), getattr(torch, args.dtype), args.device, args.context_length)
+    return Engine(build_runner_factory(args, model, tokenizer), tokenizer, max_queued=max_queued,
+                  chunk_tokens=args.chunked_prefill_size or 512).start()

@@ -17,6 +17,7 @@ through `info()` and the queue, never the runner itself.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from serving.engine.events import Delta, Failed, Finished
-from serving.engine.runner import Runner, RunnerInfo
+from serving.engine.runner import Runner, RunnerInfo, Snapshot
 from serving.engine.scheduler import Scheduler
 from serving.engine.stats import EngineStats
 from serving.engine.stops import StopRule
@@ -86,6 +87,9 @@ class Engine:
     def info(self) -> RunnerInfo:
         """The runner's figures (speculative settings, KV use, prefix cache, memory, kernels)."""
         return self.runner.info()
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.info(), self.running, self.queue.qsize(), self.runner.max_running, os.getpid())
 
     def submit(self, request: GenerationRequest) -> None:
         if self.runner is not None and not self.runner.fits(len(request.prompt_ids), request.rule.max_new_tokens):

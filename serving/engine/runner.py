@@ -22,6 +22,18 @@ class RunnerInfo:
     prefix_hit_rate: float         # share of prompt tokens copied from it
     memory: dict                   # measured bytes: weights, kv_cache, state_cache, prefix_cache (serving.memory)
     kernels: dict                  # which implementation runs each part of the target
+    max_sequence_tokens: int | None = None   # prompt + max_tokens one sequence can hold; None: no bound
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The engine's figures at one moment: the runner's, and its queue (serving.engine.Engine.snapshot)."""
+
+    info: RunnerInfo
+    running: int                   # sequences in flight
+    queued: int                    # requests waiting for admission
+    max_running: int
+    pid: int                       # the process the engine runs in (kill -USR1 PID: its threads' stacks)
 
 
 class Runner(Protocol):

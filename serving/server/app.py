@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from serving import __version__, memory
 from serving.engine import Delta, Engine, Failed, StopRule
+from serving.engine.process import EngineProcess
 from serving.sampling import SamplingParams
 from serving.server import mirror, openapi
 from serving.server import responses as R
@@ -35,7 +36,7 @@ log = logging.getLogger("serving.server")
 class AppState:
     args: object                       # resolved ServerArgs
     tokenizer: object
-    engine: Engine | None = None       # set once the model is loaded
+    engine: Engine | EngineProcess | None = None   # set once the model is loaded (the server's: a process)
     eos_ids: frozenset[int] = frozenset()
     vocab_size: int = 0
     metrics: Metrics = field(default_factory=Metrics)
@@ -127,9 +128,11 @@ def _install_routes(app: FastAPI, state: AppState) -> None:
     async def server_info():
         stats = state.engine.stats.snapshot() if state.ready else {
             "avg_spec_accept_length": 1.0, "last_gen_throughput": 0.0, "num_requests_total": 0}
-        runner = state.engine.info() if state.ready else None
+        snapshot = state.engine.snapshot() if state.ready else None
+        runner = snapshot.info if snapshot else None
         info = {**args.public(), **(runner.speculative if runner else {}), "version": __version__,
-                "status": "ok" if state.ready else "loading", "internal_states": [stats]}
+                "status": "ok" if state.ready else "loading", "internal_states": [stats],
+                "engine_pid": snapshot.pid if snapshot else None}
         if runner:  # measured tensors beside the prediction from config.json (serving.memory)
             info["memory"] = memory.report(runner.memory, args)
             info["kernels"] = runner.kernels

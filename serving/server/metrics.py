@@ -63,9 +63,10 @@ class Metrics:
     def render(self, engine=None) -> bytes:
         if engine is not None:
             self.avg_accept.set(engine.stats.avg_spec_accept_length)
-            self.queue_depth.set(engine.queue.qsize())
-            self.running.set(engine.running)
-            runner = engine.info()                           # serving.engine.runner.RunnerInfo
+            snapshot = engine.snapshot()                     # serving.engine.runner.Snapshot
+            self.queue_depth.set(snapshot.queued)
+            self.running.set(snapshot.running)
+            runner = snapshot.info
             self.kv_total.set(runner.kv_rows)
             self.kv_used.set(runner.kv_used)
             if runner.prefix_cache:

@@ -2,7 +2,9 @@
 
 Order matters for operators: everything that can be checked from headers (config, tokenizer,
 tensor names and shapes, flags) fails before the port opens, with one line naming the file;
-the weights then load while /health answers 503, and a failure there stops the process.
+the weights then load while /health answers 503, and a failure there stops the process. The
+model loads and runs in the engine process (serving.engine.process), so parsing requests here
+never holds up a decode step; if that process dies, this one stops too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -21,10 +24,10 @@ import uvicorn
 
 from serving.config import FlagError, ServerArgs, resolve
 from serving.device_memory import device_memory
-from serving.engine import Engine
-from serving.engine.build import build_runner_factory
+from serving.engine.build import load_engine
+from serving.engine.process import EngineProcess
 from serving.memory import resolve_pool
-from serving.models import ModelError, inspect_checkpoint, load_model
+from serving.models import ModelError, inspect_checkpoint
 from serving.models.tokenizer import Tokenizer
 from serving.server.app import AppState, create_app, request_counter
 from serving.server.connections import guarded_protocol, raise_open_files_limit
@@ -50,7 +53,7 @@ def serve(args: ServerArgs) -> int:
     raise_open_files_limit()
     server = uvicorn.Server(uvicorn_config(create_app(state), args, request_counter(state)))
     failure: list[str] = []
-    loader = threading.Thread(target=_load, args=(state, checkpoint, server, failure), daemon=True)
+    loader = threading.Thread(target=_load, args=(state, server, failure), daemon=True)
     loader.start()
     server.run()
     if state.engine is not None:
@@ -68,22 +71,24 @@ def uvicorn_config(app, args: ServerArgs, count=None) -> uvicorn.Config:
                           http=guarded_protocol(args.timeout_request_headers, args.timeout_request_body, count))
 
 
-def _load(state: AppState, checkpoint, server: uvicorn.Server, failure: list[str]) -> None:
+def _load(state: AppState, server: uvicorn.Server, failure: list[str]) -> None:
     args = state.args
+
+    def stop(reason: str) -> None:
+        failure.append(reason)
+        server.should_exit = True
+
     try:
         began = time.perf_counter()
-        dtype = getattr(torch, args.dtype)
-        model = load_model(checkpoint, dtype, args.device, args.context_length)
-        factory = build_runner_factory(args, model, state.tokenizer)
         queued = args.max_queued_requests or args.max_running_requests or 256
-        engine = Engine(factory, state.tokenizer, max_queued=queued, chunk_tokens=args.chunked_prefill_size or 512).start()
+        engine = EngineProcess(partial(load_engine, args), max_queued=queued,
+                               on_exit=lambda: stop("the engine process exited")).start()
         log.info("loaded %s (%s, %s) in %.1fs", args.model_path, args.dtype, args.device,
                  time.perf_counter() - began)
         state.engine = engine
     except Exception as e:  # report any load failure as one line and stop listening
         log.debug("load failed", exc_info=True)
-        failure.append(str(e) or type(e).__name__)
-        server.should_exit = True
+        stop(str(e) or type(e).__name__)
 
 
 def eos_ids(model_dir, config, tokenizer) -> frozenset[int]:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from fastapi.testclient import TestClient
 
-from serving.config import parse_args, resolve
+from serving.config import parse_args, request_bytes_bound, resolve
 from serving.engine import Engine
 from serving.models import read_model_config
 from serving.server.app import AppState, create_app
@@ -87,3 +87,26 @@ def test_an_unexpected_error_is_still_a_json_500(tiny_llama, llama_tokenizer):
         assert client.get("/health").status_code == 200
     finally:
         engine.stop()
+
+
+def test_the_body_bound_follows_the_context_and_refuses_from_the_head(tiny_llama, llama_tokenizer):
+    """Without --max-request-bytes, a body is worth reading up to 32 bytes a token of context plus
+    256 KiB; past that it gets 413 from its Content-Length, before the route reads or parses it."""
+    def args(*extra):
+        return resolve(parse_args(["--model-path", str(tiny_llama), *extra], environ={}),
+                       read_model_config(tiny_llama), cuda_available=False)
+
+    bound = args("--context-length", "1024").max_request_bytes
+    assert bound == request_bytes_bound(1024) == 1024 * 32 + 256 * 1024
+    assert args("--context-length", "1024", "--max-request-bytes", "5000").max_request_bytes == 5000
+    client = TestClient(create_app(AppState(args("--context-length", "1024"), llama_tokenizer)))
+
+    def post(size: int):
+        body = b'{"prompt": "' + b"a" * (size - 14) + b'"}'
+        assert len(body) == size
+        return client.post("/v1/completions", content=body, headers={"content-type": "application/json"})
+
+    over = post(bound + 1)
+    assert over.status_code == 413 and over.json()["error"]["code"] == "request_too_large"
+    assert str(bound) in over.json()["error"]["message"]
+    assert post(bound).status_code == 503          # read: the route answers (still loading)
