@@ -129,7 +129,21 @@ def keyed_latencies(url: str, count: int, pid: int | None = None, stall_s: float
 
 
 def _dump(pid: int, stall_s: float) -> None:
-    os.kill(pid, signal.SIGUSR1)
+    """SIGUSR1 to the server and to the engine's process, its child: every thread's stack of both
+    into the log (multiprocessing's resource tracker, the other child, has no handler for it)."""
+    for target in [pid, *_engine_children(pid)]:
+        try:
+            os.kill(target, signal.SIGUSR1)
+        except ProcessLookupError:
+            pass
+
+
+def _engine_children(pid: int) -> list[int]:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [int(c) for c in children if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+    except OSError:
+        return []
     STALLS.append(f"{time.strftime('%H:%M:%S')}: a normal request unanswered after {stall_s:.0f} s; "
                   f"the runtime's stacks are in its log, load average {os.getloadavg()[0]:.1f}")
 

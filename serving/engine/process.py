@@ -54,7 +54,9 @@ class EngineProcess:
         self.requests: dict[int, GenerationRequest] = {}
         self.replies: dict[int, queue.Queue] = {}
         self.ids = itertools.count()
-        self.lock = threading.Lock()          # one writer on the pipe at a time
+        self.lock = threading.Lock()          # the registry (requests in flight)
+        self.writing = threading.Lock()       # one writer on the pipe at a time; never held with `lock`,
+        # so the receiver, which takes only `lock`, keeps reading while a send waits on a full pipe
         self.stopping = False
 
     def start(self) -> "EngineProcess":
@@ -98,9 +100,9 @@ class EngineProcess:
                 raise EngineBusy(f"request queue full ({self.max_queued} waiting)")
             key = next(self.ids)
             self.requests[key] = request
-            request.cancelled = _Cancel(lambda: self._cancel(key))
-            self.conn.send(("submit", key, request.prompt_ids, request.sampling, request.rule,
-                            request.probe, request.submitted))
+        request.cancelled = _Cancel(lambda: self._cancel(key))
+        self._send(("submit", key, request.prompt_ids, request.sampling, request.rule, request.probe,
+                    request.submitted))
 
     def snapshot(self) -> Snapshot:
         """The child's figures now (a round trip; the worker answers between ops, not steps)."""
@@ -123,7 +125,7 @@ class EngineProcess:
                 pass
 
     def _send(self, message: tuple) -> None:
-        with self.lock:
+        with self.writing:
             self.conn.send(message)
 
     def _receive(self) -> None:
