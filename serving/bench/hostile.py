@@ -303,8 +303,11 @@ def probe(server, args) -> None:
     pid = server.server.process.pid
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
     report(f"{args.large_bytes}-byte bodies", *measure(server.url, args, args.large_bytes, pid), args)
-    under = min(args.large_bytes, int(bound * 0.9))
-    report(f"{under}-character bodies (under the character bound: refused from a tokenized prefix)",
+    # and under the body bound (read, not refused from its Content-Length); the body carries the
+    # chat's JSON around the text
+    body_bound = httpx.get(server.url + "/server_info", headers=headers).json()["max_request_bytes"]
+    under = min(args.large_bytes, int(bound * 0.9), body_bound - 1024)
+    report(f"{under}-character bodies (under the character and body bounds: refused from a tokenized prefix)",
            *measure(server.url, args, under, pid), args)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     print("stalls: " + ("; ".join(STALLS) if STALLS else f"none past {args.stall_s:.0f} s"))
