@@ -124,7 +124,7 @@ def test_rollback_to_an_entry_predicted_not_to_fit_is_refused(prod):
     nofit = str(PROFILES / "sglang-tiny-nofit.yaml")
     code, out = prod.deploy_json(nofit, "--force", inventory=prod.small_gpu_inventory)   # no SGLang there:
     # it fails, is reverted and recorded
-    assert (code, out["result"]) == (1, "reverted"), out
+    assert (code, out["result"]) == (1, "reverted"), json.dumps(out)     # whole: once seen host-error, cause cut off
     entry = out["history_entry"]
     before_bytes, before = prod.unit_bytes(), prod.started()
     back = prod.ddops("rollback", "--host", prod.name, "--unit", UNIT, "--to", entry, "--yes", "--json",
