@@ -71,7 +71,8 @@ class EngineProcess:
         try:
             first = self.conn.recv()
         except EOFError:
-            raise RuntimeError(f"the engine process exited while loading (exit code {self.process.join(5) or self.process.exitcode})") from None
+            self.process.join(5)
+            raise RuntimeError(f"the engine process exited while loading (exit code {self.process.exitcode})") from None
         if first[0] == "failed":
             self.process.join(5)
             raise RuntimeError(first[1])
@@ -100,9 +101,12 @@ class EngineProcess:
                 raise EngineBusy(f"request queue full ({self.max_queued} waiting)")
             key = next(self.ids)
             self.requests[key] = request
+        already = request.cancelled.is_set()
         request.cancelled = _Cancel(lambda: self._cancel(key))
         self._send(("submit", key, request.prompt_ids, request.sampling, request.rule, request.probe,
                     request.submitted))
+        if already:
+            request.cancelled.set()
 
     def snapshot(self) -> Snapshot:
         """The child's figures now (a round trip; the worker answers between ops, not steps)."""
@@ -143,7 +147,8 @@ class EngineProcess:
         for request in orphans:
             _emit(request, Failed("the engine process exited"))
         if not self.stopping:
-            log.error("the engine process exited (exit code %s)", self.process.join(5) or self.process.exitcode)
+            self.process.join(5)
+            log.error("the engine process exited (exit code %s)", self.process.exitcode)
             self.on_exit()
 
     def _deliver(self, key: int, event) -> None:
