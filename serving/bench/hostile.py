@@ -136,16 +136,17 @@ def _dump(pid: int, stall_s: float) -> None:
             os.kill(target, signal.SIGUSR1)
         except ProcessLookupError:
             pass
+    STALLS.append(f"{time.strftime('%H:%M:%S')}: a normal request unanswered after {stall_s:.0f} s; "
+                  f"the runtime's stacks are in its log, load average {os.getloadavg()[0]:.1f}")
 
 
 def _engine_children(pid: int) -> list[int]:
+    """From /proc, not /server_info: during a stall the engine cannot answer a snapshot."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         return [int(c) for c in children if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
     except OSError:
         return []
-    STALLS.append(f"{time.strftime('%H:%M:%S')}: a normal request unanswered after {stall_s:.0f} s; "
-                  f"the runtime's stacks are in its log, load average {os.getloadavg()[0]:.1f}")
 
 
 def p95(values: list[float]) -> float:

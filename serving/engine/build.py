@@ -41,11 +41,11 @@ def runner_factory(target, capacity: int, spec=None, options=None, seed: int = 0
                    adaptive=options.adaptive, prefix_cache=prefix_cache)
 
 
-def load_engine(args, max_queued: int = 0):
+def load_engine(args):
     """The server's engine for its resolved `args`, started: the checkpoint loaded and the runner
-    built (in the engine process, serving.engine.process). max_queued 0: no bound of its own (the
-    process's parent keeps it)."""
+    built (in the engine process, serving.engine.process). Its queue has no bound of its own
+    (max_queued 0): the process's parent keeps it."""
     tokenizer = Tokenizer.from_dir(args.model_path)
     model = load_model(inspect_checkpoint(args.model_path), getattr(torch, args.dtype), args.device, args.context_length)
-    return Engine(build_runner_factory(args, model, tokenizer), tokenizer, max_queued=max_queued,
+    return Engine(build_runner_factory(args, model, tokenizer), tokenizer, max_queued=0,
                   chunk_tokens=args.chunked_prefill_size or 512).start()

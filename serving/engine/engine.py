@@ -11,7 +11,7 @@ requests that fit now pass it (a long generation holding most rows must not hold
 ones behind a second long one), at most `PASSES` per head, after which nothing passes until
 the head is in (a stream of short requests cannot starve a long one either). The
 runner factory returns the batch runner (serving.engine.batch); the server reads the engine
-through `info()` and the queue, never the runner itself.
+through `snapshot()`, never the runner itself (serving.engine.process runs it in a child process).
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ class EngineBusy(RuntimeError):
 
 class RequestTooLarge(ValueError):
     """prompt + max_tokens can never fit the KV pool (--max-total-tokens)."""
+
+    @classmethod
+    def of(cls, request) -> "RequestTooLarge":
+        return cls(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens "
+                   f"({request.rule.max_new_tokens}) exceeds the KV pool")
 
 
 @dataclass
@@ -93,8 +98,7 @@ class Engine:
 
     def submit(self, request: GenerationRequest) -> None:
         if self.runner is not None and not self.runner.fits(len(request.prompt_ids), request.rule.max_new_tokens):
-            raise RequestTooLarge(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens "
-                                  f"({request.rule.max_new_tokens}) exceeds the KV pool")
+            raise RequestTooLarge.of(request)
         try:
             self.queue.put_nowait(request)
         except queue.Full:

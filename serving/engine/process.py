@@ -39,7 +39,7 @@ from typing import Callable
 
 from serving.engine.engine import EngineBusy, GenerationRequest, RequestTooLarge
 from serving.engine.events import Failed, Finished
-from serving.engine.runner import RunnerInfo, Snapshot
+from serving.engine.runner import Snapshot
 from serving.engine.stats import EngineStats
 
 log = logging.getLogger("serving.engine")
@@ -94,8 +94,7 @@ class EngineProcess:
     def submit(self, request: GenerationRequest) -> None:
         cap = self.limits.info.max_sequence_tokens
         if cap is not None and len(request.prompt_ids) + request.rule.max_new_tokens > cap:
-            raise RequestTooLarge(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens "
-                                  f"({request.rule.max_new_tokens}) exceeds the KV pool")
+            raise RequestTooLarge.of(request)
         with self.lock:
             if len(self.requests) >= self.max_queued + self.limits.max_running:
                 raise EngineBusy(f"request queue full ({self.max_queued} waiting)")
@@ -117,9 +116,6 @@ class EngineProcess:
             return reply.get(timeout=SNAPSHOT_TIMEOUT_S)
         finally:
             self.replies.pop(call, None)
-
-    def info(self) -> RunnerInfo:
-        return self.snapshot().info
 
     def _cancel(self, key: int) -> None:
         if key in self.requests:

@@ -24,12 +24,6 @@ class Usage:
         return self.accepted / self.rounds if self.rounds else 1.0
 
     @property
-    def draft_accept_length(self) -> float | None:
-        """Tokens a round at the method's widest width commits on this sequence (bonus included),
-        from its trials: what the draft accepts here, whatever the controller ran. None: no trial."""
-        return 1.0 + self.trial_accepted / self.trials if self.trials else None
-
-    @property
     def decode_tokens_per_s(self) -> float:
         decode_s = self.total_s - self.ttft_s
         return (self.completion_tokens - 1) / decode_s if decode_s > 0 and self.completion_tokens > 1 else 0.0

@@ -196,7 +196,7 @@ def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts
 
 
 def test_a_sequence_reports_its_drafts_acceptance_whatever_its_rounds_ran(targets, distilled_drafts):
-    """Usage.draft_accept_length comes from the sequence's trials, so an adaptive runtime that runs
+    """Usage.trials/trial_accepted come from the sequence's trials, so an adaptive runtime that runs
     plain rounds (a mirroring shadow, docs/mirror.md) still says what its draft accepts there; a
     fixed setting's trials are its own rounds."""
     target = targets["llama"]
