@@ -2,7 +2,8 @@
 against vLLM's DFlash on the same draft, DDTree against vLLM's DFlash, in one run.
 
     python -m serving.bench.vllm_peer --model DIR --draft DIR [--concurrency 1,8,16] [--limit 16]
-        [--max-tokens 64] [--budget 16] [--vllm-python PY] [--json FILE] [--plain-only]
+        [--max-tokens 64] [--budget 16] [--vllm-python PY] [--vllm-mode compiled|eager] [--json FILE]
+        [--plain-only | --spec-only]
 
 Two phases, each with one vLLM server (plain, then with `--speculative-config` DFlash on the
 draft) pinned to its own core (taskset, serving.bench.vllm_side) and the bundled runtime pinned
@@ -62,7 +63,8 @@ def bundled(model: Path, log: Path, *flags: str) -> ServerProcess:
 
 
 def vllm(args, work: Path, draft: Path | None):
-    process, url = start_vllm(args.vllm_python, args.model, draft, args.block, work / "vllm.log", core=VLLM_CORE)
+    process, url = start_vllm(args.vllm_python, args.model, draft, args.block, work / "vllm.log", core=VLLM_CORE,
+                              eager=args.vllm_mode == "eager")
     wait_health(url, process, work / "vllm.log")
     return process, url
 
@@ -141,6 +143,8 @@ def parse(argv=None):
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--vllm-python", default=os.environ.get("DDOPS_VLLM_PYTHON") or str(cache / "vllm-venv/bin/python"))
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--vllm-mode", choices=("compiled", "eager"), default="compiled",
+                    help="vLLM's default torch.compile, or --enforce-eager (faster start, slower decode)")
     ap.add_argument("--adaptive", choices=("off", "on"), default="off",
                     help="the bundled runtime's --speculative-adaptive in the speculative phase")
     phases = ap.add_mutually_exclusive_group()
@@ -154,7 +158,7 @@ def main(argv=None) -> int:
     prompts = PROMPT_SETS[args.prompts]()[: args.limit]
     work = Path(tempfile.mkdtemp(prefix="ddops-peer-"))
     result = {"model": str(args.model), "draft": str(args.draft), "max_tokens": args.max_tokens,
-              "adaptive": args.adaptive, "load_before": os.getloadavg()[0],
+              "adaptive": args.adaptive, "vllm_mode": args.vllm_mode, "load_before": os.getloadavg()[0],
               "plain": {} if args.spec_only else plain_phase(args, work, prompts)}
     if not args.plain_only:
         result["speculative"] = spec_phase(args, work, prompts)
@@ -166,7 +170,7 @@ def main(argv=None) -> int:
     text = json.dumps(result, indent=1)
     print(text)
     for c, row in result["plain"].items():
-        print(f"plain, concurrency {c}: bundled / vLLM tok/s {row['ratio_tok_s']:.2f}x")
+        print(f"plain, concurrency {c}: bundled / vLLM ({args.vllm_mode}) tok/s {row['ratio_tok_s']:.2f}x")
     spec = result.get("speculative")
     if spec:
         adaptive = " (adaptive)" if args.adaptive == "on" else ""

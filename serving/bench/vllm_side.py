@@ -88,11 +88,14 @@ def vllm_counters(url: str) -> tuple[float, float]:
     return total("vllm:spec_decode_num_drafts"), total("vllm:spec_decode_num_accepted_tokens")
 
 
-def start_vllm(python: str, model: Path, draft: Path | None, block: int, log: Path, core: int) -> tuple[subprocess.Popen, str]:
+def start_vllm(python: str, model: Path, draft: Path | None, block: int, log: Path, core: int,
+               eager: bool = True) -> tuple[subprocess.Popen, str]:
+    """vLLM's OpenAI server pinned to `core`; `eager=False` keeps vLLM's default torch.compile
+    (slower to start, faster to decode: the configuration an operator gets without flags)."""
     port = free_port()
     cmd = ["taskset", "-c", str(core), python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
            "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--max-model-len", "2048", "--enforce-eager"]
+           "--max-model-len", "2048", *(["--enforce-eager"] if eager else [])]
     if draft is not None:
         cmd += ["--speculative-config", json.dumps({"method": "dflash", "model": str(draft),
                                                     "num_speculative_tokens": block - 1})]
