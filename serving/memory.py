@@ -35,8 +35,8 @@ from pathlib import Path
 from torch import nn
 
 from serving import speculative
-from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, kv_rows, one_at_a_time, pool_rows,
-                                      prefix_rows, state_slots)
+from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
+                                      pool_rows, prefix_rows, state_slots)
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache
 from serving.speculative.draft_model import DraftConfig
@@ -65,7 +65,7 @@ class Layout:
     hybrid: bool
     speculative: bool
     own_rows: int          # one sequence at full context: context + verify rows
-    weights: int           # target and draft parameters, runtime dtype
+    weights: int           # target and draft parameters, and the head's packed copy, runtime dtype
     target_row: int        # target K/V of one position over its full-attention layers
     draft_row: int         # the draft's K/V of one position (0 without a drafter)
     state: int             # linear-attention state slots
@@ -80,6 +80,7 @@ def layout(args) -> Layout:
     target = read_model_config(Path(args.model_path))
     width = DTYPE_BYTES[args.dtype]
     params = hybrid_params(target) if target.hybrid else dense_params(target)
+    params += head_copies(args.device, args.dtype) * target.vocab_size * target.hidden_size
     method = speculative.resolve(args.speculative_algorithm)
     draft, verify = None, 0
     if method.speculative and args.speculative_draft_model_path:

@@ -32,8 +32,8 @@ from ddops.fit.profile_fit import Models, needs_gpu, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
-from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, draft_kv_rows, kv_rows,
-                                      one_at_a_time, pool_rows, prefix_rows, state_slots)
+from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies,
+                                      kv_rows, one_at_a_time, pool_rows, prefix_rows, state_slots)
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,8 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
     hybrid, speculative = target.linear is not None, profile.method.is_speculative
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
-    weights = target.weight_bytes(dtype) + (draft.weight_bytes(dtype) if draft else 0)
+    head = head_copies(device or device_of(profile), dtype) * target.vocab_size * target.hidden_size
+    weights = target.weight_bytes(dtype) + int(head * dtype_bytes(dtype)) + (draft.weight_bytes(dtype) if draft else 0)
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
     state = sequences * linear_state_bytes(target.linear, dtype)
     features = draft.feature_width * dtype_bytes(dtype) if draft else 0

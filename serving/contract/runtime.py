@@ -93,3 +93,10 @@ def prefix_rows(hybrid: bool, disable_radix_cache: bool) -> int:
     one (the batch runner's packed prefill); a hybrid's prompt leaves a recurrent state, not rows.
     `--disable-radix-cache` (SGLang's spelling) turns it off: no store, no reuse."""
     return 0 if hybrid or disable_radix_cache else PREFIX_BLOCKS * PREFIX_BLOCK
+
+
+def head_copies(device: str, dtype: str) -> int:
+    """Copies of the LM head [vocab, hidden] the runtime keeps beside its parameters: on CPU at
+    float32 one, packed into oneDNN's layout for the head's product (serving.models.cpu_gemm;
+    the dense matrix stays for the embedding lookup and the rows drafters read); none elsewhere."""
+    return 1 if device == "cpu" and dtype == "float32" else 0

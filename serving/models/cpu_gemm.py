@@ -10,8 +10,14 @@ dense copy dropped).
 
 The packed weight replaces the dense one (no copy: the same bytes, in an opaque layout), so a
 packed `Linear` can no longer be loaded into or read as a matrix; packing comes after loading.
-The LM head stays dense (it is the token embedding of tied models, and drafters read its rows)
-and runs through oneDNN on the dense matrix, which still avoids MKL's small-M path.
+The LM head stays dense too (it is the token embedding of tied models, and drafters read its
+rows), and a packed copy of it runs the head's product (`pack_head`): oneDNN on the dense
+[V, H] matrix took 8.3 ms at 8 rows against 4.6 ms packed (SmolLM2's [49152, 576], one core),
+which made the dense head a fifth of a batched decode step. The copy costs V x H more bytes,
+as in vLLM's CPU backend, which packs the vocabulary embedding's matrix for the head and keeps
+the dense one for lookups (`dispatch_cpu_unquantized_gemm(layer, remove_weight=False)` in
+vllm/model_executor/layers/vocab_parallel_embedding.py, vLLM 0.32);
+serving.contract.runtime.head_copies is the rule ddops' fit counts it by.
 
 Row i of a product does not depend on the other rows (checked for M = 1..33), so a sequence's
 logits are the same alone and in a batch.
@@ -58,10 +64,17 @@ def pack_linears(module: nn.Module) -> int:
     return sum(linear.packed for linear in linears)
 
 
-def head(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """hidden [T, H] @ weight [V, H]^T -> [T, V], weight dense (the LM head). oneDNN's op has no
-    backward: a draft trained through the target's head (serving/tools/train_draft.py) would
-    learn nothing from it, so a hidden that carries gradients takes F.linear."""
-    if packable(weight) and hidden.dtype == weight.dtype and not (hidden.requires_grad and torch.is_grad_enabled()):
-        return torch.ops.mkldnn._linear_pointwise(hidden.contiguous(), weight, None, "none", [], "")
-    return F.linear(hidden, weight)
+def pack_head(weight: torch.Tensor) -> torch.Tensor | None:
+    """A oneDNN-packed copy of the dense head [V, H] for `head`, or None where oneDNN does not run it."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS) if packable(weight) else None
+
+
+def head(hidden: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden [T, H] @ weight [V, H]^T -> [T, V], weight dense (the LM head), `packed` its
+    `pack_head` copy if the model keeps one. oneDNN's op has no backward: a draft trained
+    through the target's head (serving/tools/train_draft.py) would learn nothing from it, so a
+    hidden that carries gradients takes F.linear."""
+    if not packable(weight) or hidden.dtype != weight.dtype or (hidden.requires_grad and torch.is_grad_enabled()):
+        return F.linear(hidden, weight)
+    return torch.ops.mkldnn._linear_pointwise(hidden.contiguous(), weight if packed is None else packed,
+                                              None, "none", [], "")

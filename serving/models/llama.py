@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
 from serving.models.config import ModelConfig
-from serving.models.cpu_gemm import Linear, head, pack_linears
+from serving.models.cpu_gemm import Linear, head, pack_head, pack_linears
 from serving.models.kv_cache import KVCache
 from serving.models.rope import apply_rope, rope_tables
 
@@ -122,6 +122,7 @@ class TargetLM(nn.Module):
         self.lm_head_weight = (self.embed_tokens.weight if config.tie_word_embeddings else
                                nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)))
         self.cos = self.sin = None
+        self.register_buffer("lm_head_packed", None, persistent=False)   # the head's oneDNN copy (pack_weights)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -136,14 +137,16 @@ class TargetLM(nn.Module):
         self.cos, self.sin = cos.to(self.device, self.dtype), sin.to(self.device, self.dtype)
 
     def pack_weights(self) -> int:
-        """After loading: the layers' projections in oneDNN's layout on CPU (serving.models.cpu_gemm)."""
+        """After loading: the layers' projections in oneDNN's layout on CPU, and a packed copy of
+        the head beside the dense one (serving.models.cpu_gemm); returns the layers packed."""
+        self.lm_head_packed = pack_head(self.lm_head_weight)    # a buffer: serving.memory counts it
         return pack_linears(self)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(tokens)                     # [T] -> [T, hidden]
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return head(hidden, self.lm_head_weight).float()  # [T, hidden] -> [T, vocab] fp32
+        return head(hidden, self.lm_head_weight, self.lm_head_packed).float()  # [T, hidden] -> [T, vocab] fp32
 
 
 class CausalLM(TargetLM):

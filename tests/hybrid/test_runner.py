@@ -28,7 +28,7 @@ def server_args(**overrides):
     args = dict(speculative_algorithm=None, speculative_draft_model_path=None,
                 speculative_num_draft_tokens=None, speculative_ddtree_budget=None,
                 speculative_adaptive="on", context_length=128, random_seed=0,
-                max_running_requests=4, max_total_tokens=None, disable_radix_cache=False)
+                max_running_requests=4, max_total_tokens=None, disable_radix_cache=False, device="cpu")
     return SimpleNamespace(**{**args, **overrides})
 
 
