@@ -35,8 +35,10 @@ from pathlib import Path
 from torch import nn
 
 from serving import speculative
+from serving.kernels import decode_attention as decode_kernel
 from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
                                       pool_rows, prefix_rows, state_slots)
+from serving.models import batched
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache
 from serving.speculative.draft_model import DraftConfig
@@ -136,8 +138,15 @@ def report(measured: dict, args) -> dict:
 
 
 def target_kernels(target) -> dict:
-    """Which implementation runs each part of a target (hybrids name their linear-attention path)."""
-    return {"attention": "torch sdpa", **getattr(target, "kernels", {})}
+    """Which implementation runs each part of a target (hybrids name their linear-attention path;
+    a packed dense target, its batched decode attention: serving.models.decode_attention)."""
+    kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {})}
+    if batched.supports(target):
+        native, why = decode_kernel.available(target.dtype, target.device)
+        kernels["decode_attention"] = "native" if native else "torch"
+        if not native:
+            kernels["decode_attention_because"] = why
+    return kernels
 
 
 def linear_state_bytes(L: LinearAttention, width: int) -> int:

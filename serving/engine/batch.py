@@ -69,6 +69,7 @@ class BatchRunner:
         self.prefix = (PrefixCache.for_model(target.config, target.dtype, target.device, width)
                        if prefix_cache and batched.supports(target) else None)     # hybrids: state, not rows
         self.default_seed, self.sequences = seed, 0
+        self.kernels = memory.target_kernels(target)     # chosen (a native one built and probed) at start
 
     @property
     def server_args(self) -> dict:
@@ -182,7 +183,7 @@ class BatchRunner:
         return RunnerInfo(speculative=self.server_args, kv_rows=self.pool.capacity,
                           kv_used=self.pool.capacity - self.pool.free_tokens, prefix_cache=self.prefix is not None,
                           prefix_hit_rate=self.prefix.hit_rate if self.prefix else 0.0, memory=measured,
-                          kernels=memory.target_kernels(self.target), max_sequence_tokens=self.max_sequence_tokens)
+                          kernels=self.kernels, max_sequence_tokens=self.max_sequence_tokens)
 
     @property
     def max_sequence_tokens(self) -> int:

@@ -70,7 +70,7 @@ def forward(model: CausalLM, tokens: torch.Tensor, positions: torch.Tensor, cach
     cos, sin = model.cos.index_select(0, positions), model.sin.index_select(0, positions)
     groups, masks = model.config.kv_groups, tree_masks or [None] * len(caches)
     masks = [attention_mask(n, c.length, m, groups, x.device) for n, c, m in zip(counts, caches, masks)]
-    one_row = len(caches) > 1 and all(n == 1 for n in counts) and all(m is None for m in masks)
+    one_row = all(n == 1 for n in counts) and all(m is None for m in masks)
     decode = DecodeRows.plan(caches, x.device) if one_row else None     # plain decode: one call per layer
     captured = {}
     for i, layer in enumerate(model.layers):

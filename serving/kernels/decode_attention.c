@@ -1,0 +1,156 @@
+/* Attention of one plain decode step for B sequences, reading each one's keys and values where
+ * they lie in the pool (serving/kernels/decode_attention.py says why and when it runs).
+ *
+ * Layouts, fp32, element strides:
+ *   q       [B, H, D]   q[b, h, d]      at q + b * q_stride + h * D + d
+ *   k_new   [B, KV, D]  the new key of sequence b at k_new + b * k_stride + kv * D (v_new alike)
+ *   pool_k  [KV, R, D]  contiguous: row r of KV head kv at pool_k + (kv * R + r) * D (pool_v alike)
+ *   starts, lengths [B]: sequence b's keys are pool rows [starts[b], starts[b] + lengths[b]);
+ *                        the last of them is its new row, written here first
+ *   out     [B, H, D]   contiguous
+ * Query head h reads KV head h / G (G = H / KV), as the model's grouped-query attention does.
+ *
+ * Each (sequence, KV head) is one task: its G query heads score every key once, softmax in two
+ * passes over a [G, n] buffer, then sum the values. A task reads only its own sequence's rows,
+ * so a sequence's output does not depend on which other sequences share the batch.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void write_new_rows(const float *k_new, int64_t k_stride, const float *v_new, int64_t v_stride,
+                           float *pool_k, float *pool_v, int64_t R, const int64_t *starts,
+                           const int64_t *lengths, int64_t B, int64_t KV, int64_t D)
+{
+    for (int64_t b = 0; b < B; b++) {
+        int64_t row = starts[b] + lengths[b] - 1;
+        for (int64_t kv = 0; kv < KV; kv++) {
+            memcpy(pool_k + (kv * R + row) * D, k_new + b * k_stride + kv * D, D * sizeof(float));
+            memcpy(pool_v + (kv * R + row) * D, v_new + b * v_stride + kv * D, D * sizeof(float));
+        }
+    }
+}
+
+/* W floats a vector; GCC and Clang lower it to the widest registers -march=native gives
+ * (AVX-512: one, AVX2: two). aligned(4): rows need only float alignment. */
+#define W 16
+#define PREFETCH_ROWS 8
+typedef float vf __attribute__((vector_size(W * sizeof(float)), aligned(sizeof(float))));
+
+static inline float sum_lanes(vf a)
+{
+    a += __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    a += __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    a += __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    a += __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+    return a[0];
+}
+
+/* scores [G, n]: q_g . k_j * scale. Inlined with D a constant (attend_task's callers), the
+ * D / W products of a dot unroll into registers. */
+static inline __attribute__((always_inline)) void score(const float *q, const float *keys,
+                                                        const float *values, int64_t n, int64_t G,
+                                                        const int64_t D, float scale, float *scores)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const float *kj = keys + j * D;
+        for (int64_t c = 0; c < D; c += 64 / sizeof(float)) {   /* each cache line of a row */
+            __builtin_prefetch(kj + PREFETCH_ROWS * D + c);
+            __builtin_prefetch(values + j * D + c);
+        }
+        for (int64_t g = 0; g < G; g++) {
+            const float *qg = q + g * D;
+            float s = 0.0f;
+            if (D % W == 0) {
+                vf acc = {0};
+                for (int64_t c = 0; c < D; c += W)
+                    acc += *(const vf *)(qg + c) * *(const vf *)(kj + c);
+                s = sum_lanes(acc);
+            } else {
+                for (int64_t d = 0; d < D; d++)
+                    s += qg[d] * kj[d];
+            }
+            scores[g * n + j] = s * scale;
+        }
+    }
+}
+
+/* one query head: p = softmax(scores [n]) in place; out [D] = sum_j p_j values_j */
+static inline __attribute__((always_inline)) void weigh(float *scores, const float *values, int64_t n,
+                                                        const int64_t D, float *out)
+{
+    float top = scores[0];
+    for (int64_t j = 1; j < n; j++)
+        top = scores[j] > top ? scores[j] : top;
+    float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+    for (int64_t j = 0; j < n; j++) {
+        scores[j] = expf(scores[j] - top);
+        total += scores[j];
+    }
+    const float inv = 1.0f / total;
+    if (D % W == 0 && D <= 8 * W) {
+        vf acc[8] = {{0}};
+        for (int64_t j = 0; j < n; j++) {
+            const float p = scores[j];
+            const float *vj = values + j * D;
+            for (int64_t c = 0; c < D / W; c++)
+                acc[c] += p * *(const vf *)(vj + c * W);
+        }
+        for (int64_t c = 0; c < D / W; c++)
+            *(vf *)(out + c * W) = acc[c] * inv;
+        return;
+    }
+    memset(out, 0, D * sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+        const float p = scores[j];
+        const float *vj = values + j * D;
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++)
+            out[d] += p * vj[d];
+    }
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++)
+        out[d] *= inv;
+}
+
+/* one (sequence, KV head): its G query heads over its n rows; scores a [G, n] buffer */
+static inline __attribute__((always_inline)) void attend_task(const float *q, const float *keys,
+                                                              const float *values, int64_t n, int64_t G,
+                                                              const int64_t D, float scale, float *scores,
+                                                              float *out)
+{
+    score(q, keys, values, n, G, D, scale, scores);
+    for (int64_t g = 0; g < G; g++)
+        weigh(scores + g * n, values, n, D, out + g * D);
+}
+
+int ddops_decode_attention_f32(const float *q, int64_t q_stride, const float *k_new, int64_t k_stride,
+                               const float *v_new, int64_t v_stride, float *pool_k, float *pool_v,
+                               int64_t R, const int64_t *starts, const int64_t *lengths, float *out,
+                               int64_t B, int64_t H, int64_t KV, int64_t D, float scale, int threads)
+{
+    const int64_t G = H / KV;
+    int failed = 0;
+    write_new_rows(k_new, k_stride, v_new, v_stride, pool_k, pool_v, R, starts, lengths, B, KV, D);
+#pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1) reduction(| : failed)
+    for (int64_t task = 0; task < B * KV; task++) {
+        const int64_t b = task / KV, kv = task % KV, n = lengths[b];
+        const int64_t first = (kv * R + starts[b]) * D;
+        float *scores = malloc((size_t)(G * n) * sizeof(float));
+        if (scores == NULL) {
+            failed = 1;
+            continue;
+        }
+        const float *qb = q + b * q_stride + kv * G * D;
+        float *ob = out + (b * H + kv * G) * D;
+        switch (D) {     /* the usual head sizes get code with D a constant */
+        case 64: attend_task(qb, pool_k + first, pool_v + first, n, G, 64, scale, scores, ob); break;
+        case 128: attend_task(qb, pool_k + first, pool_v + first, n, G, 128, scale, scores, ob); break;
+        default: attend_task(qb, pool_k + first, pool_v + first, n, G, D, scale, scores, ob);
+        }
+        free(scores);
+    }
+    return failed;
+}
