@@ -90,8 +90,8 @@ static inline __attribute__((always_inline)) void weigh(float *scores, const flo
         total += scores[j];
     }
     const float inv = 1.0f / total;
-    if (D % W == 0 && D <= 8 * W) {
-        vf acc[8] = {{0}};
+    if (D % W == 0 && D <= 16 * W) {
+        vf acc[16] = {{0}};
         for (int64_t j = 0; j < n; j++) {
             const float p = scores[j];
             const float *vj = values + j * D;
@@ -148,6 +148,7 @@ int ddops_decode_attention_f32(const float *q, int64_t q_stride, const float *k_
         switch (D) {     /* the usual head sizes get code with D a constant */
         case 64: attend_task(qb, pool_k + first, pool_v + first, n, G, 64, scale, scores, ob); break;
         case 128: attend_task(qb, pool_k + first, pool_v + first, n, G, 128, scale, scores, ob); break;
+        case 256: attend_task(qb, pool_k + first, pool_v + first, n, G, 256, scale, scores, ob); break;
         default: attend_task(qb, pool_k + first, pool_v + first, n, G, D, scale, scores, ob);
         }
         free(scores);

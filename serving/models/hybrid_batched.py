@@ -4,8 +4,9 @@ Projections, norms and MLPs run once over [B, hidden]. A Gated DeltaNet layer ga
 sequences' conv windows and recurrent states from their pool slots (a leading batch dimension:
 the recurrence is per sequence and per head), advances them in one step (fla's fused recurrent
 kernel and causal_conv1d_update where chosen) and writes them back to the same slots. A gated
-full-attention layer attends per sequence on its own KV view, the single-sequence computation
-for one row, so no padding or mask. Each cache is marked `advanced`; the caller commits its
+full-attention layer attends as a dense decode batch does (serving.models.decode_attention:
+the native kernel over the pool's rows in place, else per sequence on its own KV view, the
+single-sequence computation for one row, so no padding or mask). Each cache is marked `advanced`; the caller commits its
 K/V row with `commit(1)`, as for a dense cache (serving.engine.batch).
 Prefill chunks of a hybrid are not packed: the batch runner runs each through its own
 `HybridLM.forward` (serving.engine.batch), keeping its chunked or by-depth form.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from serving.models.decode_attention import DecodeRows
 from serving.models.hybrid_cache import HybridCache
 from serving.models.llama import attend
 
@@ -27,6 +29,7 @@ def decode_step(model, tokens: torch.Tensor, positions: torch.Tensor, caches: li
     x = model.embed(tokens)                                           # [B, hidden]
     cos, sin = model.cos.index_select(0, positions), model.sin.index_select(0, positions)
     conv, recurrent, slots = _stacked_states(caches, x.device)
+    decode = DecodeRows.plan([c.kv for c in caches], x.device)
     captured = {}
     for i, layer in enumerate(model.layers):
         h = layer.input_layernorm(x)
@@ -35,7 +38,7 @@ def decode_step(model, tokens: torch.Tensor, positions: torch.Tensor, caches: li
             out, new_conv, new_state = layer.linear_attn.step(h, conv[slots, n], recurrent[slots, n], model.ops)
             conv[slots, n], recurrent[slots, n] = new_conv, new_state
         else:
-            out = _attention(layer.self_attn, h, cos, sin, caches)
+            out = _attention(layer.self_attn, h, cos, sin, caches, decode)
         x = x + out
         x = x + layer.mlp(layer.post_attention_layernorm(x))
         if i in capture:
@@ -56,9 +59,11 @@ def _stacked_states(caches: list[HybridCache], device):
     return conv, recurrent, torch.tensor([c.slot for c in caches], device=device)
 
 
-def _attention(attn, x, cos, sin, caches: list[HybridCache]) -> torch.Tensor:
+def _attention(attn, x, cos, sin, caches: list[HybridCache], decode: DecodeRows | None) -> torch.Tensor:
     """x [B, hidden], one row per sequence -> [B, hidden]; each row's K/V written to its own view."""
     q, k, v, gate = attn.project(x, cos, sin)                          # q [B, H, D], k, v [B, KV, D]
+    if decode is not None:
+        return attn.output(decode.attend(attn.slot, q, k, v), gate)
     out = torch.empty(x.shape[0], q.shape[1] * q.shape[2], dtype=x.dtype, device=x.device)
     for b, cache in enumerate(caches):
         keys, values = cache.write(attn.slot, k[b, :, None], v[b, :, None])    # [KV, L, D]

@@ -59,7 +59,7 @@ def test_the_kernel_builds_and_passes_its_probe_on_this_host():
     assert ok, why
 
 
-@pytest.mark.parametrize("heads,kv_heads,D", [(9, 3, 64), (8, 8, 128), (4, 2, 24), (6, 1, 16)])
+@pytest.mark.parametrize("heads,kv_heads,D", [(9, 3, 64), (8, 8, 128), (4, 2, 256), (4, 2, 24), (6, 1, 16), (2, 1, 288)])
 def test_the_kernel_agrees_with_the_gather_and_sdpa_and_writes_the_new_rows(heads, kv_heads, D):
     lengths = [1, 7, 40, 19]
     pool, caches = pool_with(kv_heads, D, lengths)
