@@ -2,8 +2,10 @@
 
 `F.rms_norm` on CPU runs as several elementwise kernels and cost 8.5-10 us a call at [1-16, 576]
 on this project's machine (`F.layer_norm`, one fused kernel, 2.4-4.6 us); a SmolLM2 decode step
-makes 61 such calls, about a twentieth of a one-stream step. vLLM's CPU backend runs its own
-fused RMSNorm for the same reason. Used only for inference (no backward: a caller that needs
+makes 61 such calls, about a twentieth of a one-stream step. vLLM 0.32 on CPU runs the norm as
+PyTorch operations (`RMSNorm.forward_native` in vllm/model_executor/layers/layernorm.py; its C
+kernel in vllm/kernels/vllm_c.py is registered for GPU-like devices only), which its default
+torch.compile fuses into one loop. Used only for inference (no backward: a caller that needs
 gradients keeps `F.rms_norm`), on fp32 CPU tensors, when the kernel built and agreed with
 `F.rms_norm` on a probe; `usable` says so per tensor.
 """
