@@ -139,9 +139,9 @@ def report(measured: dict, args) -> dict:
 
 def target_kernels(target) -> dict:
     """Which implementation runs each part of a target (hybrids name their linear-attention path;
-    a packed dense target, its batched decode attention: serving.models.decode_attention)."""
+    every target with a batched decode step, its decode attention: serving.models.decode_attention)."""
     kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {})}
-    if batched.supports(target):
+    if batched.decodes(target):
         native, why = decode_kernel.available(target.dtype, target.device)
         kernels["decode_attention"] = "native" if native else "torch"
         if not native:

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from serving.contract.drafts import DEFAULT_ARCH, DRAFTS, DraftArch, architecture, draft_arch, draft_value, output_scale
+from serving.models import cpu_gemm
 from serving.models.config import ModelError, RopeConfig, read_rope
 from serving.models.llama import RMSNorm
 from serving.models.rope import apply_rope, cos_sin, inverse_frequencies
@@ -245,21 +246,23 @@ class DFlashDraftModel(nn.Module):
         x = target.embed(tokens).to(self.dtype)
         return x if self.cfg.embedding_scale == 1.0 else x * self.cfg.embedding_scale
 
-    def logits(self, hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
-        """Normed hidden [.., H] through the head rows [V', H] -> [.., V'] fp32, with the draft's
-        output_multiplier and final_logit_softcapping."""
-        out = F.linear(hidden, head).float()
+    def logits(self, hidden: torch.Tensor, head: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
+        """Normed hidden [.., H] through the head rows [V', H] (`packed`: their oneDNN copy, if
+        kept) -> [.., V'] fp32, with the draft's output_multiplier and final_logit_softcapping.
+        cpu_gemm.head takes rows [T, H] (training's [B, T, H] and its gradients go to F.linear)."""
+        out = (cpu_gemm.head(hidden, head, packed) if hidden.dim() == 2 else F.linear(hidden, head)).float()
         if self.cfg.output_multiplier != 1.0:
             out = out * self.cfg.output_multiplier
         cap = self.cfg.softcap
         return out if cap is None else torch.tanh(out / cap) * cap
 
     def proposals(self, hidden: torch.Tensor, depths: list[int], bonuses: torch.Tensor, head: torch.Tensor,
-                  vocab: torch.Tensor | None = None) -> list[torch.Tensor] | list[Candidates]:
+                  vocab: torch.Tensor | None = None, packed: torch.Tensor | None = None,
+                  ) -> list[torch.Tensor] | list[Candidates]:
         """Packed blocks' rows after their bonus, normed hidden [sum(depths), H], bonuses [B] long ->
         per block what its verifier plans from: logits [depth_b, V'], or with a selector its
         Candidates (token ids and pairwise scores)."""
-        logits = self.logits(hidden, head).split(depths)
+        logits = self.logits(hidden, head, packed).split(depths)
         if self.candidate_selector is None:
             return list(logits)
         return [self.candidate_selector.candidates(h, z, b, vocab)

@@ -48,6 +48,8 @@ def test_hybrid_ddtree_profile_deploys_and_passes_the_gate(deploy_lab, cache_dir
         assert info["internal_states"][0]["avg_spec_accept_length"] > 1
         assert info["memory"]["state_cache_bytes"] == info["memory"]["predicted_state_cache_bytes"] > 0
         assert info["kernels"]["linear_attention"] == "torch" and info["kernels"]["torch_because"] == "device is cpu"
+        # the lab's hosts (debootstrap minbase) have no C compiler or run bf16: the PyTorch form, and why
+        assert info["kernels"]["decode_attention"] == "torch" and info["kernels"]["decode_attention_because"]
     finally:
         with connect(deploy_lab.host(host)) as remote:
             remote.run(f"systemctl disable --now {UNIT}", check=False)

@@ -205,3 +205,4 @@ def test_a_hybrid_reports_its_linear_state_and_kernels(served):
     slots = 1 if profile.method.is_speculative else 32
     assert info["memory"]["state_cache_bytes"] == slots * s.layers * per_layer > 0
     assert info["kernels"]["linear_attention"] == "torch" and info["kernels"]["torch_because"] == "device is cpu"
+    assert info["kernels"]["decode_attention"] == ("native" if info["dtype"] == "float32" else "torch")   # this host has cc

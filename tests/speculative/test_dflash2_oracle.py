@@ -28,6 +28,11 @@ DFLASH2 = {"block_size": BLOCK, "mask_token_id": MASK, "target_layer_ids": [1, 2
            "conv_kernel_size": 3, "selector_rank": 8, "selector_top_k": TOP_K,
            "output_multiplier": 0.8, "input_embedding_scale": 1.5}
 
+# our draft's logits come out of the target's oneDNN-packed head copy (serving.models.cpu_gemm.
+# pack_head), the package's out of F.linear: the two products differ in the last bits (up to
+# 1.6e-5 on these logits); which tokens are proposed is compared exactly where it matters
+PACKAGE_TOLERANCE = 1e-4
+
 
 def reference_draft(target):
     """A z-lab DFlash2DraftModel shaped to the tiny qwen3 target, with seeded O(1) weights and a
@@ -96,7 +101,7 @@ def pair(targets, tmp_path_factory):
 
 def assert_same(ours: list[Candidates], reference) -> None:
     for mine, (logits, path, candidates, _) in zip(ours, reference):
-        torch.testing.assert_close(mine.logits, logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(mine.logits, logits, atol=PACKAGE_TOLERANCE, rtol=PACKAGE_TOLERANCE)
         assert mine.tokens.sort(-1).values.tolist() == candidates.sort(-1).values.tolist()
         assert mine.chain(BLOCK - 1) == path.tolist()
 
