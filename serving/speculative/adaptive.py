@@ -12,7 +12,8 @@ commits the most tokens per plain step's worth of time, its value
   the widest setting, followed along the tokens the sequence then commits. The first r rows of
   that tree are the tree of r rows, so one trial says what every width would have accepted,
   whatever width was verified. Every speculative round is a trial; while plain decoding runs,
-  one round in `trial_gap` drafts without verifying (its cost: one draft pass).
+  one round in `trial_gap` drafts without verifying (its cost: one draft pass), one in
+  `quiet_trial_gap` once several trials in a row found no width near paying.
 - Cost depends on the machine (rows per verify pass, the draft pass, the load). A width's
   cost is measured by running it: its round seconds over the moving average of plain steps.
   Both sides slow down alike under load, so the ratio holds where raw tokens/s would not.
@@ -88,7 +89,8 @@ class Controller:
     explore_share: float = 0.03  # most of the round time lost to rounds off the current setting
     explore_gap: int = 1  # fewest rounds between two exploring rounds
     allowance: float = 4.0  # plain steps' worth of loss the budget starts with
-    trial_gap: int = 8  # while plain runs, one round in this many drafts a trial
+    trial_gap: int = 8  # while plain runs, one round in this many drafts a trial ...
+    quiet_trial_gap: int = 16  # ... this many once `min_trials` trials in a row found no width near paying
     min_trials: int = 3  # trials before a width's acceptance may send the controller to time it
     plain_gap: int = 32  # while a width runs, a plain step is re-timed this often
     retime_gap: int = 256  # a width not run for this many rounds may be timed again (the load moved)
@@ -102,6 +104,7 @@ class Controller:
     current: Setting = field(init=False)
     trying: Setting | None = None  # a width being timed
     last_trial: int = 0
+    hopeless: int = 0  # trials in a row started while no width was near paying
     last_exploration: int = 0
 
     def __post_init__(self):
@@ -138,6 +141,7 @@ class Controller:
             return self._explore(pick)
         if self.current.plain and self.round - self.last_trial >= self._trial_gap():
             self.trial, self.last_trial = True, self.round
+            self.hopeless = 0 if self._near() > 1.0 else self.hopeless + 1
         return self.current
 
     def value(self, setting: Setting) -> float | None:
@@ -156,12 +160,20 @@ class Controller:
                     if not s.plain and s.rows <= setting.rows and s.measured >= self.warmup and s.cost]
         return max([1.0 + draft] + narrower)
 
+    def _near(self) -> float:
+        """The best value a width's trials promise at its least possible cost (0 before any)."""
+        return max((s.tokens / self.floor(s) for s in self.settings if not s.plain and s.accepted is not None),
+                   default=0.0)
+
     def _trial_gap(self) -> int:
-        """Trials more often until a few have scored the content, or while a width is close."""
-        near = [s.tokens / self.floor(s) for s in self.settings if not s.plain and s.accepted is not None]
+        """Trials more often until a few have scored the content, or while a width is close;
+        less often while they keep finding none close (on content the draft cannot predict,
+        each one's draft pass is most of what speculation costs)."""
         if min((s.trials for s in self.settings if not s.plain), default=0) < self.min_trials:
             return 2
-        return max(2, self.trial_gap // 2) if max(near, default=0) > 1.0 else self.trial_gap
+        if self._near() > 1.0:
+            return max(2, self.trial_gap // 2)
+        return self.quiet_trial_gap if self.hopeless >= self.min_trials else self.trial_gap
 
     def _settle(self) -> None:
         """Move to the most valuable measured setting if it beats the current one by `margin`."""

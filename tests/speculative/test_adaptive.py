@@ -74,6 +74,16 @@ def test_speculation_that_loses_costs_its_trials_and_little_more():
     assert all(s.rounds == 0 for s in c.settings[1:]) and w.slowdown <= 1.02
 
 
+def test_trials_thin_out_while_they_keep_finding_nothing():
+    c, w = tree_controller(), World(accept=lambda n: 0)
+    trials = []
+    for _ in range(400):
+        w.run(c, 1)
+        trials.append(c.trial)
+    assert sum(trials[-200:]) <= 200 // c.quiet_trial_gap + 1 < 200 // c.trial_gap
+    assert all(s.rounds == 0 for s in c.settings[1:])
+
+
 def test_a_width_timed_and_found_dear_is_left_and_the_loss_stays_in_budget():
     # trials promise the wider trees pay at their least possible cost, but verify rows are dear
     c, w = tree_controller(), World(per_row=0.1, accept=lambda n: 2)
