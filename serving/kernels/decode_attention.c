@@ -35,6 +35,9 @@ static void write_new_rows(const float *k_new, int64_t k_stride, const float *v_
 /* W floats a vector; GCC and Clang lower it to the widest registers -march=native gives
  * (AVX-512: one, AVX2: two). aligned(4): rows need only float alignment. */
 #define W 16
+/* A step touches each layer's K/V once, so rows come from memory, not cache: while scoring,
+ * ask for the key rows this far ahead and for the value rows the weighing reads next
+ * (batch 8, contexts 120, 30 layers, one core: 3.0 -> 2.1 ms a step). */
 #define PREFETCH_ROWS 8
 typedef float vf __attribute__((vector_size(W * sizeof(float)), aligned(sizeof(float))));
 
