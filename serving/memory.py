@@ -35,9 +35,9 @@ from pathlib import Path
 from torch import nn
 
 from serving import speculative
-from serving.kernels import decode_attention as decode_kernel
 from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
                                       pool_rows, prefix_rows, state_slots)
+from serving.kernels import decode_attention as decode_kernel
 from serving.models import batched
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache

@@ -26,7 +26,7 @@ PROBE_TOLERANCE = 1e-5
 
 
 @functools.cache
-def _library() -> tuple[ctypes.CDLL | None, str]:
+def _library() -> tuple[ctypes._CFuncPtr | None, str]:
     lib, why = build.load("decode_attention")
     if lib is None:
         return None, why

@@ -6,8 +6,9 @@ the recurrence is per sequence and per head), advances them in one step (fla's f
 kernel and causal_conv1d_update where chosen) and writes them back to the same slots. A gated
 full-attention layer attends as a dense decode batch does (serving.models.decode_attention:
 the native kernel over the pool's rows in place, else per sequence on its own KV view, the
-single-sequence computation for one row, so no padding or mask). Each cache is marked `advanced`; the caller commits its
-K/V row with `commit(1)`, as for a dense cache (serving.engine.batch).
+single-sequence computation for one row, so no padding or mask). Each cache is marked
+`advanced`; the caller commits its K/V row with `commit(1)`, as for a dense cache
+(serving.engine.batch).
 Prefill chunks of a hybrid are not packed: the batch runner runs each through its own
 `HybridLM.forward` (serving.engine.batch), keeping its chunked or by-depth form.
 """

@@ -74,7 +74,7 @@ class DFlashDrafter:
         # the whole vocabulary shares the target's packed copy of it where the target keeps one
         # (serving.models.cpu_gemm.pack_head: 19 -> 5.7 ms for a block of 7 rows on one core)
         self.head = target.lm_head_weight if vocab is None else target.lm_head_weight[self.vocab].contiguous()
-        self.head_packed = getattr(target, "lm_head_packed", None) if vocab is None else None
+        self.head_packed = target.lm_head_packed if vocab is None else None    # None where not packed
 
     def pool(self, rows: int) -> KVCache:
         """The draft's K/V pool: `rows` rows over the draft's layers, allocated once."""
