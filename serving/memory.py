@@ -38,9 +38,11 @@ from serving import speculative
 from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
                                       pool_rows, prefix_rows, state_slots)
 from serving.kernels import decode_attention as decode_kernel
+from serving.kernels import rms_norm as norm_kernel
 from serving.models import batched
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache
+from serving.models.llama import RMSNorm
 from serving.speculative.draft_model import DraftConfig
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -141,6 +143,11 @@ def target_kernels(target) -> dict:
     """Which implementation runs each part of a target (hybrids name their linear-attention path;
     every target with a batched decode step, its decode attention: serving.models.decode_attention)."""
     kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {})}
+    if any(isinstance(m, RMSNorm) for m in target.modules()):    # a hybrid's zero-centred norms: torch
+        native, why = norm_kernel.available(target.dtype, target.device)
+        kernels["rms_norm"] = "native" if native else "torch"
+        if not native:
+            kernels["rms_norm_because"] = why
     if batched.decodes(target):
         native, why = decode_kernel.available(target.dtype, target.device)
         kernels["decode_attention"] = "native" if native else "torch"

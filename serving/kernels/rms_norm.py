@@ -25,14 +25,27 @@ PROBE_TOLERANCE = 1e-5
 
 
 @functools.cache
-def _library():
-    lib, _ = build.load("rms_norm")
+def _built() -> tuple[ctypes._CFuncPtr | None, str]:
+    lib, why = build.load("rms_norm")
     if lib is None:
-        return None
+        return None, why
     fn = lib.ddops_rms_norm_f32
     fn.restype = None
     fn.argtypes = [_PTR, _I64, _I64, _I64, _I64, _PTR, _I64, ctypes.c_float, _PTR]
-    return fn if _probe(fn) else None
+    return (fn, "") if _probe(fn) else (None, "the kernel disagreed with F.rms_norm on the probe")
+
+
+def _library():
+    return _built()[0]
+
+
+def available(dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+    """(True, "") when a model of this dtype on this device normalises natively (built and
+    probed now, so a server pays the build at start, not on its first request), else (False, why)."""
+    if torch.device(device).type != "cpu" or dtype != torch.float32:
+        return False, f"the kernel is for fp32 on CPU, not {dtype} on {device}"
+    fn, why = _built()
+    return fn is not None, why
 
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:

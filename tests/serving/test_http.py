@@ -198,6 +198,8 @@ def test_server_info_reports_resolved_arguments_and_statistics(client):
     info = client.get("/server_info").json()
     assert info["served_model_name"] == "tiny" and info["context_length"] == 256
     assert (info["dtype"], info["device"], info["speculative_algorithm"]) == ("float32", "cpu", None)
+    # built on this host at start (make setup installs gcc) and probed against PyTorch
+    assert (info["kernels"]["decode_attention"], info["kernels"]["rms_norm"]) == ("native", "native")
     assert "api_key" not in info and KEY not in json.dumps(info)
     state = info["internal_states"][0]
     assert state["num_requests_total"] == before + 1

@@ -9,7 +9,10 @@ from serving.models.llama import RMSNorm
 
 
 def test_the_kernel_builds_and_passes_its_probe_on_this_host():
-    assert native._library() is not None     # make setup installs gcc; a wrong kernel fails its probe
+    ok, why = native.available(torch.float32, "cpu")   # make setup installs gcc; a wrong kernel fails its probe
+    assert ok, why
+    ok, why = native.available(torch.bfloat16, "cpu")
+    assert not ok and "bfloat16" in why
 
 
 @pytest.mark.parametrize("make", [
