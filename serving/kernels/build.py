@@ -56,8 +56,8 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None, "no C compiler on PATH (cc, gcc)"
-    source = (HERE / f"{name}.c").read_bytes()
     try:
+        source = (HERE / f"{name}.c").read_bytes()      # shipped as package data (pyproject.toml)
         key = hashlib.sha256(b"\0".join([source, " ".join(COMPILE + LINK).encode(),
                                          _compiler_version(cc).encode(), _cpu_flags().encode()])).hexdigest()[:16]
         target = cache_dir() / f"{name}-{key}.so"
