@@ -79,3 +79,14 @@ def _compile(cc: str, source: Path, target: Path) -> None:
             if done.returncode != 0:
                 raise subprocess.SubprocessError(done.stderr or f"{argv[0]} exited {done.returncode}")
         os.replace(lib, target)
+
+
+def function(name: str, symbol: str, restype, argtypes: list, probe, reference: str):
+    """(`symbol` of `name`.c, typed and probed, "") or (None, why not). probe(fn) -> bool runs
+    it once beside `reference`, the PyTorch form it replaces."""
+    lib, why = load(name)
+    if lib is None:
+        return None, why
+    fn = getattr(lib, symbol)
+    fn.restype, fn.argtypes = restype, argtypes
+    return (fn, "") if probe(fn) else (None, f"the kernel disagreed with {reference} on the probe")

@@ -26,15 +26,10 @@ PROBE_TOLERANCE = 1e-5
 
 
 @functools.cache
-def _library() -> tuple[ctypes._CFuncPtr | None, str]:
-    lib, why = build.load("decode_attention")
-    if lib is None:
-        return None, why
-    fn = lib.ddops_decode_attention_f32
-    fn.restype = ctypes.c_int
-    fn.argtypes = [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
-                   _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int]
-    return (fn, "") if _probe(fn) else (None, "the kernel disagreed with SDPA on the probe")
+def _library():
+    return build.function("decode_attention", "ddops_decode_attention_f32", ctypes.c_int,
+                          [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
+                           _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int], _probe, "SDPA")
 
 
 def available(dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:

@@ -25,14 +25,9 @@ PROBE_TOLERANCE = 1e-5
 
 
 @functools.cache
-def _built() -> tuple[ctypes._CFuncPtr | None, str]:
-    lib, why = build.load("rms_norm")
-    if lib is None:
-        return None, why
-    fn = lib.ddops_rms_norm_f32
-    fn.restype = None
-    fn.argtypes = [_PTR, _I64, _I64, _I64, _I64, _PTR, _I64, ctypes.c_float, _PTR]
-    return (fn, "") if _probe(fn) else (None, "the kernel disagreed with F.rms_norm on the probe")
+def _built():
+    return build.function("rms_norm", "ddops_rms_norm_f32", None,
+                          [_PTR, _I64, _I64, _I64, _I64, _PTR, _I64, ctypes.c_float, _PTR], _probe, "F.rms_norm")
 
 
 def _library():
