@@ -144,16 +144,15 @@ def target_kernels(target) -> dict:
     every target with a batched decode step, its decode attention: serving.models.decode_attention)."""
     kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {})}
     if any(isinstance(m, RMSNorm) for m in target.modules()):    # a hybrid's zero-centred norms: torch
-        native, why = norm_kernel.available(target.dtype, target.device)
-        kernels["rms_norm"] = "native" if native else "torch"
-        if not native:
-            kernels["rms_norm_because"] = why
+        kernels.update(_native_or_torch("rms_norm", norm_kernel.available(target.dtype, target.device)))
     if batched.decodes(target):
-        native, why = decode_kernel.available(target.dtype, target.device)
-        kernels["decode_attention"] = "native" if native else "torch"
-        if not native:
-            kernels["decode_attention_because"] = why
+        kernels.update(_native_or_torch("decode_attention", decode_kernel.available(target.dtype, target.device)))
     return kernels
+
+
+def _native_or_torch(part: str, available: tuple[bool, str]) -> dict:
+    native, why = available
+    return {part: "native"} if native else {part: "torch", f"{part}_because": why}
 
 
 def linear_state_bytes(L: LinearAttention, width: int) -> int:

@@ -23,6 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 HERE = Path(__file__).parent
 COMPILE = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]
 LINK = ["-shared", "-fopenmp", "-lmvec", "-lm"]
@@ -79,6 +81,14 @@ def _compile(cc: str, source: Path, target: Path) -> None:
             if done.returncode != 0:
                 raise subprocess.SubprocessError(done.stderr or f"{argv[0]} exited {done.returncode}")
         os.replace(lib, target)
+
+
+def serves(built: tuple, dtype, device) -> tuple[bool, str]:
+    """(True, "") when a kernel `built` by `function` serves tensors of this dtype on this device
+    (every kernel here is fp32 on CPU), else (False, why)."""
+    if torch.device(device).type != "cpu" or dtype != torch.float32:
+        return False, f"the kernel is for fp32 on CPU, not {dtype} on {device}"
+    return built[0] is not None, built[1]
 
 
 def function(name: str, symbol: str, restype, argtypes: list, probe, reference: str):

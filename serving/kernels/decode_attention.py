@@ -34,10 +34,7 @@ def _library():
 
 def available(dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
     """(True, "") when the kernel serves a pool of this dtype on this device, else (False, why)."""
-    if torch.device(device).type != "cpu" or dtype != torch.float32:
-        return False, f"the kernel is for fp32 on CPU, not {dtype} on {device}"
-    fn, why = _library()
-    return fn is not None, why
+    return build.serves(_library(), dtype, device)
 
 
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -25,35 +25,28 @@ PROBE_TOLERANCE = 1e-5
 
 
 @functools.cache
-def _built():
+def _library():
     return build.function("rms_norm", "ddops_rms_norm_f32", None,
                           [_PTR, _I64, _I64, _I64, _I64, _PTR, _I64, ctypes.c_float, _PTR], _probe, "F.rms_norm")
-
-
-def _library():
-    return _built()[0]
 
 
 def available(dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
     """(True, "") when a model of this dtype on this device normalises natively (built and
     probed now, so a server pays the build at start, not on its first request), else (False, why)."""
-    if torch.device(device).type != "cpu" or dtype != torch.float32:
-        return False, f"the kernel is for fp32 on CPU, not {dtype} on {device}"
-    fn, why = _built()
-    return fn is not None, why
+    return build.serves(_library(), dtype, device)
 
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """weight: contiguous [H], as a model's norm weight is."""
     return (x.dtype == torch.float32 and x.device.type == "cpu" and weight.dtype == torch.float32
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
-            and _library() is not None)
+            and _library()[0] is not None)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, fn=None) -> torch.Tensor:
     """x [..., H] -> a new contiguous tensor of x's shape. A call costs about what its Python
     takes (a few us), so the common layouts pass their strides without a reshape."""
-    fn = fn or _library()
+    fn = fn or _library()[0]
     H = x.shape[-1]
     if x.dim() == 2 and x.stride(1) == 1:                 # [T, hidden] activations
         outer, outer_stride, inner, inner_stride = x.shape[0], x.stride(0), 1, 0

@@ -70,11 +70,13 @@ def pack_head(weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def head(hidden: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
-    """hidden [T, H] @ weight [V, H]^T -> [T, V], weight dense (the LM head), `packed` its
+    """hidden [..., H] @ weight [V, H]^T -> [..., V], weight dense (the LM head), `packed` its
     `pack_head` copy if the model keeps one. oneDNN's op has no backward: a draft trained
     through the target's head (serving/tools/train_draft.py) would learn nothing from it, so a
     hidden that carries gradients takes F.linear."""
     if not packable(weight) or hidden.dtype != weight.dtype or (hidden.requires_grad and torch.is_grad_enabled()):
         return F.linear(hidden, weight)
-    return torch.ops.mkldnn._linear_pointwise(hidden.contiguous(), weight if packed is None else packed,
-                                              None, "none", [], "")
+    rows = hidden.reshape(-1, hidden.shape[-1])           # oneDNN's op takes [T, H]: [..., H] as rows
+    out = torch.ops.mkldnn._linear_pointwise(rows.contiguous(), weight if packed is None else packed,
+                                             None, "none", [], "")
+    return out.view(*hidden.shape[:-1], out.shape[-1])

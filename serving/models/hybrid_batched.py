@@ -5,8 +5,8 @@ sequences' conv windows and recurrent states from their pool slots (a leading ba
 the recurrence is per sequence and per head), advances them in one step (fla's fused recurrent
 kernel and causal_conv1d_update where chosen) and writes them back to the same slots. A gated
 full-attention layer attends as a dense decode batch does (serving.models.decode_attention:
-the native kernel over the pool's rows in place, else per sequence on its own KV view, the
-single-sequence computation for one row, so no padding or mask). Each cache is marked
+the native kernel over the pool's rows in place, else one gather and SDPA call for the batch;
+one sequence without the kernel attends on its own KV view). Each cache is marked
 `advanced`; the caller commits its K/V row with `commit(1)`, as for a dense cache
 (serving.engine.batch).
 Prefill chunks of a hybrid are not packed: the batch runner runs each through its own

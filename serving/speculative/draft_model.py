@@ -249,8 +249,8 @@ class DFlashDraftModel(nn.Module):
     def logits(self, hidden: torch.Tensor, head: torch.Tensor, packed: torch.Tensor | None = None) -> torch.Tensor:
         """Normed hidden [.., H] through the head rows [V', H] (`packed`: their oneDNN copy, if
         kept) -> [.., V'] fp32, with the draft's output_multiplier and final_logit_softcapping.
-        cpu_gemm.head takes rows [T, H] (training's [B, T, H] and its gradients go to F.linear)."""
-        out = (cpu_gemm.head(hidden, head, packed) if hidden.dim() == 2 else F.linear(hidden, head)).float()
+        Training's hidden carries gradients, which cpu_gemm.head sends through F.linear."""
+        out = cpu_gemm.head(hidden, head, packed).float()
         if self.cfg.output_multiplier != 1.0:
             out = out * self.cfg.output_multiplier
         cap = self.cfg.softcap
