@@ -5,7 +5,9 @@ that names a repository file must exist too."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -15,7 +17,14 @@ SKIPPED = {"__pycache__", "data", "journals", "golden"}  # generated tables and 
 # a path-like token: words joined by slashes, not inside a URL, an absolute path or a dotted name
 PATH = re.compile(r"(?<![\w./:@~$-])((?:[A-Za-z_][\w.-]*/)+[\w.*-]*)")
 OUTSIDE = re.compile("(?<![\\w.-])re" "search/|STYLE\\.md|(?<![\\w.])/wo" "rk/")
-TOPS = {p.name for p in REPO.iterdir() if not p.name.startswith(".") and p.name != "ddops.egg-info"}
+# what the repository tracks, not what a run left in the work tree (`make demo` makes lab/, a
+# build makes ddops.egg-info/): a citation of an untracked path dangles for every other reader,
+# and a new file is scanned once `git add` tracks it
+TRACKED = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout.strip("\0").split("\0")
+FOLDERS = {"/".join(f.split("/")[:n]) for f in TRACKED for n in range(1, f.count("/") + 1)}
+TRACKED = set(TRACKED)
+TOPS = {f.split("/")[0] for f in TRACKED if not f.startswith(".")}
 
 
 def scanned_files() -> list[Path]:
@@ -23,7 +32,8 @@ def scanned_files() -> list[Path]:
     for name in SCANNED:
         root = REPO / name
         for f in [root] if root.is_file() else root.rglob("*"):
-            if f.is_file() and f.suffix in TEXT and not SKIPPED & set(f.relative_to(REPO).parts) \
+            name = str(f.relative_to(REPO))
+            if name in TRACKED and f.suffix in TEXT and not SKIPPED & set(f.relative_to(REPO).parts) \
                     and f != Path(__file__).resolve():  # its own examples of bad references
                 files.append(f)
     return files
@@ -33,7 +43,8 @@ def exists(cited: str) -> bool:
     """A cited path exists; `*` and upper-case placeholders (NAME, VERSION) match any name."""
     parts = [re.sub(r"(?<![A-Za-z])[A-Z][A-Z_]+(?![a-z])", "*", part) for part in cited.rstrip("/.").split("/")]
     pattern = "/".join(parts)
-    return any(REPO.glob(pattern)) if "*" in pattern else (REPO / pattern).exists()
+    return any(fnmatch.fnmatchcase(f, pattern) for f in TRACKED | FOLDERS) if "*" in pattern else \
+        pattern in TRACKED or pattern in FOLDERS
 
 
 def cited_paths(text: str) -> list[str]:
@@ -59,6 +70,23 @@ def test_the_scan_finds_a_dangling_path_and_an_outside_one():
     assert exists("profiles/NAME.yaml") and exists("ddops/data/vllm-VERSION.json") and not exists("docs/NOPE.txt")
     assert OUTSIDE.search("notes in re" "search/deploy.md") and not OUTSIDE.search("our research, in docs/")
     assert SECTION.findall('(docs/spec.md, section "Round loop")') == [("docs/spec.md", "Round loop")]
+
+
+def test_a_path_a_run_left_in_the_work_tree_is_not_a_repository_path():
+    """`make demo` then `make test`, as the README says: the demo's lab/ folder (untracked) must
+    neither make a citation of it valid nor put its files among the scanned ones."""
+    left = REPO / "lab" / "access.py"
+    made = not left.exists()
+    left.parent.mkdir(exist_ok=True)
+    left.touch()
+    try:
+        assert not exists("lab/access.py") and left not in scanned_files()
+        assert exists("ddops/lab/inventory_file.py")
+    finally:
+        if made:
+            left.unlink()
+            if not any(left.parent.iterdir()):
+                left.parent.rmdir()
 
 
 SECTION = re.compile(r'(docs/[\w.-]+\.md),? (?:section )?"([^"]+)"')
