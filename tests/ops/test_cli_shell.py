@@ -164,6 +164,13 @@ def test_version_and_completion_are_global():
     assert "--install-completion" in ddops("--help").stdout
 
 
+@pytest.mark.parametrize("command", [(), ("deploy",), ("shadow", "start"), ("rollout",)])
+def test_help_shows_a_switch_as_a_switch(command):
+    """`--debug`, `--json`, `--yes` take no value, so their help names no type to give them."""
+    shown = ddops(*command, "--help").stdout
+    assert "--help" in shown and "<bool>" not in shown and "BOOLEAN" not in shown
+
+
 def all_commands():
     def walk(command, path):
         if is_group(command):
