@@ -8,12 +8,16 @@ commits the most tokens per plain step's worth of time, its value
 (plain: 1 / 1). The two factors are measured apart, because they change apart:
 
 - Tokens per round depend on the content (code, prose, a list of numbers) and change from
-  prompt to prompt. They come from trials (serving.speculative.tree.Trial): a tree drafted at
-  the widest setting, followed along the tokens the sequence then commits. The first r rows of
-  that tree are the tree of r rows, so one trial says what every width would have accepted,
-  whatever width was verified. Every speculative round is a trial; while plain decoding runs,
-  one round in `trial_gap` drafts without verifying (its cost: one draft pass), one in
-  `quiet_trial_gap` once several trials in a row found no width near paying.
+  prompt to prompt. They come from trials (serving.speculative.tree.Trial): a drafted tree
+  followed along the tokens the sequence then commits. The first r rows of that tree are the
+  tree of r rows, so one trial is a round of every width whose last round has ended, whatever
+  width was verified, and each width's trials chain as a fixed run of that width would (the
+  next starts at the last one's bonus): at T=0 a width's trials are exactly the rounds a fixed
+  run of it makes over the same tokens. A trial started at every position instead would count
+  the easy positions inside accepted runs that rounds skip, and read too high. Every
+  speculative round drafts; while plain decoding runs, trial windows of `trial_window` rounds
+  draft without verifying (each a draft pass), one window every `trial_gap` rounds, every
+  `quiet_trial_gap` once several windows in a row found no width near paying.
 - Cost depends on the machine (rows per verify pass, the draft pass, the load). A width's
   cost is measured by running it: its round seconds over the moving average of plain steps.
   Both sides slow down alike under load, so the ratio holds where raw tokens/s would not.
@@ -44,6 +48,7 @@ class Setting:
     rounds: int = 0  # rounds run
     accepted: float | None = None  # moving average of drafts a trial's first `rows` rows accepted
     trials: int = 0
+    trial_drafts: int = 0  # drafts all its trials accepted: trial_drafts / trials is what it accepts
     cost: float | None = None  # moving average of round seconds over a plain step's (plain: 1)
     measured: int = 0  # rounds that fed `cost` (the first round of a width primes it, unmeasured)
     last_round: int = -1  # controller round it last ran in
@@ -59,12 +64,21 @@ class Setting:
             return 1.0
         return 1.0 + self.accepted if self.accepted is not None else 0.0
 
+    @property
+    def accept_length(self) -> float | None:
+        """Tokens per round over all its trials (bonus included): what a fixed run of it accepts."""
+        if self.plain:
+            return 1.0
+        return 1.0 + self.trial_drafts / self.trials if self.trials else None
+
     def report(self, plain_seconds: float | None) -> dict:
         cost = 1.0 if self.plain else self.cost
         rate = self.tokens / (cost * plain_seconds) if cost and plain_seconds else 0.0
+        accept = self.accept_length
         return {"setting": self.label, "verify_rows": self.rows, "rounds": self.rounds,
                 "tokens_per_round": round(self.tokens, 3), "tokens_per_s": round(rate, 2),
-                "cost": round(cost, 3) if cost else None, "trials": self.trials}
+                "cost": round(cost, 3) if cost else None, "trials": self.trials,
+                "accept_length": round(accept, 3) if accept is not None else None}
 
 
 def widths(largest: int, smallest: int = 1) -> list[int]:
@@ -81,16 +95,17 @@ def _average(old: float | None, new: float, alpha: float) -> float:
 @dataclass
 class Controller:
     settings: list[Setting]  # ordered by verify rows; with several, settings[0] is plain
-    alpha_tokens: float = 0.3  # weight of the newest trial (acceptance follows the content) ...
-    alpha_drop: float = 0.6  # ... when it accepted less: back to plain within a few rounds of a change
+    alpha_tokens: float = 0.4  # weight of the newest trial: acceptance follows the content, and the
+    # same weight up and down keeps the average unbiased (heavier drops read a 1.4-token draft as 1.1)
     alpha_cost: float = 0.2  # weight of the newest round in the costs (the machine moves slowly)
     margin: float = 0.05  # a challenger must be this much more valuable to take over
     warmup: int = 2  # measured rounds before a width's cost is trusted
     explore_share: float = 0.03  # most of the round time lost to rounds off the current setting
     explore_gap: int = 1  # fewest rounds between two exploring rounds
     allowance: float = 4.0  # plain steps' worth of loss the budget starts with
-    trial_gap: int = 8  # while plain runs, one round in this many drafts a trial ...
-    quiet_trial_gap: int = 16  # ... this many once `min_trials` trials in a row found no width near paying
+    trial_window: int = 4  # while plain runs, this many rounds in a row draft trials ...
+    trial_gap: int = 32  # ... one window in this many rounds ...
+    quiet_trial_gap: int = 64  # ... this many once `min_trials` windows in a row found no width near paying
     min_trials: int = 3  # trials before a width's acceptance may send the controller to time it
     plain_gap: int = 32  # while a width runs, a plain step is re-timed this often
     retime_gap: int = 256  # a width not run for this many rounds may be timed again (the load moved)
@@ -103,8 +118,9 @@ class Controller:
     trial: bool = False  # the round just chosen drafts (for a trial) even if it verifies nothing
     current: Setting = field(init=False)
     trying: Setting | None = None  # a width being timed
-    last_trial: int = 0
-    hopeless: int = 0  # trials in a row started while no width was near paying
+    last_trial: int = 0  # round the last trial window opened
+    window_end: int = 0  # rounds before this one are in the open window
+    hopeless: int = 0  # windows in a row opened while no width was near paying
     last_exploration: int = 0
 
     def __post_init__(self):
@@ -139,10 +155,17 @@ class Controller:
         if pick is not None:
             self.trying = pick
             return self._explore(pick)
-        if self.current.plain and self.round - self.last_trial >= self._trial_gap():
-            self.trial, self.last_trial = True, self.round
-            self.hopeless = 0 if self._near() > 1.0 else self.hopeless + 1
+        if self.current.plain:
+            self._window()
         return self.current
+
+    def _window(self) -> None:
+        """While plain runs, trials come in windows of consecutive rounds, so each width's
+        trials chain (one round's bonus is the next one's root) as its fixed rounds would."""
+        if self.round >= self.window_end and self.round - self.last_trial >= self._trial_gap():
+            self.last_trial, self.window_end = self.round, self.round + self.trial_window
+            self.hopeless = 0 if self._near() > 1.0 else self.hopeless + 1
+        self.trial = self.round < self.window_end
 
     def value(self, setting: Setting) -> float | None:
         """Tokens per plain step's time (plain: 1); None until both factors are measured."""
@@ -170,7 +193,7 @@ class Controller:
         less often while they keep finding none close (on content the draft cannot predict,
         each one's draft pass is most of what speculation costs)."""
         if min((s.trials for s in self.settings if not s.plain), default=0) < self.min_trials:
-            return 2
+            return self.trial_window       # windows back to back
         if self._near() > 1.0:
             return max(2, self.trial_gap // 2)
         return self.quiet_trial_gap if self.hopeless >= self.min_trials else self.trial_gap
@@ -239,15 +262,12 @@ class Controller:
             setting.cost = _average(setting.cost, seconds / self.plain_seconds, self.alpha_cost)
             setting.measured += 1
 
-    def observe(self, path: list[int]) -> None:
-        """A finished trial: the rows its walk accepted (root excluded, ascending)."""
+    def observe(self, rows: int, accepted: int) -> None:
+        """A finished trial round of the width of `rows` verify rows: the drafts it accepted."""
         for s in self.settings:
-            if not s.plain:   # the first trials are averaged alike: one lucky walk promises nothing
-                got = sum(r < s.rows for r in path)
-                fall = s.accepted is not None and got < s.accepted   # a drop is followed faster than a rise
-                alpha = max(self.alpha_drop if fall else self.alpha_tokens, 1 / (s.trials + 1))
-                s.accepted = _average(s.accepted, got, alpha)
-                s.trials += 1
+            if s.rows == rows and not s.plain:   # the first trials are averaged alike: one lucky walk promises nothing
+                s.accepted = _average(s.accepted, accepted, max(self.alpha_tokens, 1 / (s.trials + 1)))
+                s.trials, s.trial_drafts = s.trials + 1, s.trial_drafts + accepted
 
     def report(self) -> list[dict]:
         return [s.report(self.plain_seconds) for s in self.settings]

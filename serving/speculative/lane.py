@@ -72,14 +72,17 @@ def settings(method: Method, adaptive: bool) -> list[Setting]:
     return [Setting("plain", 1)] + fixed if adaptive else fixed[-1:]
 
 
-def draft_depth(block: int, rows: int, room: int) -> int:
-    """Never deeper than the trained block, the tokens still wanted, or the verify rows can hold."""
-    return max(0, min(block - 1, room - 1, rows - 1))
+def draft_depth(block: int, room: int, free: int) -> int:
+    """The drafter's whole block whatever the width verified (a width verifies the first rows of
+    the tree the whole block makes, so a fixed width and an adaptive one at that width draft the
+    same tree), never more than the tokens still wanted (`room`) or the rows left in the
+    sequence's reservation (`free`)."""
+    return max(0, min(block - 1, room - 1, free - 1))
 
 
-def drafts_cut(block: int, rows: int, room: int) -> bool:
-    """A request's last tokens (`room` left) keep a round from drafting its setting's full depth."""
-    return room < min(block, rows)
+def drafts_cut(block: int, room: int) -> bool:
+    """A request's last tokens (`room` left) keep a round from drafting the whole block."""
+    return room < block
 
 
 def bucket(batch: int) -> int:
@@ -137,23 +140,22 @@ class SpecLane:
         controller = self.last = self.controller(len(seqs))
         probes = [s.request.probe and s.rounds == 0 for s in seqs]
         setting = controller.settings[-1] if any(probes) else controller.choose()
-        widest = controller.settings[-1].rows    # the tree drafted: trials score every width from it
+        widest = controller.settings[-1].rows    # the tree planned: every width verifies its first rows
         block = self.drafter.needs.draft_tokens
         # measured unless more than a quarter of the sequences had their drafts cut short by their
         # last tokens (draft_depth's room): one cut sequence in 8 barely moves the round's yield,
         # but requiring none would leave large batches nearly unmeasured
-        cut = sum(not probe and drafts_cut(block, setting.rows, s.remaining) for s, probe in zip(seqs, probes))
-        full = cut <= len(seqs) // 4
-        short = [not probe and drafts_cut(block, widest, s.remaining) for s, probe in zip(seqs, probes)]
+        short = [not probe and drafts_cut(block, s.remaining) for s, probe in zip(seqs, probes)]
+        full = setting.rows == 1 or sum(short) <= len(seqs) // 4
         drafting = setting.rows > 1 or controller.trial
         caught = 0.0
         if drafting:   # features queued over plain rounds: owed whatever runs, so not this setting's cost
             self.drafter.absorb([s.state.draft for s in seqs])
             caught = time.perf_counter() - t0
-        drafts = self._draft(seqs, widest, probes) if drafting else {}
+        drafts = self._draft(seqs, probes) if drafting else {}
         t1 = time.perf_counter()
         trees = self._plan(seqs, drafts, widest)
-        self._try(seqs, trees, short, None if controller.fixed else controller)
+        self._try(seqs, trees, short, controller)
         trees = [tree.prefix(min(setting.rows, s.state.cache.capacity - s.state.cache.length))
                  for s, tree in zip(seqs, trees)]
         t2 = time.perf_counter()
@@ -163,7 +165,7 @@ class SpecLane:
         choices = self._choices(seqs, trees, logits, slices)
         committed = [self._accept(seq, tree, choices[rows], hidden[rows])
                      for seq, tree, rows in zip(seqs, trees, slices)]
-        self._score(seqs, committed)
+        self._score(seqs, committed, widest)
         if setting.rows == 1:
             self.drafter.absorb([s.state.draft for s in seqs if s.state.draft.pending_rows >= ABSORB_ROWS])
         t4 = time.perf_counter()
@@ -172,12 +174,12 @@ class SpecLane:
         self.times.add(len(seqs), sum(map(len, committed)), t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         return committed
 
-    def _draft(self, seqs, rows: int, probes: list[bool]) -> dict:
-        """One draft pass for every sequence that drafts, as deep as `rows` verify rows can use:
-        {index: draft logits [depth, V']}."""
+    def _draft(self, seqs, probes: list[bool]) -> dict:
+        """One draft pass for every sequence that drafts, each its whole block where its request
+        has room: {index: draft logits [depth, V']}."""
         block = self.drafter.needs.draft_tokens
-        depths = [draft_depth(block, min(rows, s.state.cache.capacity - s.state.cache.length),
-                              block if probe else s.remaining) for s, probe in zip(seqs, probes)]
+        depths = [draft_depth(block, block if probe else s.remaining, s.state.cache.capacity - s.state.cache.length)
+                  for s, probe in zip(seqs, probes)]
         drafting = [i for i, d in enumerate(depths) if d]
         for i in drafting:      # the draft context must describe exactly the target's committed tokens
             context, length = seqs[i].state.draft, seqs[i].state.cache.length
@@ -198,25 +200,30 @@ class SpecLane:
                 else chain_tree(s.state.next, []) for i, s in enumerate(seqs)]
 
     @staticmethod
-    def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller | None) -> None:
-        """Start a trial of each drafted tree whose sequence could draft its full depth (the
-        controller scores the widths from it; a fixed setting has none to tell)."""
+    def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller) -> None:
+        """A trial of each drafted tree for every width whose last round on its sequence has
+        ended (a width's rounds chain as a fixed run of it would: serving.speculative.tree.Trial),
+        unless its sequence's last tokens cut the draft short."""
+        rows = [s.rows for s in controller.settings if not s.plain]
         for seq, tree, short in zip(seqs, trees, cut):
-            if len(tree) > 1 and not short:
-                seq.state.draft.trials.append(Trial(tree, controller))
+            trials = seq.state.draft.trials
+            due = set(rows).difference(*(t.open for t in trials))
+            if len(tree) > 1 and due and not short:
+                trials.append(Trial(tree, due, controller))
 
     @staticmethod
-    def _score(seqs, committed: list[list[int]]) -> None:
-        """Follow every running trial along the round's committed tokens; count finished ones on
-        their sequence (the draft's acceptance at the widest width, whatever the rounds ran) and
-        report them to their controller."""
+    def _score(seqs, committed: list[list[int]], widest: int) -> None:
+        """Follow every running trial along the round's committed tokens; each width's round that
+        ends is reported to the controller that drafted it, and the widest width's on the sequence
+        too (what its draft accepts, whatever its rounds ran)."""
         for seq, tokens in zip(seqs, committed):
             trials = seq.state.draft.trials
             for trial in trials:
-                if trial.feed(tokens):
-                    seq.trials, seq.trial_accepted = seq.trials + 1, seq.trial_accepted + len(trial.path)
+                for rows, accepted in trial.feed(tokens):
                     if trial.owner is not None:
-                        trial.owner.observe(trial.path)
+                        trial.owner.observe(rows, accepted)
+                    if rows == widest:
+                        seq.trials, seq.trial_accepted = seq.trials + 1, seq.trial_accepted + accepted
             trials[:] = [t for t in trials if not t.done]
 
     def _verify(self, seqs, trees: list[Tree]):

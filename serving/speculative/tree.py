@@ -121,33 +121,44 @@ def walk(tree: Tree, choices: Sequence[int]) -> tuple[list[int], int]:
 
 
 class Trial:
-    """A drafted tree followed along the tokens the sequence then commits, whatever was verified:
-    the rows it would have accepted. At T=0 the committed tokens are the target's argmax; with
-    positional draws they are the samples a verify pass would draw, so the path is exactly the
-    walk a verify of this tree would take. Its first r rows are the tree of r rows (`prefix`),
-    so one trial scores every width."""
+    """A drafted tree standing in for one round of each of several verify widths, followed along
+    the tokens the sequence then commits, whatever was verified.
 
-    def __init__(self, tree: Tree, owner=None):
+    A width of r rows would have verified the tree's first r rows (`Tree.prefix`): its round
+    accepts the walk's rows below r and ends at the first committed token that leaves them (no
+    child, or a child at row >= r), its bonus. So each width's round ends at the position where
+    that width's next round would draft, and a sequence that drafts a new trial there for every
+    width whose round ended chains exactly the rounds a fixed run of that width makes (serving.
+    speculative.lane). At T=0 the committed tokens are the target's argmax; with positional
+    draws they are the samples a verify pass would draw, so each width's walk is exactly the one
+    its verify would take."""
+
+    def __init__(self, tree: Tree, widths: Sequence[int], owner=None):
         self.tree, self.owner = tree, owner
-        self.row, self.path, self.done = 0, [], False   # path: accepted rows, root excluded
+        self.open = sorted(widths)                  # widths (verify rows) whose round has not ended
+        self.row, self.path = 0, []                 # path: accepted rows, root excluded (ascending)
 
-    def feed(self, tokens: Sequence[int]) -> bool:
-        """The sequence's next committed tokens; True once the walk has ended."""
-        children = self.tree.children
+    @property
+    def done(self) -> bool:
+        return not self.open
+
+    def feed(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """The sequence's next committed tokens -> the widths whose round they ended, each
+        (rows, drafts accepted): a width ends at its bonus, the first token it could not verify."""
+        ended, children = [], self.tree.children
         for token in tokens:
             child = children[self.row].get(token)
-            if child is None:
-                self.done = True
+            rows = child if child is not None else float("inf")    # no child: every width ends
+            while self.open and self.open[0] <= rows:
+                ended.append((self.open.pop(0), len(self.path)))
+            if not self.open:
                 break
             self.row = child
             self.path.append(child)
-            if not children[child]:
-                self.done = True
-                break
-        return self.done
+        return ended
 
     def accepted(self, rows: int) -> int:
-        """Drafts a tree of the first `rows` rows would have accepted (path rows ascend)."""
+        """Drafts a tree of the first `rows` rows would have accepted so far (path rows ascend)."""
         return sum(r < rows for r in self.path)
 
 
