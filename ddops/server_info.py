@@ -35,6 +35,12 @@ def accept_length(info: dict) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def accept_rounds(info: dict) -> int | None:
+    """internal_states[0].spec_accept_rounds (bundled runtime): the rounds that figure rests on."""
+    value = _state(info).get("spec_accept_rounds")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def throughput(info: dict) -> float | None:
     """internal_states[0].last_gen_throughput in tokens/s."""
     value = _state(info).get("last_gen_throughput")

@@ -11,13 +11,16 @@ Order (each must pass before the next runs):
                 reports the intended model, method and tree budget. vLLM ("models"): /v1/models
                 lists the served name, with the model path as its `root` and the profile's
                 max_model_len;
-  acceptance    speculative methods only (from METHODS capabilities): speculation accepted
-                drafts. The bundled runtime's /health_generate forces one speculative round
-                (even while its adaptive controller prefers plain decoding) and reports the
-                tokens it committed as `accept_length`: above 1 passes. Otherwise (SGLang, or
-                an unlucky probe) the average accepted length after the smoke request
-                (/server_info internal_states[0].avg_spec_accept_length) must be above 1; for
-                vLLM ("metrics") it is 1 + accepted / drafts from its spec-decode counters.
+  acceptance    speculative methods only (from METHODS capabilities): the draft accepts
+                drafts, judged on what the draft does, never on which rounds an adaptive
+                controller chose to verify. The bundled runtime's /health_generate verifies
+                every round of its probe at the method's widest setting and reports their
+                tokens per round (`accept_length`) and how many (`spec_rounds`): with at least
+                PROBE_ROUNDS rounds that figure is the verdict, above 1 passes. Otherwise
+                (SGLang, whose probe is one token) the average accepted length after the smoke
+                request (/server_info internal_states[0].avg_spec_accept_length) must be above
+                1; for vLLM ("metrics") it is 1 + accepted / drafts from its spec-decode
+                counters. The check's detail names the figure and the rounds it rests on.
 Which of these a runtime answers is its table's capabilities (profile/runtimes.py), carried in
 the GateSpec; nothing here asks a runtime's name.
 The decisions (`check_*`) are pure; `run_gate` does the HTTP and the waiting.
@@ -35,7 +38,9 @@ from ddops import server_info, spec_metrics
 from ddops.deploy.facts import UnitState
 from ddops.profile.launch import read_launch
 from ddops.profile.methods import reported_algorithm
-from ddops.server_info import accept_length
+from ddops.server_info import accept_length, accept_rounds
+
+PROBE_ROUNDS = 4   # a probe's figure is a verdict once it rests on this many rounds, not one lucky one
 
 
 @dataclass(frozen=True)
@@ -168,8 +173,8 @@ def check_accept_length(length: float | None, source: str) -> str | None:
 
 
 def check_acceptance(info: dict, spec: GateSpec) -> str | None:
-    """The average accepted length /server_info reports (asked only when /health_generate's
-    forced speculative round did not already prove speculation: `_acceptance`)."""
+    """The average accepted length /server_info reports (asked only when /health_generate did not
+    report enough verified rounds to judge: `_acceptance`)."""
     if not spec.speculative:
         return None
     length = accept_length(info)
@@ -198,7 +203,7 @@ def run_gate(spec: GateSpec, watch: Watch, *, api_key: str | None = None,
         steps += (("smoke", lambda: _smoke(client, spec)),
                   ("server_info", lambda: _identity(client, spec)))
         if spec.speculative:
-            steps += (("acceptance", lambda: _acceptance(client, spec, probe.get("accept_length"))),)
+            steps += (("acceptance", lambda: _acceptance(client, spec, probe)),)
         for name, step in steps:
             progress(name, "running")
             started = time.monotonic()
@@ -268,9 +273,9 @@ def _health_generate(client: httpx.Client, spec: GateSpec, probe: dict | None = 
         body = response.json()
     except ValueError:
         body = None
-    value = body.get("accept_length") if isinstance(body, dict) else None
-    if probe is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-        probe["accept_length"] = float(value)
+    if probe is not None and isinstance(body, dict):
+        probe.update((key, float(value)) for key in ("accept_length", "spec_rounds")
+                     if isinstance(value := body.get(key), (int, float)) and not isinstance(value, bool))
     return response.status_code == 200, f"{spec.generate_path} {response.status_code}"
 
 
@@ -319,10 +324,14 @@ def _server_info(client: httpx.Client, spec: GateSpec) -> tuple[bool, str]:
     return True, f"{info.get('model_path')} with {spec.algorithm or 'plain decoding'}"
 
 
-def _acceptance(client: httpx.Client, spec: GateSpec, probe_accept: float | None) -> tuple[bool, str]:
-    """probe_accept: /health_generate's `accept_length` (bundled runtime), None if not reported."""
-    if probe_accept is not None and probe_accept > 1.0:
-        return True, f"{spec.generate_path} speculative round accepted {probe_accept:.0f} tokens"
+def _acceptance(client: httpx.Client, spec: GateSpec, probe: dict) -> tuple[bool, str]:
+    """probe: /health_generate's `accept_length` and `spec_rounds` (bundled runtime), if reported."""
+    rounds = probe.get("spec_rounds") or 0
+    if "accept_length" in probe and rounds >= PROBE_ROUNDS:
+        length, source = probe["accept_length"], f"{spec.generate_path}, {rounds:.0f} verified rounds"
+        problem = check_accept_length(length, source)
+        return (False, f"{problem} ({source})") if problem else \
+            (True, f"average accepted length {length:.2f} ({source})")
     if spec.acceptance == "metrics":
         counted = spec_metrics.read(client)
         if isinstance(counted, str):
@@ -334,5 +343,7 @@ def _acceptance(client: httpx.Client, spec: GateSpec, probe_accept: float | None
     if isinstance(info, str):
         return False, info
     problem = check_acceptance(info, spec)
-    return (False, problem) if problem else (True, f"average accepted length {accept_length(info):.2f}")
-
+    counted = accept_rounds(info)
+    over = f" over {counted} rounds" if counted is not None else ""
+    return (False, problem + over) if problem else (True, f"average accepted length {accept_length(info):.2f}{over} "
+                                                          "(/server_info)")

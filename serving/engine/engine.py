@@ -59,7 +59,7 @@ class GenerationRequest:
     emit: Callable[[object], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)   # TTFT counts from here: the HTTP arrival
-    probe: bool = False  # /health_generate: its first round speculates whatever is preferred
+    probe: bool = False  # /health_generate: its rounds verify the widest setting whatever is preferred
 
 
 class Engine:

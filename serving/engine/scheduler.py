@@ -31,7 +31,6 @@ class Sequence:
     ttft: float = 0.0
     rounds: int = 0
     accepted: int = 0
-    first_round: int = 0                # tokens the first decode round committed
     trials: int = 0                     # drafted trees followed to their end (serving.speculative.tree.Trial)
     trial_accepted: int = 0             # drafts those trees' walks accepted, at the method's widest width
     state: object = None                # the runner's, while admitted (serving.engine.batch.SequenceState)
@@ -108,7 +107,6 @@ class Scheduler:
             return
         for seq, tokens in zip(seqs, rounds):
             seq.rounds, seq.accepted = seq.rounds + 1, seq.accepted + len(tokens)
-            seq.first_round = seq.first_round or len(tokens)
             self._emit(seq, tokens)
 
     def _emit(self, seq: Sequence, tokens: list[int]) -> None:
@@ -120,7 +118,7 @@ class Scheduler:
     def _finish(self, seq: Sequence) -> None:
         self._leave(seq)
         usage = Usage(len(seq.prompt), len(seq.text.ids), seq.rounds, seq.accepted,
-                      seq.ttft, time.perf_counter() - seq.began, seq.first_round, seq.trials, seq.trial_accepted)
+                      seq.ttft, time.perf_counter() - seq.began, seq.trials, seq.trial_accepted)
         self.record(usage)
         self.deliver(seq.request, Finished(seq.text.text, tuple(seq.text.ids),
                                            seq.text.finish_reason or "abort", usage))

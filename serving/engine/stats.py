@@ -14,14 +14,19 @@ class Usage:
     accepted: int            # tokens those rounds committed
     ttft_s: float
     total_s: float
-    first_round_tokens: int = 0  # tokens the first decoder round committed (the probe's forced round)
-    trials: int = 0          # drafted trees followed along what was committed, to their end
-    trial_accepted: int = 0  # drafts their walks accepted at the method's widest width
+    trials: int = 0          # rounds of the method's widest width its drafts stood in (verified or not)
+    trial_accepted: int = 0  # drafts those rounds accepted
 
     @property
     def accept_length(self) -> float:
         """Tokens per round as run: an adaptive sequence's plain rounds count 1 each."""
         return self.accepted / self.rounds if self.rounds else 1.0
+
+    @property
+    def draft_accept_length(self) -> float | None:
+        """Tokens per round of the method's widest width, bonus included: what its draft accepts,
+        whatever its rounds ran (None before a whole-block round ended)."""
+        return 1.0 + self.trial_accepted / self.trials if self.trials else None
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -35,6 +40,8 @@ class EngineStats:
         self.num_requests_total = 0
         self.rounds = 0
         self.accepted = 0
+        self.trials = 0
+        self.trial_accepted = 0
         self.last_gen_throughput = 0.0
 
     def record(self, usage: Usage) -> None:
@@ -42,15 +49,24 @@ class EngineStats:
             self.num_requests_total += 1
             self.rounds += usage.rounds
             self.accepted += usage.accepted
+            self.trials += usage.trials
+            self.trial_accepted += usage.trial_accepted
             if usage.completion_tokens > 1:
                 self.last_gen_throughput = usage.decode_tokens_per_s
 
     @property
     def avg_spec_accept_length(self) -> float:
+        """Tokens per round of the method's widest width since start: what the draft accepts,
+        whether the adaptive controller verified those rounds or ran plain beside them (a fixed
+        method's are its own rounds). Before any, tokens per round as run."""
+        if self.trials:
+            return 1.0 + self.trial_accepted / self.trials
         return self.accepted / self.rounds if self.rounds else 1.0
 
     def snapshot(self) -> dict:
         with self._lock:
             return {"avg_spec_accept_length": self.avg_spec_accept_length,
+                    "spec_accept_rounds": self.trials,        # the rounds that figure rests on
+                    "avg_tokens_per_round": self.accepted / self.rounds if self.rounds else 1.0,   # as run
                     "last_gen_throughput": self.last_gen_throughput,
                     "num_requests_total": self.num_requests_total}

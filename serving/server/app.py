@@ -96,9 +96,11 @@ async def _read_json(request: Request, limit: int) -> dict:
     return parse_json(bytes(body))
 
 
-# The prefill commits the first token; a second needs one decoder round: with a speculative
-# method, one draft + verify, so the probe exercises the drafter and the verifier too.
-HEALTH_TOKENS = 2
+# The prefill commits the first token, each further one a decoder round: with a speculative
+# method, draft + verify rounds, so the probe exercises the drafter and the verifier, and its
+# acceptance rests on a dozen or more rounds (tokens within a block of the end draft less and
+# are not counted), never on one lucky round.
+HEALTH_TOKENS = 32
 KNOWN_PATHS = ("/health", "/health_generate", "/server_info", "/metrics", "/v1/models",
                "/v1/completions", "/v1/chat/completions", "/openapi.json")
 
@@ -158,10 +160,12 @@ async def _health_generation(state: AppState) -> dict:
     rule = StopRule(max_new_tokens=HEALTH_TOKENS)     # no stop ids: EOS cannot end it before a round
     admitted = Admitted(state.engine, probe, SamplingParams(temperature=0), rule, probe=True)
     finished = await admitted.result(timeout=state.args.health_generate_timeout)
-    # accept_length: tokens the probe's round committed; it speculates (a full draft block)
-    # even when an adaptive runtime currently prefers plain decoding, so the gate reads it
-    return {"status": "ok", "tokens": list(finished.token_ids), "rounds": finished.usage.rounds,
-            "accept_length": finished.usage.first_round_tokens}
+    # accept_length: tokens per round of the probe's rounds, each verifying the method's widest
+    # setting even when an adaptive runtime prefers plain decoding; spec_rounds: how many (those
+    # that drafted a whole block), so the gate can tell a figure from one lucky round
+    usage = finished.usage
+    return {"status": "ok", "tokens": list(finished.token_ids), "rounds": usage.rounds,
+            "accept_length": usage.draft_accept_length or 1.0, "spec_rounds": usage.trials}
 
 
 async def _complete(state: AppState, request: Request, kind: str):

@@ -24,11 +24,13 @@ class Metrics:
                              ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
         self.per_token = Histogram("serving_time_per_output_token_seconds", "Decode time per output token",
                                    ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
+        # what the draft accepts: tokens per round of the method's widest width, whether the
+        # adaptive controller verified those rounds or decoded plainly beside them
         self.accept_length = Histogram("serving_spec_accept_length",
-                                       "Mean tokens committed per decode round, per request",
+                                       "Tokens per round of the method's widest setting, per request",
                                        buckets=ACCEPT_BUCKETS, registry=r)
         self.avg_accept = Gauge("serving_avg_spec_accept_length",
-                                "Mean tokens committed per decode round since start", registry=r)
+                                "Tokens per round of the method's widest setting since start", registry=r)
         self.queue_depth = Gauge("serving_queue_depth", "Requests waiting for the engine", registry=r)
         self.running = Gauge("serving_num_running_reqs", "Sequences in flight (continuous batching)", registry=r)
         self.kv_used = Gauge("serving_kv_pool_used_tokens", "KV pool rows reserved by running sequences", registry=r)
@@ -57,8 +59,8 @@ class Metrics:
         self.e2e.labels(outcome).observe(usage.total_s)
         if usage.completion_tokens > 1:
             self.per_token.labels(outcome).observe((usage.total_s - usage.ttft_s) / (usage.completion_tokens - 1))
-        if usage.rounds:
-            self.accept_length.observe(usage.accept_length)
+        if usage.draft_accept_length is not None:
+            self.accept_length.observe(usage.draft_accept_length)
 
     def render(self, engine=None) -> bytes:
         if engine is not None:

@@ -14,7 +14,7 @@ block fits wherever the target's verify rows fit), so the target pool's free lis
 and releasing the target's rows frees the draft's.
 
 Rows are ragged, neither padded to the widest tree nor grouped by setting: a sequence near
-its max_tokens drafts less, a /health_generate probe drafts a full block, plain rows are one
+its max_tokens drafts less, a /health_generate probe's rounds all verify the widest setting, plain rows are one
 row, and each costs only its own rows. Speculation pays less as the batch grows (a batch of
 plain steps already reads the weights once for B tokens), so the adaptive controller keeps
 its measurements per batch-size bucket (1, 2, 3-4, 5-8, ...) and each bucket finds its own
@@ -138,21 +138,21 @@ class SpecLane:
         """One speculative (or plain) round for every sequence: its committed tokens, bonus last."""
         t0 = time.perf_counter()
         controller = self.last = self.controller(len(seqs))
-        probes = [s.request.probe and s.rounds == 0 for s in seqs]
+        probes = [s.request.probe for s in seqs]    # /health_generate: what the draft accepts, verified
         setting = controller.settings[-1] if any(probes) else controller.choose()
         widest = controller.settings[-1].rows    # the tree planned: every width verifies its first rows
         block = self.drafter.needs.draft_tokens
         # measured unless more than a quarter of the sequences had their drafts cut short by their
         # last tokens (draft_depth's room): one cut sequence in 8 barely moves the round's yield,
         # but requiring none would leave large batches nearly unmeasured
-        short = [not probe and drafts_cut(block, s.remaining) for s, probe in zip(seqs, probes)]
+        short = [drafts_cut(block, s.remaining) for s in seqs]
         full = setting.rows == 1 or sum(short) <= len(seqs) // 4
         drafting = setting.rows > 1 or controller.trial
         caught = 0.0
         if drafting:   # features queued over plain rounds: owed whatever runs, so not this setting's cost
             self.drafter.absorb([s.state.draft for s in seqs])
             caught = time.perf_counter() - t0
-        drafts = self._draft(seqs, probes) if drafting else {}
+        drafts = self._draft(seqs) if drafting else {}
         t1 = time.perf_counter()
         trees = self._plan(seqs, drafts, widest)
         self._try(seqs, trees, short, controller)
@@ -174,12 +174,11 @@ class SpecLane:
         self.times.add(len(seqs), sum(map(len, committed)), t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         return committed
 
-    def _draft(self, seqs, probes: list[bool]) -> dict:
+    def _draft(self, seqs) -> dict:
         """One draft pass for every sequence that drafts, each its whole block where its request
         has room: {index: draft logits [depth, V']}."""
         block = self.drafter.needs.draft_tokens
-        depths = [draft_depth(block, block if probe else s.remaining, s.state.cache.capacity - s.state.cache.length)
-                  for s, probe in zip(seqs, probes)]
+        depths = [draft_depth(block, s.remaining, s.state.cache.capacity - s.state.cache.length) for s in seqs]
         drafting = [i for i, d in enumerate(depths) if d]
         for i in drafting:      # the draft context must describe exactly the target's committed tokens
             context, length = seqs[i].state.draft, seqs[i].state.cache.length

@@ -119,16 +119,20 @@ def test_acceptance_must_exceed_one_only_for_speculative_methods():
     assert "no internal_states" in check_acceptance({}, SPEC)
 
 
-def test_the_forced_probe_round_proves_speculation_even_when_the_smoke_ran_plain():
-    """A probe that accepted more than one token passes without asking /server_info (no client
-    at all); otherwise the server's average decides."""
-    flat = {**INFO, "internal_states": [{"avg_spec_accept_length": 1.0}]}
-    assert _acceptance(None, SPEC, 3.0)[0]
+def test_the_probes_verified_rounds_judge_the_draft_whatever_the_controller_ran():
+    """A probe that reports enough verified rounds is the verdict without asking /server_info (no
+    client at all), passing or failing, with the figure and its rounds in the detail; one lucky
+    round, or a probe that reports none (SGLang), leaves it to the server's average."""
+    flat = {**INFO, "internal_states": [{"avg_spec_accept_length": 1.0, "spec_accept_rounds": 40}]}
+    ok, detail = _acceptance(None, SPEC, {"accept_length": 1.42, "spec_rounds": 18.0})
+    assert ok and "1.42" in detail and "18 verified rounds" in detail
+    ok, detail = _acceptance(None, SPEC, {"accept_length": 1.0, "spec_rounds": 18.0})
+    assert not ok and "not above 1" in detail and "18 verified rounds" in detail
     answers = httpx.MockTransport(lambda request: httpx.Response(200, json=flat))
     with httpx.Client(base_url="http://gate", transport=answers) as client:
-        for probe in (1.0, None):
+        for probe in ({"accept_length": 3.0, "spec_rounds": 1.0}, {"accept_length": 1.0}, {}):
             ok, detail = _acceptance(client, SPEC, probe)
-            assert not ok and "not above 1" in detail
+            assert not ok and "not above 1" in detail and "over 40 rounds" in detail
 
 
 def test_endpoint_from_the_command_line():

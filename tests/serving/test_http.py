@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from serving.server.app import HEALTH_TOKENS
 from tests.serving.conftest import BODY_LIMIT, KEY
 from tests.serving.test_engine import reference_greedy
 
@@ -40,8 +41,9 @@ def sse_events(response) -> list:
 def test_health_endpoints_need_no_key(server):
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
     probe = httpx.get(server.url + "/health_generate", timeout=60)
-    # two tokens: the prefill gives the first, one decoder round the second
-    assert probe.status_code == 200 and len(probe.json()["tokens"]) == 2 and probe.json()["rounds"] == 1
+    # HEALTH_TOKENS tokens: the prefill gives the first, a plain decoder round each further one
+    assert probe.status_code == 200 and len(probe.json()["tokens"]) == HEALTH_TOKENS
+    assert probe.json()["rounds"] == HEALTH_TOKENS - 1
     assert "serving_requests_total" in httpx.get(server.url + "/metrics").text
 
 
