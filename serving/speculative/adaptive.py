@@ -11,12 +11,14 @@ commits the most tokens per plain step's worth of time, its value
   prompt to prompt. They come from trials (serving.speculative.tree.Trial): a drafted tree
   followed along the tokens the sequence then commits. The first r rows of that tree are the
   tree of r rows, so one trial is a round of every width whose last round has ended, whatever
-  width was verified, and each width's trials chain as a fixed run of that width would (the
-  next starts at the last one's bonus): at T=0 a width's trials are exactly the rounds a fixed
-  run of it makes over the same tokens. A trial started at every position instead would count
-  the easy positions inside accepted runs that rounds skip, and read too high. Every
-  speculative round drafts; while plain decoding runs, trial windows of `trial_window` rounds
-  draft without verifying (each a draft pass), one window every `trial_gap` rounds, every
+  width was verified. A width's trial counts only when it starts at that width's last bonus,
+  where a fixed run of it would start a round (its chain): at T=0 a width's counted trials are
+  exactly the rounds a fixed run of it makes over the same tokens. Where a round starts is not
+  independent of what it accepts: trials started at every position read a draft at 4.1 tokens
+  a round where its fixed rounds realize 2.1, and trials started where a narrower verified
+  width's rounds start read 4.0. Every speculative round drafts; while plain decoding runs,
+  trial windows of `trial_window` consecutive rounds draft without verifying (each a draft
+  pass; a window's first trial starts the chains), one window every `trial_gap` rounds, every
   `quiet_trial_gap` once several windows in a row found no width near paying.
 - Cost depends on the machine (rows per verify pass, the draft pass, the load). A width's
   cost is measured by running it: its round seconds over the moving average of plain steps.
@@ -103,9 +105,9 @@ class Controller:
     explore_share: float = 0.03  # most of the round time lost to rounds off the current setting
     explore_gap: int = 1  # fewest rounds between two exploring rounds
     allowance: float = 4.0  # plain steps' worth of loss the budget starts with
-    trial_window: int = 4  # while plain runs, this many rounds in a row draft trials ...
-    trial_gap: int = 32  # ... one window in this many rounds ...
-    quiet_trial_gap: int = 64  # ... this many once `min_trials` windows in a row found no width near paying
+    trial_window: int = 8  # while plain runs, this many rounds in a row draft trials ...
+    trial_gap: int = 64  # ... one window in this many rounds ...
+    quiet_trial_gap: int = 128  # ... this many once `min_trials` windows in a row found no width near paying
     min_trials: int = 3  # trials before a width's acceptance may send the controller to time it
     plain_gap: int = 32  # while a width runs, a plain step is re-timed this often
     retime_gap: int = 256  # a width not run for this many rounds may be timed again (the load moved)

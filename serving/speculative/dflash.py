@@ -45,6 +45,7 @@ class DraftContext:
         self.cache = cache
         self.pending: list[torch.Tensor] = []          # [n, feature_width] each, in order
         self.trials: list = []                         # the adaptive controller's trees in flight (lane.py)
+        self.chained: set[int] = set()                 # widths whose last trial round ended at the next root
 
     @property
     def length(self) -> int:

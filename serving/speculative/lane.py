@@ -201,29 +201,33 @@ class SpecLane:
     @staticmethod
     def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller) -> None:
         """A trial of each drafted tree for every width whose last round on its sequence has
-        ended (a width's rounds chain as a fixed run of it would: serving.speculative.tree.Trial),
-        unless its sequence's last tokens cut the draft short."""
+        ended, unless its sequence's last tokens cut the draft short; it counts for the widths
+        whose last round ended right here (serving.speculative.tree.Trial)."""
         rows = [s.rows for s in controller.settings if not s.plain]
         for seq, tree, short in zip(seqs, trees, cut):
-            trials = seq.state.draft.trials
-            due = set(rows).difference(*(t.open for t in trials))
+            context = seq.state.draft
+            due = set(rows).difference(*(t.open for t in context.trials))
             if len(tree) > 1 and due and not short:
-                trials.append(Trial(tree, due, controller))
+                context.trials.append(Trial(tree, due, controller, context.chained & due))
+            context.chained = set()       # a chain not continued by this round is broken
 
     @staticmethod
     def _score(seqs, committed: list[list[int]], widest: int) -> None:
-        """Follow every running trial along the round's committed tokens; each width's round that
-        ends is reported to the controller that drafted it, and the widest width's on the sequence
-        too (what its draft accepts, whatever its rounds ran)."""
+        """Follow every running trial along the round's committed tokens; each counted width's
+        round that ends is reported to the controller that drafted it, and the widest width's on
+        the sequence too (what its draft accepts, whatever its rounds ran)."""
         for seq, tokens in zip(seqs, committed):
-            trials = seq.state.draft.trials
-            for trial in trials:
-                for rows, accepted in trial.feed(tokens):
-                    if trial.owner is not None:
-                        trial.owner.observe(rows, accepted)
+            context = seq.state.draft
+            for trial in context.trials:
+                for rows, accepted, here in trial.feed(tokens):
+                    if here:                                  # its bonus is the next round's root
+                        context.chained.add(rows)
+                    if rows not in trial.chained:
+                        continue
+                    trial.owner.observe(rows, accepted)
                     if rows == widest:
                         seq.trials, seq.trial_accepted = seq.trials + 1, seq.trial_accepted + accepted
-            trials[:] = [t for t in trials if not t.done]
+            context.trials[:] = [t for t in context.trials if not t.done]
 
     def _verify(self, seqs, trees: list[Tree]):
         """One target forward over every tree: logits [N, vocab], captured features [N, width]."""

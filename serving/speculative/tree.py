@@ -127,30 +127,37 @@ class Trial:
     A width of r rows would have verified the tree's first r rows (`Tree.prefix`): its round
     accepts the walk's rows below r and ends at the first committed token that leaves them (no
     child, or a child at row >= r), its bonus. So each width's round ends at the position where
-    that width's next round would draft, and a sequence that drafts a new trial there for every
-    width whose round ended chains exactly the rounds a fixed run of that width makes (serving.
-    speculative.lane). At T=0 the committed tokens are the target's argmax; with positional
-    draws they are the samples a verify pass would draw, so each width's walk is exactly the one
-    its verify would take."""
+    that width's next round would draft. A trial drafted there continues the width's chain: its
+    round starts where a fixed run of that width would start one, right after that width's last
+    bonus, and only such rounds count (`chained`); one drafted elsewhere (a trial window's first
+    round, or after the verified rounds skipped the position) starts a chain and is not counted,
+    because where a round starts is not independent of what it accepts (inside a run the draft
+    just predicted, it accepts more). So a width's counted trials are exactly the rounds a fixed
+    run of it makes (serving.speculative.lane). At T=0 the committed tokens are the target's
+    argmax; with positional draws they are the samples a verify pass would draw, so each width's
+    walk is exactly the one its verify would take."""
 
-    def __init__(self, tree: Tree, widths: Sequence[int], owner=None):
+    def __init__(self, tree: Tree, widths: Sequence[int], owner=None, chained: Sequence[int] = ()):
         self.tree, self.owner = tree, owner
         self.open = sorted(widths)                  # widths (verify rows) whose round has not ended
+        self.chained = frozenset(chained)           # of those, the ones whose chain it continues
         self.row, self.path = 0, []                 # path: accepted rows, root excluded (ascending)
 
     @property
     def done(self) -> bool:
         return not self.open
 
-    def feed(self, tokens: Sequence[int]) -> list[tuple[int, int]]:
+    def feed(self, tokens: Sequence[int]) -> list[tuple[int, int, bool]]:
         """The sequence's next committed tokens -> the widths whose round they ended, each
-        (rows, drafts accepted): a width ends at its bonus, the first token it could not verify."""
+        (rows, drafts accepted, whether its bonus is the last of `tokens`, so the next round
+        starts where that width's next round would); a width ends at its bonus, the first token
+        it could not verify."""
         ended, children = [], self.tree.children
-        for token in tokens:
+        for i, token in enumerate(tokens):
             child = children[self.row].get(token)
             rows = child if child is not None else float("inf")    # no child: every width ends
             while self.open and self.open[0] <= rows:
-                ended.append((self.open.pop(0), len(self.path)))
+                ended.append((self.open.pop(0), len(self.path), i == len(tokens) - 1))
             if not self.open:
                 break
             self.row = child

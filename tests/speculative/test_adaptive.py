@@ -176,12 +176,12 @@ def test_a_trial_scores_every_width_from_one_tree():
     assert trial.feed([10]) == []        # one round committed 10: every width's walk goes on
     # then 20, at row 2: a width of 2 rows (root and row 1) ends there, 20 its bonus; then a token
     # no child names ends the others, each with what it accepted
-    assert trial.feed([20, 99, 7]) == [(2, 1), (3, 2), (len(big), 2)] and trial.done
+    assert trial.feed([20, 99, 7]) == [(2, 1, False), (3, 2, False), (len(big), 2, False)] and trial.done
     assert trial.path == [1, 2]
     rows = {big.tokens[r]: r for r in trial.path}
     assert [trial.accepted(r) for r in (1, rows[10] + 1, rows[20] + 1, len(big))] == [0, 1, 2, 2]
     leaf = Trial(chain_tree(5, [1, 2]), [3])
-    assert leaf.feed([1, 2]) == [] and leaf.feed([8, 9]) == [(3, 2)]   # after a leaf, its bonus ends it
+    assert leaf.feed([1, 2]) == [] and leaf.feed([8]) == [(3, 2, True)]   # after a leaf, its bonus ends it
 
 
 def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts):
@@ -199,16 +199,22 @@ def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts
         s.rounds = s.measured = s.trials = 5
         s.accepted, s.cost = 0.1, 10.0
     controller.plain_seconds = 1e-4
-    # a /health_generate probe (its first round is forced); room for full drafts: rounds measured
+    # a /health_generate probe (every round of it forced); room for full drafts: rounds measured
     steps = scheduler(runner)
-    assert steps.admit(GenerationRequest([5, 6, 7], SamplingParams(temperature=0), StopRule(40), lambda e: None,
+    assert steps.admit(GenerationRequest([5, 6, 7], SamplingParams(temperature=0), StopRule(24), lambda e: None,
                                          probe=True), 0.0)
     steps.step()    # the prefill, then the first round
     assert controller.settings[-1].rounds == 6 and runner.spec.times.draft > 0
-    # the forced round's tree was followed along its own committed tokens: the bonus ends the walk
-    assert controller.settings[1].trials == 6
-    steps.step()    # not forced: the controller's choice, plain
-    assert controller.settings[0].rounds == 6
+    # the first round's trial starts every width's chain and is not counted ...
+    assert controller.settings[1].trials == 5
+    steps.step()    # ... the second, drafted where every width's round ended (the bonus), is
+    assert controller.settings[-1].rounds == 7 and controller.settings[1].trials == 6
+    while steps.running:
+        steps.step()
+    assert steps.admit(GenerationRequest([5, 6, 7], SamplingParams(temperature=0), StopRule(24), lambda e: None), 0.0)
+    steps.step()
+    steps.step()    # not a probe: the controller's choice, plain (the prefill's step ran one too)
+    assert controller.settings[0].rounds == 7
     assert runner.server_args["speculative_current_setting"] == "plain"
 
 

@@ -100,3 +100,37 @@ def test_adaptive_server_reports_its_choice_and_the_probe_forces_speculation(ada
     assert 'serving_spec_setting_tokens_per_second{setting="budget 16"}' in metrics
     assert sum(float(line.rsplit(None, 1)[1]) for line in metrics.splitlines()
                if line.startswith("serving_spec_setting_current{")) == 1.0
+
+
+def test_the_served_default_path_reports_what_its_draft_accepts(tiny_dirs, distilled_drafts, tmp_path):
+    """Adaptive (the default) and a fixed budget, each its own server, the same completions at
+    T=0: the adaptive one reports its draft's acceptance at budget 16 from its trials, whatever
+    widths it verified, and its /health_generate verifies budget 16 every round, so both
+    servers' probes are the same rounds, to the token. (Before, the adaptive server's trials
+    read about 1.0 where the fixed one realized 1.4, and the gate reverted it.)"""
+    prompts = ["def fibonacci(n):", "1, 2, 3, 4,", "The quick brown fox", "import numpy as np",
+               "Once upon a time", "SELECT * FROM", "Dear Sir or Madam,", "<html><body>"]
+    figures = {}
+    for mode in ("on", "off"):
+        server = ServerProcess(tiny_dirs["llama"], tmp_path / f"adaptive-{mode}.log", "--speculative-algorithm",
+                               "DDTREE", "--speculative-draft-model-path", str(distilled_drafts["llama"]),
+                               "--speculative-ddtree-budget", "16", "--speculative-adaptive", mode,
+                               "--health-generate-interval", "0").wait_ready()
+        try:
+            for prompt in prompts:
+                body = {"model": "llama", "prompt": prompt, "max_tokens": 96, "temperature": 0}
+                assert httpx.post(server.url + "/v1/completions", json=body, timeout=60).status_code == 200
+            state = httpx.get(server.url + "/server_info", timeout=10).json()["internal_states"][0]
+            probe = httpx.get(server.url + "/health_generate", timeout=60).json()
+        finally:
+            server.stop()
+        figures[mode] = state["avg_spec_accept_length"], state["spec_accept_rounds"], state["avg_tokens_per_round"]
+        assert probe["spec_rounds"] >= 4 and probe["accept_length"] > 1.0     # the gate's verdict: passes
+        figures[mode + " probe"] = probe["tokens"], probe["accept_length"], probe["spec_rounds"]
+    assert figures["on probe"] == figures["off probe"]
+    (adaptive, rounds, as_run), (fixed, fixed_rounds, fixed_as_run) = figures["on"], figures["off"]
+    assert fixed > 1.3 and abs(fixed - fixed_as_run) < 0.1        # a fixed run's trials are its rounds
+    # the adaptive one's budget-16 trials start where budget 16's last round ended, as the fixed
+    # one's rounds do, but only where the rounds it verified (narrower here) let that chain go
+    # on; on this tiny target's periodic text that still reads high, never near 1
+    assert rounds >= 40 and adaptive > 1.3 and adaptive > as_run, figures
