@@ -7,7 +7,8 @@ PY := $(VENV)/bin/python
 export DDOPS_CACHE ?= /var/cache/ddops
 APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap iproute2 zstd \
                 python3-venv python3-dev gcc curl ca-certificates rsync \
-                chromium  # the report test opens pages in it (Playwright, never downloads browsers)
+                chromium prometheus  # chromium: the report test opens pages in it (Playwright, never
+                                     # downloads browsers); prometheus: promtool and a real server for tests/monitor
 
 .PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
 

@@ -17,9 +17,9 @@ SGLang's abort counter mixes client disconnects with API aborts: for both, None.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,28 +36,31 @@ CANCELLED_STATUS = "499"        # the bundled runtime: the client left before th
 
 @dataclass(frozen=True)
 class Count:
-    """The `_total` samples of a counter family (parser names drop `_total`) whose labels
-    `where` accepts (every label set when None)."""
+    """The `_total` samples of a counter family (parser names drop `_total`) whose labels match
+    every (label, regular expression) of `match`, matched whole as PromQL's `=~` does; the same
+    matchers are written into the operator's recording rules (ddops/monitor/rules.py), so a
+    bake and a Prometheus count the same samples."""
 
     family: str
-    where: Callable[[dict], bool] | None = None
+    match: tuple[tuple[str, str], ...] = ()
+
+    def accepts(self, labels: dict) -> bool:
+        return all(re.fullmatch(pattern, labels.get(label, "")) for label, pattern in self.match)
+
+    def selector(self, extra: str = "") -> str:
+        """The PromQL selector of these samples, `extra` matchers added: family_total{...}."""
+        quoted = ((label, pattern.replace("\\", "\\\\")) for label, pattern in self.match)   # a PromQL string
+        matchers = [f'{label}=~"{pattern}"' for label, pattern in quoted] + ([extra] if extra else [])
+        return f"{self.family}_total{{{', '.join(matchers)}}}"
 
 
-def _generation(labels: dict) -> bool:
-    return labels.get("path") in GENERATION_PATHS
+def _either(*values: str) -> str:
+    return "|".join(re.escape(v) for v in values)
 
 
-def _generation_failed(labels: dict) -> bool:
-    status = labels.get("status", "")
-    return _generation(labels) and (status.startswith("5") or status == CANCELLED_STATUS)
-
-
-def _generation_cancelled(labels: dict) -> bool:
-    return _generation(labels) and labels.get("status") == CANCELLED_STATUS
-
-
-def _vllm_failed(labels: dict) -> bool:
-    return labels.get("finished_reason") in VLLM_FAILED
+# the bundled runtime's generation requests, and of them the failed ones (5xx, and 499: the client left)
+GENERATION = ("path", _either(*GENERATION_PATHS))
+FAILED = ("status", f"5..|{CANCELLED_STATUS}")
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,9 @@ class Series:
 
 
 SERIES = {
-    "bundled": Series(requests=Count("serving_requests", _generation),
-                      errors=Count("serving_requests", _generation_failed),
-                      cancelled=Count("serving_requests", _generation_cancelled),
+    "bundled": Series(requests=Count("serving_requests", (GENERATION,)),
+                      errors=Count("serving_requests", (GENERATION, FAILED)),
+                      cancelled=Count("serving_requests", (GENERATION, ("status", CANCELLED_STATUS))),
                       generated="serving_generation_tokens",
                       ttft="serving_time_to_first_token_seconds",
                       itl="serving_time_per_output_token_seconds",
@@ -92,7 +95,8 @@ SERIES = {
                      itl="sglang:inter_token_latency_seconds", e2e="sglang:e2e_request_latency_seconds",
                      accept_gauge="sglang:spec_accept_length"),
     # vLLM 0.32 (vllm/v1/metrics/loggers.py): every finished request once, by finish reason.
-    "vllm": Series(requests=Count("vllm:request_success"), errors=Count("vllm:request_success", _vllm_failed),
+    "vllm": Series(requests=Count("vllm:request_success"),
+                   errors=Count("vllm:request_success", (("finished_reason", _either(*VLLM_FAILED)),)),
                    generated="vllm:generation_tokens", ttft="vllm:time_to_first_token_seconds",
                    itl="vllm:inter_token_latency_seconds", e2e="vllm:e2e_request_latency_seconds",
                    spec_drafts=spec_metrics.DRAFTS, spec_accepted=spec_metrics.ACCEPTED),
@@ -229,7 +233,7 @@ def _count(families: dict, count: Count) -> float:
     if family is None:
         return 0.0
     return sum(s.value for s in family.samples if s.name == family.name + "_total"
-               and (count.where is None or count.where(s.labels)))
+               and count.accepts(s.labels))
 
 
 def _total(family, suffix: str) -> float:

@@ -1,0 +1,62 @@
+"""`ddops monitor render`: the operator's Prometheus targets, rules and dashboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ddops import exits
+from ddops.remote import RemoteError, connect
+from ddops.shell import print_json
+
+INVENTORY = typer.Option(None, "--inventory", "-i", help="inventory file")
+
+
+def register(app: typer.Typer) -> None:
+    monitor = typer.Typer(no_args_is_help=True, help="The operator's monitoring: Prometheus targets, rules, dashboard.")
+    monitor.command("render")(render)
+    app.add_typer(monitor, name="monitor")
+
+
+def render(out: Path = typer.Option(..., "--out", help="folder to write (made if missing)"),
+           host: Optional[list[str]] = typer.Option(None, "--host", help="only these hosts (default: every one)"),
+           as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
+           inventory: Optional[Path] = INVENTORY) -> None:
+    """Write Prometheus targets, rules and a Grafana dashboard for every ddops service.
+
+    Reads each host's ddops units (nothing on the hosts changes) and writes into OUT: file_sd
+    targets (one job per API key, its key in a 0600 file), scrape_configs to paste into
+    prometheus.yml, recording and alert rules, and dashboard.json. Exit 6 or 3 when a host
+    could not be read; nothing is written then (a partial target list would drop its alerts)."""
+    from ddops.commands.operate import _hosts
+    from ddops.monitor import render as write_out
+    from ddops.monitor.targets import read_host
+    from ddops.rollout.records import load_shadow
+
+    shadow = load_shadow()
+    where = (shadow.host, shadow.unit) if shadow else None
+    targets = []
+    for h in _hosts(list(host or []), inventory):
+        try:
+            with connect(h) as remote:
+                targets += read_host(remote, where)
+        except RemoteError as err:
+            code = exits.code_of(err)
+            if as_json:
+                print_json(code, error=str(err))
+            else:
+                typer.echo(f"error: {h.name}: {err}; nothing written", err=True)
+            raise typer.Exit(code)
+    jobs = write_out.write(out, targets)
+    if as_json:
+        print_json(0, out=str(out.resolve()), jobs={job: [t["targets"][0] for t in doc] for job, doc in jobs.items()})
+        return
+    for job, doc in sorted(jobs.items()):
+        for entry in doc:
+            labels = entry["labels"]
+            typer.echo(f"{job}: {entry['targets'][0]} {labels['host']} {labels['unit']} "
+                       f"({labels['profile']}, {labels['runtime']}, {labels['method']}, {labels['role']})")
+    typer.echo(f"wrote {out.resolve()}: add scrape.yml's entries to scrape_configs and rules/ddops.yml to "
+               "rule_files in prometheus.yml; import dashboard.json into Grafana")
