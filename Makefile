@@ -10,7 +10,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                 chromium prometheus  # chromium: the report test opens pages in it (Playwright, never
                                      # downloads browsers); prometheus: promtool and a real server for tests/monitor
 
-.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench bench-load fuzz abuse test demo clean lab-down
+.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench bench-load fuzz abuse test demo release-check clean lab-down
 
 setup: apt venv
 
@@ -118,6 +118,14 @@ test: setup models vllm
 
 demo: setup models
 	$(PY) -m ddops demo
+
+# Before a release: the README's two commands in a row, as a new user runs them, in a fresh clone
+# of what is committed (so a file a run leaves behind in this tree cannot hide a failure).
+RELEASE_CLONE ?= /tmp/ddops-release-check
+release-check:
+	rm -rf $(RELEASE_CLONE) && git clone -q "$(CURDIR)" $(RELEASE_CLONE)
+	$(MAKE) -C $(RELEASE_CLONE) demo
+	$(MAKE) -C $(RELEASE_CLONE) test
 
 lab-down: venv
 	$(PY) -m ddops lab down
