@@ -22,7 +22,11 @@ def register(app: typer.Typer) -> None:
 
 
 def demo() -> None:
-    """Lab host up, tiny models pushed, DDTree CPU profile deployed and gated, a request answered."""
+    """Lab host up; the tiny DDTree pair deployed and gated on its draft's acceptance; a chat answered.
+
+    One systemd-nspawn lab host; the tiny llama and its distilled DFlash draft, made once; cpu-ddtree deployed (gate: health, a probe whose rounds all verify, a smoke chat, /server_info, accepted length above 1); a question asked from outside the host, with the answer, the draft's accepted length and tokens/s printed.
+
+    SmolLM2-135M is deployed beside it once `make models` converted it: with DDTree when `make drafter` has trained its draft, plain before."""
     from ddops.deploy import demo as run_demo
     raise typer.Exit(run_demo.run())
 

@@ -154,10 +154,13 @@ def ask(base_url: str, model: str, key: str | None) -> None:
         info = server_info.read_or_empty(client)
     text = answer["choices"][0]["message"]["content"]
     accept = server_info.accept_length(info) or 1.0
+    rounds = server_info.accept_rounds(info)
     show.stage("request", f"POST {base_url}/v1/chat/completions from outside the host")
     show.console.print(f"    answer: {text!r}")
-    show.console.print(f"    method {info.get('speculative_algorithm') or 'plain'}, "
-                       f"average accepted length {accept:.2f}, "
+    show.console.print(f"    method {info.get('speculative_algorithm') or 'plain'}"
+                       f"{' (adaptive, running ' + info['speculative_current_setting'] + ')' if info.get('speculative_adaptive') else ''}, "
+                       f"draft's average accepted length {accept:.2f}"
+                       f"{f' over {rounds} rounds' if rounds else ''}, "
                        f"{server_info.throughput(info) or 0:.1f} tokens/s")
 
 
@@ -166,6 +169,10 @@ def run() -> int:
     show.stage("lab", "one systemd-nspawn host with the runtime (kept if already running)")
     inventory, hosts = lab_up()
     make_tiny_models()
-    codes = [deploy(service, hosts[0], inventory).code for service in services()]
+    found = services()
+    if not any(s.profile == "cpu-smollm2-ddtree" for s in found):
+        show.console.print("    note: SmolLM2 runs plain until its drafter is trained: `make drafter` (about 20 "
+                           "minutes of CPU, once), then `make demo` deploys it with DDTree too")
+    codes = [deploy(service, hosts[0], inventory).code for service in found]
     show.stage("done", f"`ddops status --host {hosts[0]}` shows it; `ddops lab down` removes the lab")
     return max(codes)
