@@ -45,3 +45,23 @@ def test_sampled_walk_draws_from_each_rows_softmax():
     assert drawn == {(10,), (11,)}                 # 12 has probability e^-50
     _, _, q = c.walk(3, 1.0, torch.Generator().manual_seed(0))
     torch.testing.assert_close(q[0], torch.softmax(first, -1))
+
+
+def test_a_selector_that_knows_nothing_plans_the_marginal_tree():
+    """A selector whose pairwise term is zero (codebooks of zeros: a DFlash 1 draft extended to
+    DFlash 2) scores each candidate by the draft's own logit, and its tree is the DDTree
+    verifier's marginal tree, node for node, whatever the top-K mass of each row."""
+    from serving.speculative.ddtree import TreeVerifier
+    from serving.speculative.selector import CandidateSelector
+
+    for seed in range(8):           # rows of random sharpness: each row's top-K mass differs
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.randn(6, 40, generator=g) * (torch.rand(6, 1, generator=g) * 4)      # [L, V]
+        selector = CandidateSelector(vocab=40, hidden=8, rank=4, top_k=8)
+        torch.nn.init.zeros_(selector.predecessor_codebook.weight)
+        torch.nn.init.zeros_(selector.successor_codebook.weight)
+        candidates = selector.candidates(torch.randn(6, 8, generator=g), logits, torch.tensor([1]))
+        for budget in (1, 3, 8):    # at most K nodes: no marginal node ranks below the K candidates
+            ours = candidates.tree(root=1, budget=budget)
+            marginal = TreeVerifier(budget).plan(1, logits, budget + 1)
+            assert (ours.tokens, ours.parents, ours.depths) == (marginal.tokens, marginal.parents, marginal.depths)
