@@ -46,6 +46,7 @@ class DraftContext:
         self.pending: list[torch.Tensor] = []          # [n, feature_width] each, in order
         self.trials: list = []                         # the adaptive controller's trees in flight (lane.py)
         self.chained: set[int] = set()                 # widths whose last trial round ended at the next root
+        self.fresh = True                              # its first decoder round: where every width's run starts
 
     @property
     def length(self) -> int:

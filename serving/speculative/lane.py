@@ -147,7 +147,9 @@ class SpecLane:
         # but requiring none would leave large batches nearly unmeasured
         short = [drafts_cut(block, s.remaining) for s in seqs]
         full = setting.rows == 1 or sum(short) <= len(seqs) // 4
-        drafting = setting.rows > 1 or controller.trial
+        # a sequence's first round drafts whatever runs: every width's fixed run starts there, so
+        # its trial counts, and a short answer still says what its draft accepts
+        drafting = setting.rows > 1 or controller.trial or any(s.state.draft.fresh for s in seqs)
         caught = 0.0
         if drafting:   # features queued over plain rounds: owed whatever runs, so not this setting's cost
             self.drafter.absorb([s.state.draft for s in seqs])
@@ -208,8 +210,9 @@ class SpecLane:
             context = seq.state.draft
             due = set(rows).difference(*(t.open for t in context.trials))
             if len(tree) > 1 and due and not short:
-                context.trials.append(Trial(tree, due, controller, context.chained & due))
-            context.chained = set()       # a chain not continued by this round is broken
+                chained = due if context.fresh else context.chained & due
+                context.trials.append(Trial(tree, due, controller, chained))
+            context.chained, context.fresh = set(), False      # a chain not continued here is broken
 
     @staticmethod
     def _score(seqs, committed: list[list[int]], widest: int) -> None:

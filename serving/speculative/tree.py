@@ -129,7 +129,8 @@ class Trial:
     child, or a child at row >= r), its bonus. So each width's round ends at the position where
     that width's next round would draft. A trial drafted there continues the width's chain: its
     round starts where a fixed run of that width would start one, right after that width's last
-    bonus, and only such rounds count (`chained`); one drafted elsewhere (a trial window's first
+    bonus or at the sequence's first decoder round, and only such rounds count (`chained`); one
+    drafted elsewhere (a trial window's first
     round, or after the verified rounds skipped the position) starts a chain and is not counted,
     because where a round starts is not independent of what it accepts (inside a run the draft
     just predicted, it accepts more). So a width's counted trials are exactly the rounds a fixed

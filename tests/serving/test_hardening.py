@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from serving.server.app import HEALTH_TOKENS
 from tests.serving.conftest import KEY
 from tests.server_process import ServerProcess
 
@@ -166,7 +167,7 @@ def test_unkeyed_health_probes_share_one_generation(strict_server):
         with ThreadPoolExecutor(max_workers=20) as pool:
             probes = list(pool.map(lambda _: httpx.get(strict_server.url + "/health_generate", timeout=60),
                                    range(20)))
-        assert all(p.status_code == 200 and len(p.json()["tokens"]) == 2 for p in probes)
+        assert all(p.status_code == 200 and len(p.json()["tokens"]) == HEALTH_TOKENS for p in probes)
         assert total(keyed) - before <= 2     # one probe per 5 s cache period, whoever asks
 
 

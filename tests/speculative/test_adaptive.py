@@ -205,10 +205,10 @@ def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts
                                          probe=True), 0.0)
     steps.step()    # the prefill, then the first round
     assert controller.settings[-1].rounds == 6 and runner.spec.times.draft > 0
-    # the first round's trial starts every width's chain and is not counted ...
-    assert controller.settings[1].trials == 5
-    steps.step()    # ... the second, drafted where every width's round ended (the bonus), is
-    assert controller.settings[-1].rounds == 7 and controller.settings[1].trials == 6
+    # the sequence's first round is where every width's fixed run starts: its trial counts ...
+    assert controller.settings[1].trials == 6
+    steps.step()    # ... and so does the second, drafted where budget 1's round ended (its bonus)
+    assert controller.settings[-1].rounds == 7 and controller.settings[1].trials == 7
     while steps.running:
         steps.step()
     assert steps.admit(GenerationRequest([5, 6, 7], SamplingParams(temperature=0), StopRule(24), lambda e: None), 0.0)
