@@ -184,6 +184,18 @@ def test_a_trial_scores_every_width_from_one_tree():
     assert leaf.feed([1, 2]) == [] and leaf.feed([8]) == [(3, 2, True)]   # after a leaf, its bonus ends it
 
 
+def greedy_usages(runner, prompts: list[list[int]], max_new: int) -> list:
+    """Each prompt at T=0 through the real scheduler, one after another: their Usage records."""
+    got: list = []
+    steps = Scheduler(runner, Ids(), lambda r, event: r.emit(event), got.append)
+    for prompt in prompts:
+        assert steps.admit(GenerationRequest(prompt, SamplingParams(temperature=0), StopRule(max_new),
+                                             lambda e: None), 0.0)
+        while steps.running:
+            steps.step()
+    return got
+
+
 def test_forced_round_speculates_while_plain_is_preferred(targets, random_drafts):
     target = targets["llama"]
     drafter = DFlashDrafter(load_model(random_drafts["llama"], torch.float32, "cpu"), target)
@@ -228,14 +240,7 @@ def test_a_sequence_reports_its_drafts_acceptance_whatever_its_rounds_ran(target
     prompts = [[5 + i, 6 + 2 * i, 7, 9 + i] for i in range(6)]
 
     def usages(runner) -> list:
-        got: list = []
-        steps = Scheduler(runner, Ids(), lambda r, event: r.emit(event), got.append)
-        for prompt in prompts:
-            assert steps.admit(GenerationRequest(prompt, SamplingParams(temperature=0), StopRule(40),
-                                                 lambda e: None), 0.0)
-            while steps.running:
-                steps.step()
-        return got
+        return greedy_usages(runner, prompts, 40)
 
     adaptive = BatchRunner(target, method, capacity=64, adaptive=True)
     controller = adaptive.spec.controller(1)
@@ -265,14 +270,7 @@ def test_trials_at_every_width_are_the_rounds_a_fixed_run_of_that_width_makes(ta
     prompts = [[5 + i, 6 + 2 * i, 7, 9 + i] for i in range(4)]
 
     def run(runner) -> list:
-        got: list = []
-        steps = Scheduler(runner, Ids(), lambda r, event: r.emit(event), got.append)
-        for prompt in prompts:
-            assert steps.admit(GenerationRequest(prompt, SamplingParams(temperature=0), StopRule(48),
-                                                 lambda e: None), 0.0)
-            while steps.running:
-                steps.step()
-        return got
+        return greedy_usages(runner, prompts, 48)
 
     adaptive = BatchRunner(target, Method("m", drafter, TreeVerifier(budget=16)), capacity=96, adaptive=True)
     controller = adaptive.spec.controller(1)
