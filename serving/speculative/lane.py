@@ -14,8 +14,8 @@ block fits wherever the target's verify rows fit), so the target pool's free lis
 and releasing the target's rows frees the draft's.
 
 Rows are ragged, neither padded to the widest tree nor grouped by setting: a sequence near
-its max_tokens drafts less, a /health_generate probe's rounds all verify the widest setting, plain rows are one
-row, and each costs only its own rows. Speculation pays less as the batch grows (a batch of
+its max_tokens drafts less, a /health_generate probe's rounds all verify the widest setting,
+plain rows are one row, and each costs only its own rows. Speculation pays less as the batch grows (a batch of
 plain steps already reads the weights once for B tokens), so the adaptive controller keeps
 its measurements per batch-size bucket (1, 2, 3-4, 5-8, ...) and each bucket finds its own
 best setting, plain included. Lossless: every committed token is the target's own choice.
