@@ -166,7 +166,8 @@ def _flag_args(runtime, flag: Flag, value: object) -> list[str]:
         name = runtime.method_name(METHODS[value])
         return [flag.flag, name] if name else []
     if flag.style == "switch":
-        return ([flag.flag] + ([flag.value] if flag.value else [])) if value else []
+        on = value == flag.when if flag.when is not None else value
+        return ([flag.flag] + ([flag.value] if flag.value else [])) if on else []
     if flag.style == "off_switch":
         return [] if value else [flag.flag]
     return [] if value is None else [flag.flag, str(value)]

@@ -62,15 +62,24 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
                     selector: Optional[str] = SELECTOR,
                     inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
                     runtime: str = typer.Option("bundled", "--runtime",
-                                                help="bundled (/opt/ddops/venv) or vllm (/opt/vllm/venv)"),
+                                                help="bundled (/opt/ddops/venv), vllm (/opt/vllm/venv) or "
+                                                     "sglang (/opt/sglang/venv)"),
+                    version: Optional[str] = typer.Option(None, "--version",
+                                                          help="sglang on GPU hosts: the release (default 0.5.15)"),
                     as_json: bool = JSON,
                     debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
     """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index);
-    --runtime vllm installs vLLM 0.32 into /opt/vllm/venv (CPU build on hosts without a GPU)."""
+    --runtime vllm installs vLLM 0.32 into /opt/vllm/venv (CPU build on hosts without a GPU);
+    --runtime sglang installs SGLang into /opt/sglang/venv (0.5.15's CPU engine on hosts without one)."""
     installer = INSTALLERS.get(runtime)
     if installer is None:
-        raise LabUsageError(f"--runtime {runtime!r}: ddops installs {' or '.join(INSTALLERS)} (SGLang is the operator's)")
-    installer(host, hosts, selector, inventory, as_json)
+        raise LabUsageError(f"--runtime {runtime!r}: ddops installs {', '.join(INSTALLERS)}")
+    if version and runtime != "sglang":
+        raise LabUsageError(f"--version: ddops installs one {runtime} release; --version picks SGLang's")
+    if runtime == "bundled":
+        installer(host, hosts, selector, inventory, as_json)
+    else:
+        installer(runtime, host, hosts, selector, inventory, as_json, version)
 
 
 def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
@@ -97,30 +106,35 @@ def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
     _summary(outcomes, line, as_json)
 
 
-def _install_vllm(host, hosts, selector, inventory, as_json: bool) -> None:
+def _install_peer(runtime: str, host, hosts, selector, inventory, as_json: bool, version: str | None) -> None:
+    """vLLM or SGLang from their pinned wheelhouses: a CPU build for hosts without a GPU."""
+    import importlib
     from ddops.install.many import run_on_hosts
-    from ddops.install.vllm import build_for, build_wheelhouse, install_vllm
     from ddops.lab.layout import LabLayout
 
+    module = importlib.import_module(f"ddops.install.{runtime}")
     targets = pick_hosts(host, hosts, selector, inventory)
     cache = LabLayout.from_env().cache_dir.parent
-    houses = {build: build_wheelhouse(cache, build) for build in sorted({build_for(t.gpu) for t in targets})}
-    by_name = {t.name: houses[build_for(t.gpu)] for t in targets}
+    builds = sorted({module.build_for(t.gpu) for t in targets})
+    houses = {build: module.build_wheelhouse(cache, build, *([version] if version else [])) for build in builds}
+    by_name = {t.name: houses[module.build_for(t.gpu)] for t in targets}
+    install = getattr(module, f"install_{runtime}")
     start = time.monotonic()
-    outcomes = run_on_hosts(targets, lambda remote, tick: install_vllm(remote, by_name[remote.host.name],
-                                                                      log=lambda _: None, progress=tick))
+    outcomes = run_on_hosts(targets, lambda remote, tick: install(remote, by_name[remote.host.name],
+                                                                 log=lambda _: None, progress=tick))
     took = time.monotonic() - start
+    name = {"vllm": "vLLM", "sglang": "SGLang"}[runtime]
 
     def line(o) -> str:
         r = o.report
         wheels = f"{len(r.wheels_installed)} wheel(s) installed" if r.wheels_installed else "already installed"
-        return (f"{r.host}: vLLM ({r.build} build) {wheels}; pushed {r.bytes_pushed / 1e6:.1f} MB in {took:.1f} s; "
-                f"its parser reports vLLM {r.version} with {r.flags} flags")
+        return (f"{r.host}: {name} ({r.build} build) {wheels}; pushed {r.bytes_pushed / 1e6:.1f} MB in {took:.1f} s; "
+                f"its parser reports {name} {r.version} with {r.flags} flags")
     _summary(outcomes, line, as_json)
 
 
 # The runtimes ddops installs itself, by --runtime.
-INSTALLERS = {"bundled": _install_bundled, "vllm": _install_vllm}
+INSTALLERS = {"bundled": _install_bundled, "vllm": _install_peer, "sglang": _install_peer}
 
 
 def push_model(directory: Path = typer.Argument(..., help="local model directory"),

@@ -7,6 +7,7 @@ SIGTERM to the supervisor halts the container cleanly.
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,14 +40,32 @@ def cgroup_dirs(layout: LabLayout, name: str) -> list[Path]:
     return [CGROUP_ROOT / h / layout.prefix / name for h in ("systemd", "unified") if (CGROUP_ROOT / h).is_dir()]
 
 
+# Folders a lab host keeps on this machine's disk instead of its RAM overlay (--volatile=overlay
+# writes to a tmpfs): SGLang's CPU venv is 6 GB (ddops/install/sglang.py).
+DISK_FOLDERS = ("/opt/sglang",)
+
+
+def disk_dir(layout: LabLayout, name: str, folder: str) -> Path:
+    return layout.host_dir(name) / "disk" / folder.strip("/").replace("/", "-")
+
+
+def fresh_disk(layout: LabLayout, name: str) -> None:
+    """A newly booted host starts with empty disk folders, as a new machine would."""
+    for folder in DISK_FOLDERS:
+        path = disk_dir(layout, name, folder)
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+
+
 def nspawn_args(layout: LabLayout, slot: HostSlot, rootfs: Path) -> list[str]:
     host_dir = layout.host_dir(slot.name)
+    disks = [f"--bind={disk_dir(layout, slot.name, folder)}:{folder}" for folder in DISK_FOLDERS]
     binds = [(host_dir / "ssh_host_ed25519_key", "/etc/ssh/ssh_host_ed25519_key"),
              (host_dir / "ssh_host_ed25519_key.pub", "/etc/ssh/ssh_host_ed25519_key.pub"),
              (layout.client_key.with_suffix(".pub"), "/root/.ssh/authorized_keys")]
     return ["-q", "-D", str(rootfs), "--volatile=overlay", "--register=no", "--keep-unit", "-b",
             "-M", slot.netns, f"--hostname={slot.name}", f"--network-namespace-path=/run/netns/{slot.netns}", "--console=read-only",
-            *(f"--bind-ro={src}:{dst}" for src, dst in binds)]
+            *(f"--bind-ro={src}:{dst}" for src, dst in binds), *disks]
 
 
 def boot(layout: LabLayout, slot: HostSlot, rootfs: Path) -> int:

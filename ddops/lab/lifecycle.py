@@ -107,6 +107,7 @@ def boot_hosts(layout: LabLayout, slots: list[HostSlot], tree: Path, log: Log) -
     for slot in slots:
         layout.host_dir(slot.name).mkdir(parents=True, exist_ok=True)
         keys.host_key(layout, slot)
+        container.fresh_disk(layout, slot.name)
         network.create_host_net(layout, slot)
         container.boot(layout, slot, tree)
         (layout.host_dir(slot.name) / "rootfs").write_text(f"{tree}\n")

@@ -17,6 +17,7 @@ change memory use in a way it does not model.
 from __future__ import annotations
 
 from ddops.profile.runtimes import POOL_CAP_FLAG, RUNTIMES
+from ddops.profile.schema import value_at
 from ddops.profile.sglang_versions import RENAMES, VersionError, flags_for, unknown_flags
 from ddops.vllm import versions as vllm_versions
 
@@ -78,7 +79,8 @@ def switch_on(profile, flag: str) -> bool:
 
 def modelled(profile) -> dict[str, str]:
     """Flag spelling (every tabulated version's) -> the profile key that renders it."""
-    table = {f.flag: f.key for f in RUNTIMES[profile.runtime].flags if f.flag}
+    table = {f.flag: f.key for f in RUNTIMES[profile.runtime].flags
+             if f.flag and (f.when is None or value_at(profile, f.key) == f.when)}
     table.update({alias: f.key for f in RUNTIMES[profile.runtime].flags for alias in f.aliases})
     for rename in RENAMES:
         if rename.old in table:

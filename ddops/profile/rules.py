@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from ddops.profile.methods import METHODS
 from ddops.profile.runtimes import RUNTIME_KEYS, RUNTIMES
-from ddops.profile.schema import Profile
+from ddops.profile.schema import Profile, value_at
 from ddops.profile.sglang_versions import KV_DTYPE_RENAMES, VersionError, flags_for, spell, unknown_flags
 from ddops.vllm import versions as vllm_versions
 
@@ -61,6 +61,11 @@ def _runtime(profile: Profile) -> list[tuple[str, str]]:
         served = [n for n, m in METHODS.items() if m.is_speculative and runtime.serves(m)]
         found.append(("speculative.algorithm", f"runtime {profile.runtime} cannot serve method "
                       f"{profile.speculative.algorithm} (it serves: {', '.join(served) or 'none'})"))
+    elif not runtime.speculates(profile.method, profile.service.device):
+        device = runtime.device_of(profile.service.device)
+        found.append(("speculative.algorithm", f"runtime {profile.runtime} cannot run a speculative method on "
+                      f"device {device} (it speculates on: {', '.join(sorted(runtime.speculates_on))}); "
+                      "serve plain decoding there, or speculate with the bundled runtime"))
     for flag in runtime.flags:
         if flag.refuses and value_at(profile, flag.key) in flag.refuses:
             found.append((flag.key, f"{value_at(profile, flag.key)!r} has no {flag.flag} value in "
@@ -143,13 +148,6 @@ def _vllm_version(profile: Profile) -> list[tuple[str, str]]:
         if problem:
             found.append((flag.key, problem))
     return found
-
-
-def value_at(profile: BaseModel, key: str) -> object:
-    value: object = profile
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def default_at(key: str) -> object:

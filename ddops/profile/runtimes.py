@@ -35,6 +35,7 @@ class Flag:
     aliases: tuple[str, ...] = ()   # older spellings a hand-written or old unit may carry
     refuses: tuple[object, ...] = ()   # profile values this runtime's flag cannot express
     value: str | None = None   # switch: a fixed value written after the flag (`--flag VALUE`)
+    when: str | None = None    # switch: written when the key holds this value (not when it is true)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class Runtime:
     mirror_refuses: tuple[str, ...] = ()
     # Whether it can be a mirroring shadow (POST /mirror/records, regenerate, compare).
     mirror_sink: bool = False
+    # The devices (`service.device`, else what needs_gpu implies) it runs a speculative method on.
+    speculates_on: frozenset[str] = frozenset({"cpu", "cuda"})
 
     def flag_for(self, key: str) -> Flag | None:
         return next((f for f in self.flags if f.key == key), None)
@@ -108,6 +111,13 @@ class Runtime:
 
     def serves(self, method) -> bool:
         return not method.is_speculative or self.method_name(method) is not None
+
+    def device_of(self, device: str | None) -> str:
+        """The device a profile's `service.device` means here (unset: the runtime's own)."""
+        return device or ("cuda" if self.needs_gpu else "cpu")
+
+    def speculates(self, method, device: str | None) -> bool:
+        return not method.is_speculative or self.device_of(device) in self.speculates_on
 
     def build_among(self, dists) -> Build | None:
         """The build whose distribution is among `dists` (normalised names), None if none is."""
@@ -152,10 +162,18 @@ SGLANG = Runtime(
     ) + _SPECULATIVE + (
         Flag("service.enable_metrics", "--enable-metrics", "switch"),
         Flag("service.log_level", "--log-level"),
+        # SGLang's CPU engine (docs/sglang.md): `--device cpu` with SGLANG_USE_CPU_ENGINE=1 in
+        # the unit (sglang.service.j2); without sgl-kernel's CPU ops, which no registry wheel
+        # has, torch_native is its one attention backend (intel_amx needs them).
+        Flag("service.device", "--device"),
+        Flag("service.device", "--attention-backend", "switch", value="torch_native", when="cpu"),
     ),
     api_key_via="config_file",
     needs_gpu=True,
     versioned_flags=True,
+    # 0.5.23's speculative_hook allows DFLASH only on cuda, npu and xpu; 0.5.15 on a CPU loads the
+    # draft, then dies in a triton kernel ("0 active drivers"): measured, docs/sglang.md.
+    speculates_on=frozenset({"cuda"}),
 )
 
 BUNDLED = Runtime(

