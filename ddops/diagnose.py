@@ -21,6 +21,7 @@ class Rule:
     pattern: str        # regex, searched case-insensitively across lines
     summary: str        # what happened, in one line
     next_step: str      # what the operator should do; may use {named} groups of the pattern
+    last: bool = False  # the last matching line is the evidence (a traceback ends in its cause)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,11 @@ CATALOG: tuple[Rule, ...] = (
          r"Initialization failed\. warmup error",
          "the server's built-in warm-up request failed",
          "check for an HTTP proxy intercepting loopback (set NO_PROXY=127.0.0.1,localhost)"),
+    # The exception a traceback ends in (`OSError: ...`, `huggingface_hub.errors.X: ...`).
+    Rule("runtime-crash",
+         r"^(\[[^\]]*\] )?(?P<exc>[A-Za-z_][\w.]*(Error|Exception)): \S",
+         "the runtime crashed with {exc}",
+         "read the traceback with `ddops logs --host HOST -n 200`", last=True),
     Rule("runtime-crash",
          r"(Scheduler hit an exception|Traceback \(most recent call last\))",
          "the runtime crashed with an exception",
@@ -186,7 +192,7 @@ def diagnose(journal: str) -> list[Finding]:
     for rule, regex in _COMPILED:
         if rule.cause in seen:
             continue
-        match = _first_match(regex, journal)
+        match = (_last_match if rule.last else _first_match)(regex, journal)
         if match is None:
             continue
         seen.add(rule.cause)
@@ -207,6 +213,10 @@ def _first_match(regex: re.Pattern, text: str) -> re.Match | None:
         if match:
             return match
     return None
+
+
+def _last_match(regex: re.Pattern, text: str) -> re.Match | None:
+    return next(filter(None, map(regex.search, reversed(text.splitlines()))), None)
 
 
 def _line_of(text: str, match: re.Match) -> str:

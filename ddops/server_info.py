@@ -4,11 +4,19 @@ demo all read it through here."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
+
+# SGLang's /server_info returns its server arguments, secrets included: `api_key`,
+# `admin_api_key` and `ssl_keyfile_password` in 0.5.15, at the top and again in every
+# internal_states entry (docs/sglang.md "Gate"). They are
+# dropped here, so no status, switch report or record ddops keeps can hold them.
+SECRET_FIELD = re.compile(r"(^|_)(api_key|password|secret)$")
 
 
 def read(client: httpx.Client, timeout: float = 30) -> dict | str:
-    """/server_info as a dict, or a one-line reason it could not be read."""
+    """/server_info as a dict without its secret fields, or a one-line reason it could not be read."""
     try:
         response = client.get("/server_info", timeout=timeout)
         info = response.json()
@@ -16,7 +24,17 @@ def read(client: httpx.Client, timeout: float = 30) -> dict | str:
         return f"/server_info: {type(err).__name__}"
     if response.status_code != 200 or not isinstance(info, dict):
         return f"/server_info: HTTP {response.status_code}"
-    return info
+    return without_secrets(info)
+
+
+def without_secrets(value):
+    """The same JSON value with every secret field dropped, at any depth: SGLang repeats its
+    server arguments in each internal_states entry."""
+    if isinstance(value, dict):
+        return {k: without_secrets(v) for k, v in value.items() if not SECRET_FIELD.search(str(k))}
+    if isinstance(value, list):
+        return [without_secrets(v) for v in value]
+    return value
 
 
 def read_or_empty(client: httpx.Client, timeout: float = 30) -> dict:

@@ -9,64 +9,29 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 
 from tests.conftest import TEST_API_KEY
-from tests.deploy.test_lab_deploy import HERE, Site
+from tests.deploy.peer_site import SERVED, PeerSite, told
+from tests.deploy.test_lab_deploy import HERE
 
 pytestmark = [pytest.mark.lab, pytest.mark.smollm]
 
 UNIT, PORT = "vtest.service", "30200"
-TARGET = ("--unit", UNIT, "--port", PORT)
 PROFILES = HERE / "profiles"
-SERVED = "smollm2-135m-instruct"
-
-
-def told(out: dict) -> str:
-    """A failed deploy's own words first: pytest's repr of the whole dict cuts them off."""
-    return "\n".join([out.get("message", ""), *map(str, out.get("diagnosis") or []), json.dumps(out)[:3000]])
-
-
-class VllmSite(Site):
-    bundled_answer = ""
-    def deploy_json(self, profile: str, *extra: str) -> tuple[int, dict]:
-        done = self.ddops("deploy", profile, "--host", self.name, *TARGET, "--yes", "--json", *extra)
-        assert done.stdout.strip(), done.stderr
-        return done.returncode, json.loads(done.stdout)
-
-    def unit_bytes(self) -> bytes | None:
-        return self.remote.read(f"/etc/systemd/system/{UNIT}")
-
-    def env_bytes(self) -> bytes | None:
-        return self.remote.read("/etc/ddops/vtest.env")
-
-    def started(self) -> tuple[int, int, str]:
-        out = self.remote.run(f"systemctl show {UNIT} -p ExecMainStartTimestampMonotonic -p NRestarts "
-                              "-p ActiveState --value").stdout.split()
-        return int(out[0]), int(out[1]), out[2]
-
-    def ask(self, key: str | None = TEST_API_KEY) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        body = {"model": SERVED, "messages": [{"role": "user", "content": "What is the capital of France?"}],
-                "max_tokens": 12, "temperature": 0}
-        return httpx.post(f"http://{self.host.address}:{PORT}/v1/chat/completions", json=body, headers=headers,
-                          timeout=120, trust_env=False)
 
 
 @pytest.fixture(scope="module")
 def vsite(deploy_lab, cache_dir):
     smollm_dir = cache_dir / "models" / SERVED     # `make models`
     assert (smollm_dir / "config.json").is_file(), f"{smollm_dir}: run make models"
-    s = VllmSite(deploy_lab, deploy_lab.hosts[-1])
+    s = PeerSite(deploy_lab, deploy_lab.hosts[-1], UNIT, PORT)
     installed = s.ddops("install-runtime", "--runtime", "vllm", "--host", s.name, "--json")
     assert installed.returncode == 0, installed.stdout + installed.stderr
     report = json.loads(installed.stdout)["hosts"][0]["report"]
     assert report["version"] == "0.32.0" and report["build"] == "cpu", report
     assert s.ddops("push-model", str(smollm_dir), "--host", s.name).returncode == 0
-    s.remote.run(f"systemctl disable --now {UNIT}; rm -rf /etc/systemd/system/{UNIT} /etc/ddops/vtest.env "
-                 f"/var/lib/ddops/history/{UNIT} /var/lib/ddops/deploy/{UNIT}; systemctl daemon-reload",
-                 check=False)
+    s.forget()
     yield s
     s.remote.run(f"systemctl disable --now {UNIT}", check=False)   # frees the host's ~5 GB
     s.remote.close()

@@ -122,9 +122,17 @@ def test_sglang_only_settings_are_fine_on_sglang(tmp_path):
     assert profile.model.tp_size == 2 and profile.mamba.ssm_dtype == "bfloat16"
 
 
-def test_device_is_bundled_only(tmp_path):
-    write(tmp_path, "p", BASE.replace("bundled", "sglang") + "service:\n  device: cpu\n")
-    assert "service.device (line 6): runtime sglang has no flag" in only_problem(tmp_path, "p")
+SPECULATE = "speculative:\n  algorithm: dflash\n  draft_model_path: /var/lib/ddops/models/d\n"
+
+
+def test_sglang_speculates_only_on_a_gpu(tmp_path):
+    """The runtime table's speculates_on: SGLang's CPU engine serves plain decoding only."""
+    write(tmp_path, "p", BASE.replace("bundled", "sglang") + "service:\n  device: cpu\n" + SPECULATE)
+    assert "speculative.algorithm (line 8): runtime sglang cannot run a speculative method on device cpu" \
+        in only_problem(tmp_path, "p")
+    for runtime, device in (("sglang", "cuda"), ("bundled", "cpu")):
+        write(tmp_path, "q", BASE.replace("bundled", runtime) + f"service:\n  device: {device}\n" + SPECULATE)
+        assert load_profile("q", tmp_path).method.is_speculative
 
 
 def test_problem_in_a_parent_names_the_parent_file(tmp_path):
