@@ -143,10 +143,12 @@ CATALOG: tuple[Rule, ...] = (
          r"(model[ _-]?(path|directory)[^\n]*(does not exist|not found|no such)"
          r"|No such file or directory: '(?P<path>[^']*config\.json)'"
          r"|does not appear to have a file named config\.json"
-         r"|is not a local folder and is not a valid model identifier)",
-         "the model (or draft) directory named in the unit is missing on the host",
+         r"|is not a local folder and is not a valid model identifier"
+         # transformers 5 (SGLang 0.5.15): a local path that is not there is taken for a hub repo id
+         r"|Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/[^']*')",
+         "a model, draft or tokenizer directory named in the unit is missing on the host",
          "push the model to the host (`ddops push-model`) or fix model_path / draft_model_path "
-         "in the profile"),
+         "(or a path in extra_args) in the profile"),
     Rule("port-in-use",
          r"(address already in use|Errno 98)",
          "the service's port is already taken by another process on the host",

@@ -155,7 +155,8 @@ def test_a_sglang_change_that_fails_at_start_is_reverted_byte_for_byte(ssite):
     assert (code, out["result"]) == (1, "reverted"), told(out)
     assert out["gate"]["checks"][0]["name"] == "health" and not out["gate"]["checks"][0]["ok"]
     causes = [d["cause"] for d in out["diagnosis"]]
-    assert causes[:1] == ["runtime-crash"] and "no-such-tokenizer" in out["diagnosis"][0]["evidence"], out["diagnosis"]
+    assert causes[:1] == ["model-path-missing"] and "no-such-tokenizer" in out["diagnosis"][0]["evidence"], \
+        out["diagnosis"]
     assert ssite.unit_bytes() == before_unit and ssite.env_bytes() == before_env
     assert ssite.ask().json()["choices"][0]["message"]["content"] == ssite.bundled_answer   # SGLang again
 
