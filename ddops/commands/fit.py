@@ -19,9 +19,9 @@ from ddops import exits
 from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, out
 from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, host_gpu, local_reader,
                        needs_gpu, read_models, remote_reader)
-from ddops.fit.profile_fit import predict
+from ddops.fit.profile_fit import cpu_device, predict, sizes_from_host_memory
 from ddops.fit.bundled import bundled_fit
-from ddops.fit.host_memory import read_host_memory
+from ddops.fit.host_memory import read_host_memory, read_node_memory
 from ddops.fit.gpus import known_names
 from ddops.fit.model import ModelFactsError
 from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
@@ -63,6 +63,9 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     if card is None and needs_gpu(resolved):
         raise ConfigError(["fit: say which GPU: --gpu KIND, --gpu-mem-gib N, or --host NAME "
                            "with a gpu in the inventory"])
+    if sizes_from_host_memory(resolved) and (target_host is None or models is not None):
+        raise ConfigError([f"fit {resolved.name}: SGLang's CPU engine sizes its pool from the host's free RAM "
+                           "when it starts: pass --host NAME (without --models)"])
     loaded, flags, host_bytes = _models(resolved, target_host, models)
     refused = target_refusals(resolved, loaded.target)
     if refused:
@@ -74,7 +77,12 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
         raise ConfigError([f"fit {resolved.name}: {line}" for line in bad_tp])
     if RUNTIMES[resolved.runtime].memory_model == "blocks":
         _report_blocks(resolved, predict(resolved, card, loaded, tp), as_json)
-    assessment = fit_profile(resolved, card, loaded, tp)
+    if sizes_from_host_memory(resolved):
+        if host_bytes is None:
+            raise ConfigError([f"fit {resolved.name}: {target_host.name}: /proc/meminfo could not be read"])
+        assessment = fit_profile(resolved, cpu_device(host_bytes), loaded, tp, available=host_bytes.available)
+    else:
+        assessment = fit_profile(resolved, card, loaded, tp)
     notes = kv_head_notes(loaded.target, loaded.draft) + memory_warnings(resolved)
     ok = assessment.verdict.fits and not (flags and flags.problems)
     code = EXIT_FITS if ok else EXIT_DOES_NOT_FIT
@@ -113,6 +121,8 @@ def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck |
                 memory = None
                 if RUNTIMES[profile.runtime].memory_model == "exact" and not needs_gpu(profile):
                     memory = read_host_memory(remote, profile.service.unit)
+                elif sizes_from_host_memory(profile):
+                    memory = read_node_memory(remote, profile.service.unit)
                 if not RUNTIMES[profile.runtime].versioned_flags:
                     return models, None, memory
                 return models, check_flags(profile, installed_version(remote, profile.service.python)), memory

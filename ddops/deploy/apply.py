@@ -112,7 +112,7 @@ def plan_change(remote, desired: Desired, facts: Facts, profile=None) -> Plan:
     plan = make_plan(desired, facts)
     if not (plan.changed or plan.start_needed):
         return plan
-    return make_plan(desired, facts, refusals(remote, desired.unit_text, profile))
+    return make_plan(desired, facts, refusals(remote, desired.unit_text, profile, desired.unit_name))
 
 
 def refused(host: str, plan: Plan, notes: list[str] | None = None) -> Outcome:

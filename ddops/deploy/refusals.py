@@ -47,7 +47,7 @@ class Refusal:
         return {"check": self.check, "reason": self.reason}
 
 
-def refusals(remote, unit_text: str, profile=None) -> list[Refusal]:
+def refusals(remote, unit_text: str, profile=None, unit: str | None = None) -> list[Refusal]:
     """Every definite reason the unit cannot start on this host; empty when none is known."""
     argv = unit_argv(unit_text)
     if not argv:
@@ -57,7 +57,7 @@ def refusals(remote, unit_text: str, profile=None) -> list[Refusal]:
     runtime_ok = not isinstance(known_flags(remote, runtime_of(argv)), str)
     found += [Refusal("flag" if runtime_ok else "runtime", reason) for reason in unknown_flags(remote, argv)]
     if profile is not None:
-        found += _fit_refusals(remote, profile)
+        found += _fit_refusals(remote, profile, unit)
     return found
 
 
@@ -99,9 +99,9 @@ def _start_refusals(files, argv: list[str], target: str) -> list[Refusal]:
     return [Refusal("flag", line) for line in refused(runtime, facts, speculative, max_total)]
 
 
-def _fit_refusals(remote, profile) -> list[Refusal]:
+def _fit_refusals(remote, profile, unit: str | None) -> list[Refusal]:
     from ddops.fit.checks import check_on_host
-    fit = check_on_host(profile, remote.host, remote)
+    fit = check_on_host(profile, remote.host, remote, unit)
     if fit is None or fit.fits:
         return []
     return [Refusal("fit", fit.line(profile.name))]

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddops.fit.model import ModelFactsError
-from ddops.fit.profile_fit import Reader, host_gpu, needs_gpu, predict, read_models
+from ddops.fit.profile_fit import (Reader, cpu_device, fit_profile, host_gpu, needs_gpu, predict, read_models,
+                                   sizes_from_host_memory)
 from ddops.fit.shape import tp_problems
 from ddops.inventory import Host
 from ddops.checkpoint import PreflightError
@@ -72,11 +73,27 @@ def check_hosts(profile: Profile, hosts: list[Host], read: Reader) -> tuple[list
     return checks, notes
 
 
-def check_on_host(profile: Profile, host: Host, remote) -> FitCheck | None:
-    """Deploy's check: the models as the host holds them, read over its SSH connection.
-    None when it does not apply or the configs cannot be read there (preflight's concern)."""
+def check_on_host(profile: Profile, host: Host, remote, unit: str | None = None) -> FitCheck | None:
+    """Deploy's check: the models as the host holds them, read over its SSH connection; for a
+    runtime that sizes its pool from the host's RAM, that RAM as it is now, with what `unit` (the
+    one the deploy replaces) holds counted as free. None when it does not apply or the configs
+    cannot be read there (preflight's concern)."""
     from ddops.fit.profile_fit import remote_reader
     try:
+        if sizes_from_host_memory(profile):
+            return _check_host_memory(profile, host, remote, unit or profile.service.unit)
         return check_host(profile, host, remote_reader(remote))
     except (PreflightError, ModelFactsError):
         return None
+
+
+def _check_host_memory(profile: Profile, host: Host, remote, unit: str) -> FitCheck | None:
+    from ddops.fit.host_memory import read_node_memory
+    from ddops.fit.profile_fit import remote_reader
+    memory = read_node_memory(remote, unit)
+    if memory is None:
+        return None
+    device = cpu_device(memory)
+    verdict = fit_profile(profile, device, read_models(profile, remote_reader(remote)),
+                          available=memory.available).verdict
+    return FitCheck(host.name, device.name, verdict.fits, verdict.reasons)

@@ -54,6 +54,10 @@ class Setup:
     mamba_ratio: float | None = None  # --mamba-full-memory-ratio
     mamba_strategy: str | None = None
     max_total_tokens: int | None = None  # --max-total-tokens: a cap on the KV pool's tokens
+    # Free before the weights load, when the device says it (a CPU host's MemAvailable per NUMA
+    # node, host_memory.NodeMemory); None: the card's memory less its CUDA context.
+    available: int | None = None
+    sglang_version: str | None = None   # the profile's sglang_version: some defaults moved between releases
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def plan(setup: Setup, target: ModelFacts, draft: ModelFacts | None = None) -> P
     """The pools SGLang would size for `setup`, per GPU."""
     tp = setup.tp
     capacity = setup.gpu.memory_bytes
-    pre = capacity - CUDA_CONTEXT
+    pre = setup.available if setup.available is not None else capacity - CUDA_CONTEXT
     target_w = math.ceil(target.weight_bytes(setup.weights_dtype) / tp)
     draft_w = math.ceil(draft.weight_bytes(setup.weights_dtype) / tp) if draft else 0
     weights = target_w + draft_w
@@ -136,7 +140,7 @@ def plan(setup: Setup, target: ModelFacts, draft: ModelFacts | None = None) -> P
 def reserve_bytes(s: Setup) -> int:
     """SGLang's default headroom (MB arithmetic of its memory hook), on this GPU."""
     gib = s.gpu.memory_bytes / (1 << 30)
-    chunk = s.chunked_prefill_size if s.chunked_prefill_size else auto_chunked_prefill(gib)
+    chunk = s.chunked_prefill_size if s.chunked_prefill_size else auto_chunked_prefill(gib, s.sglang_version)
     mib = 512 + 1.5 * max(chunk, 2048) + s.tp / 8 * 1024
     if s.cuda_graphs:
         mib += 2 * min(s.graph_max_bs or GRAPH_MAX_BS, s.max_running_requests or GRAPH_MAX_BS)
@@ -146,11 +150,21 @@ def reserve_bytes(s: Setup) -> int:
     return int(mib * MIB)
 
 
-def auto_chunked_prefill(gib: float) -> int:
+def auto_chunked_prefill(gib: float, version: str | None = None) -> int:
+    """SGLang's --chunked-prefill-size default by device memory. 0.5.23 (arg_groups/memory_hook.py)
+    takes 4096 from 20 to 35 GiB; 0.5.15 (server_args.py) took 2048 there, and the CPU engine is
+    0.5.15 (measured: chunked_prefill_size=2048 and mem_fraction_static 0.846 on a 23.5 GiB node)."""
+    if version is not None and _release(version) <= (0, 5, 15) and 20 <= gib < 35:
+        return 2048
     for limit, chunk in ((20, 2048), (35, 4096), (60, 4096), (90, 8192), (160, 8192)):
         if gib < limit:
             return chunk
     return 16384
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(0, 5, 15) from "0.5.15", "0.5.23+ddtree"."""
+    return tuple(int(part) for part in version.split("+")[0].split(".")[:3] if part.isdigit())
 
 
 def kv_cell(model: ModelFacts, s: Setup) -> int:

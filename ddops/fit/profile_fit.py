@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddops.fit import vllm_fit
-from ddops.fit.gpus import GpuKind, find_gpu, gpu_from_gib
+from ddops.fit.gpus import MIB, GpuKind, find_gpu, gpu_from_gib
 from ddops.fit.memory import Setup
 from ddops.fit.model import ModelFacts
 from ddops.fit.verdict import Assessment, assess
@@ -44,7 +44,8 @@ def read_models(profile: Profile, read: Reader) -> Models:
     return Models(read(profile.model.path), read(draft) if draft else None)
 
 
-def setup_for(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None) -> Setup:
+def setup_for(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None,
+              available: int | None = None) -> Setup:
     memory, mamba = profile.memory, profile.mamba
     weights_dtype = profile.model.dtype if profile.model.dtype != "auto" else models.target.dtype
     kv_dtype = KV_DTYPES.get(memory.kv_cache_dtype, weights_dtype)
@@ -59,7 +60,8 @@ def setup_for(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = N
         verify_tokens=verify_tokens(profile, models.draft),
         mamba_slots=mamba.max_mamba_cache_size, ssm_dtype=mamba.ssm_dtype,
         mamba_ratio=mamba.full_memory_ratio, mamba_strategy=mamba.scheduler_strategy,
-        max_total_tokens=int_value(profile, POOL_CAP_FLAG),
+        max_total_tokens=int_value(profile, POOL_CAP_FLAG), available=available,
+        sglang_version=profile.sglang_version,
     )
 
 
@@ -72,8 +74,19 @@ def verify_tokens(profile: Profile, draft: ModelFacts | None) -> int:
     return method.verify_rows(block, spec.ddtree_budget)
 
 
-def fit_profile(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None) -> Assessment:
-    return assess(setup_for(profile, gpu, models, tp), models.target, models.draft)
+def fit_profile(profile: Profile, gpu: GpuKind, models: Models, tp: int | None = None,
+                available: int | None = None) -> Assessment:
+    return assess(setup_for(profile, gpu, models, tp, available), models.target, models.draft)
+
+
+def sizes_from_host_memory(profile: Profile) -> bool:
+    """SGLang's pools on a CPU: sized from the host's RAM as it is at start (docs/sglang.md)."""
+    return RUNTIMES[profile.runtime].memory_model == "pools" and not needs_gpu(profile)
+
+
+def cpu_device(memory) -> GpuKind:
+    """A CPU host's NUMA node as the pool arithmetic's device (host_memory.NodeMemory)."""
+    return GpuKind(f"CPU ({memory.nodes} NUMA node{'s' if memory.nodes > 1 else ''})", memory.total // MIB)
 
 
 def predict(profile: Profile, gpu: GpuKind | None, models: Models, tp: int | None = None):

@@ -70,7 +70,7 @@ def refusals(remote, target) -> list:
     """The planning checks for target on this host, for callers that must change the host
     before they deploy (switch stops the running unit first)."""
     from ddops.deploy.refusals import refusals as knowable
-    return knowable(remote, target.desired.unit_text, target.profile)
+    return knowable(remote, target.desired.unit_text, target.profile, target.desired.unit_name)
 
 
 def version_before(remote, unit: str) -> str | None:

@@ -11,12 +11,16 @@ start is reverted byte for byte and the previous SGLang answers again."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import openai
 import pytest
 
 from ddops.deploy import ops
+from ddops.fit.host_memory import read_node_memory
+from ddops.fit.memory import plan
+from ddops.fit.profile_fit import cpu_device, read_models, remote_reader, setup_for
 from ddops.profile import list_profiles, load_profile
 from ddops.render import command_line
 from ddops.rollout.fleet import scrape
@@ -134,6 +138,7 @@ def test_shipped_sglang_profiles_parse_with_the_installed_sglang(ssite, name):
     ("sglang-cpu-dflash.yaml", None, "cannot run a speculative method on device cpu"),
     ("sglang-missing-model.yaml", "model-missing", "not-pushed/config.json"),
     ("sglang-unknown-flag.yaml", "flag", "--speculative-ddtree-budget-typo is not accepted by the installed"),
+    ("sglang-no-room.yaml", "fit", "Loaded weights leave no GPU memory for the KV cache"),
 ])
 def test_a_knowably_bad_sglang_change_exits_2_with_zero_restarts(ssite, profile, check, words):
     before_bytes, before = ssite.unit_bytes(), ssite.started()
@@ -159,6 +164,22 @@ def test_a_sglang_change_that_fails_at_start_is_reverted_byte_for_byte(ssite):
         out["diagnosis"]
     assert ssite.unit_bytes() == before_unit and ssite.env_bytes() == before_env
     assert ssite.ask().json()["choices"][0]["message"]["content"] == ssite.bundled_answer   # SGLang again
+
+
+def test_the_pool_sglang_sizes_is_the_one_fit_predicts_from_the_memory_it_found(ssite):
+    """The host's free RAM moves between ddops's read and SGLang's (docs/sglang.md "Memory"), so
+    the arithmetic is checked from the figure SGLang logged: free before its weights load."""
+    profile = load_profile(str(PROFILES / "sglang-fraction.yaml"))
+    code, out = ssite.deploy_json(str(PROFILES / "sglang-fraction.yaml"))
+    assert (code, out["result"]) == (0, "deployed"), told(out)
+    journal = ssite.remote.run(f"journalctl -u {UNIT} -o cat --no-pager -n 400").stdout
+    found = float(re.findall(r"Load weight begin\. avail mem=([0-9.]+) GB", journal)[-1]) * (1 << 30)
+    reported = int(re.findall(r"max_total_num_tokens=(\d+)", journal)[-1])
+    node = read_node_memory(ssite.remote, UNIT)
+    models = read_models(profile, remote_reader(ssite.remote))
+    predicted = plan(setup_for(profile, cpu_device(node), models, available=int(found)), models.target).kv_tokens
+    assert abs(predicted - reported) <= 0.05 * reported, (predicted, reported, found)
+    ssite.deploy_json("cpu-smollm2-sglang")
 
 
 def test_rollback_moves_the_host_back_to_the_bundled_runtime(ssite):
