@@ -19,7 +19,7 @@ from ddops import exits
 from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, out
 from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, host_gpu, local_reader,
                        needs_gpu, read_models, remote_reader)
-from ddops.fit.profile_fit import cpu_device, predict, sizes_from_host_memory
+from ddops.fit.profile_fit import cpu_device, free_at_load, predict, sizes_from_host_memory
 from ddops.fit.bundled import bundled_fit
 from ddops.fit.host_memory import read_host_memory, read_node_memory
 from ddops.fit.gpus import known_names
@@ -80,7 +80,7 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     if sizes_from_host_memory(resolved):
         if host_bytes is None:
             raise ConfigError([f"fit {resolved.name}: {target_host.name}: /proc/meminfo could not be read"])
-        assessment = fit_profile(resolved, cpu_device(host_bytes), loaded, tp, available=host_bytes.available)
+        assessment = fit_profile(resolved, cpu_device(host_bytes), loaded, tp, available=free_at_load(host_bytes))
     else:
         assessment = fit_profile(resolved, card, loaded, tp)
     notes = kv_head_notes(loaded.target, loaded.draft) + memory_warnings(resolved)

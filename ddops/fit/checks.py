@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddops.fit.model import ModelFactsError
-from ddops.fit.profile_fit import (Reader, cpu_device, fit_profile, host_gpu, needs_gpu, predict, read_models,
+from ddops.fit.profile_fit import (Reader, cpu_device, fit_profile, free_at_load, host_gpu, needs_gpu, predict, read_models,
                                    sizes_from_host_memory)
 from ddops.fit.shape import tp_problems
 from ddops.inventory import Host
@@ -95,5 +95,5 @@ def _check_host_memory(profile: Profile, host: Host, remote, unit: str) -> FitCh
         return None
     device = cpu_device(memory)
     verdict = fit_profile(profile, device, read_models(profile, remote_reader(remote)),
-                          available=memory.available).verdict
+                          available=free_at_load(memory)).verdict
     return FitCheck(host.name, device.name, verdict.fits, verdict.reasons)

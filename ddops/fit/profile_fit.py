@@ -84,6 +84,18 @@ def sizes_from_host_memory(profile: Profile) -> bool:
     return RUNTIMES[profile.runtime].memory_model == "pools" and not needs_gpu(profile)
 
 
+# What SGLang 0.5.15's CPU engine holds before it measures the memory free for its weights:
+# its HTTP/tokenizer, detokenizer and scheduler processes, each importing torch. Measured as
+# MemAvailable at ddops's read less the "Load weight begin. avail mem" it logs: 1.20-1.41 GiB
+# over four starts on a quiet lab host (docs/sglang.md "Memory").
+SGLANG_CPU_START = int(1.3 * (1 << 30))
+
+
+def free_at_load(memory) -> int:
+    """The memory SGLang's CPU engine will find free before its weights load (NodeMemory)."""
+    return max(0, memory.available - SGLANG_CPU_START)
+
+
 def cpu_device(memory) -> GpuKind:
     """A CPU host's NUMA node as the pool arithmetic's device (host_memory.NodeMemory)."""
     return GpuKind(f"CPU ({memory.nodes} NUMA node{'s' if memory.nodes > 1 else ''})", memory.total // MIB)
