@@ -16,6 +16,10 @@ way as a fresh profile) and the host's files:
                                  it refuses once it reads the target (ddops.fit.start_rules:
                                  --max-total-tokens on a speculative hybrid, bundled runtime)
   fit                            predicted not to fit the host's GPUs (needs the profile)
+  port                           the unit's port is held by a process of no ddops unit: the
+                                 runtime would fail to bind it (`[Errno 98] address already in
+                                 use`). A ddops unit holding it (the one this change replaces, or
+                                 one a switch stops first) is the plan's business, not a refusal.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from ddops.profile.extra_args import values_of
 
 @dataclass(frozen=True)
 class Refusal:
-    check: str      # model-missing | draft-missing | draft-target | load | unreadable | runtime | flag | fit
+    check: str      # model-missing | draft-missing | draft-target | load | unreadable | runtime | flag | fit | port
     reason: str
 
     def __str__(self) -> str:
@@ -56,9 +60,30 @@ def refusals(remote, unit_text: str, profile=None, unit: str | None = None) -> l
     found += [Refusal("load", reason) for reason in load_refusals(remote, argv)]
     runtime_ok = not isinstance(known_flags(remote, runtime_of(argv)), str)
     found += [Refusal("flag" if runtime_ok else "runtime", reason) for reason in unknown_flags(remote, argv)]
+    found += port_refusals(remote, argv, unit)
     if profile is not None:
         found += _fit_refusals(remote, profile, unit)
     return found
+
+
+# Each process listening on the port: "<pid> <systemd unit or -> <ddops|other> <command>" (one
+# SSH round); a unit is ddops's when its file carries the header render writes.
+_HOLDERS = ("ss -Hltnp 'sport = :{port}' 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | "
+            "while read p; do u=$(grep -o '[^/]*\\.service' /proc/$p/cgroup 2>/dev/null | tail -n1); "
+            "f=/etc/systemd/system/$u; grep -qs '^# ddops-profile:' \"$f\" && d=ddops || d=other; "
+            "echo \"$p ${{u:--}} $d $(cat /proc/$p/comm 2>/dev/null)\"; done")
+
+
+def port_refusals(remote, argv: list[str], unit: str | None) -> list[Refusal]:
+    port = read_launch(argv).int("service.port")
+    if port is None:
+        return []
+    lines = remote.run(_HOLDERS.format(port=port), check=False).stdout.split("\n")
+    holders = [line.split(maxsplit=3) for line in lines if len(line.split(maxsplit=3)) == 4]
+    return [Refusal("port", f"port {port} is held by {command} (pid {pid}, "
+                    f"{'unit ' + held if held != '-' else 'no unit'}): the runtime would fail to bind it; "
+                    "stop that process or deploy with another --port")
+            for pid, held, kind, command in holders if kind == "other" and held != unit]
 
 
 def _file_refusals(files, argv: list[str]) -> list[Refusal]:

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ddops import systemd
 from ddops.inventory import load_inventory
 from ddops.remote import connect
 
@@ -42,12 +43,12 @@ def ddops(*args: str) -> dict:
 def measure(remote, host: str, setting: str, folder: Path) -> dict:
     path = folder / f"pool-{setting}.yaml"
     path.write_text(profile_text(setting))
-    remote.run(f"systemctl disable --now {UNIT}; systemctl reset-failed {UNIT}", check=False)
+    remote.run(systemd.disable_now(UNIT), check=False)
     predicted = ddops("fit", str(path), "--host", host).get("kv_pool_tokens")
-    since = remote.run("date +'%Y-%m-%d %H:%M:%S'").stdout.strip()
+    since = int(remote.run("date +%s").stdout.strip())
     deployed = ddops("deploy", str(path), "--host", host, "--unit", UNIT, "--port", PORT, "--yes", "--force")
-    journal = remote.run(f"journalctl -u {UNIT} -o cat --no-pager --since '{since}'", check=False).stdout
-    remote.run(f"systemctl disable --now {UNIT}", check=False)
+    journal = remote.run(systemd.journal(UNIT, 5000, since=since), check=False).stdout
+    remote.run(systemd.disable_now(UNIT), check=False)
     free = re.findall(r"Load weight begin\. avail mem=([0-9.]+) GB", journal)
     pool = re.findall(r"max_total_num_tokens=(\d+)", journal)
     reported = int(pool[-1]) if pool else None

@@ -103,7 +103,8 @@ def test_a_plan_with_refusals_is_refused_only_when_it_would_restart():
 
 def test_a_connection_reads_each_checkpoint_file_once(tmp_path):
     """The planning checks, the fit reader and a re-plan under the deploy lock share one reader
-    per connection: over SSH every read is a round trip."""
+    per connection: over SSH every read is a round trip. (Who holds the unit's port is live
+    state, read again by each plan.)"""
     from ddops.fit.profile_fit import remote_reader
     full = {**TARGET, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512}
     target = write_model(tmp_path / "t", full, {"embed.weight": [300, 64]})
@@ -115,4 +116,5 @@ def test_a_connection_reads_each_checkpoint_file_once(tmp_path):
     assert remote_reader(shell)(target).path == target
     assert refusals(shell, text) == []
     assert any("config.json" in c for c in shell.calls)
-    assert len(shell.calls) == len(set(shell.calls)), shell.calls
+    files = [c for c in shell.calls if not c.startswith("ss ")]    # who holds the port is read live, each plan
+    assert len(files) == len(set(files)), shell.calls
