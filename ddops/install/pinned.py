@@ -125,6 +125,23 @@ def install_wheels(remote: Remote, house: PinnedWheelhouse, log=print, progress=
     return Pushed(venv_created, tuple(w.name for w in wanted), pushed.bytes_copied if pushed else 0)
 
 
+@dataclass(frozen=True)
+class PeerReport:
+    """What `install-runtime` says of one host (vLLM, SGLang)."""
+    host: str
+    build: str
+    venv_created: bool
+    wheels_installed: tuple[str, ...]
+    bytes_pushed: int
+    version: str            # what the installed runtime's own parser reports
+    flags: int              # how many flags that parser defines
+
+    @classmethod
+    def of(cls, remote: Remote, house: PinnedWheelhouse, pushed: Pushed, version: str, flags: int) -> "PeerReport":
+        return cls(remote.host.name, house.build, pushed.venv_created, pushed.wheels_installed, pushed.bytes_pushed,
+                   version, flags)
+
+
 def install_local(venv: Path, cache: Path, release: Release, log=print) -> None:
     """The same wheels into a venv on this machine (the peer the tests and benchmarks run);
     `.installed` marks it complete, so a rerun does nothing."""

@@ -18,12 +18,11 @@ The check after install is SGLang's own argument parser: its version and every f
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from ddops import exits
 from ddops.install import pinned
-from ddops.install.pinned import PinnedWheelhouse, Release
+from ddops.install.pinned import PeerReport, PinnedWheelhouse, Release
 from ddops.remote import Remote
 
 CPU_VERSION = "0.5.15"
@@ -58,17 +57,6 @@ PROBE = (
 PROBE_ENV = "HF_HUB_OFFLINE=1 HOME=/tmp"
 
 
-@dataclass(frozen=True)
-class SglangInstallReport:
-    host: str
-    build: str
-    venv_created: bool
-    wheels_installed: tuple[str, ...]
-    bytes_pushed: int
-    version: str            # what the installed SGLang reports
-    flags: int              # how many flags its parser defines
-
-
 def build_for(gpu) -> str:
     return "cpu" if gpu is None else "cuda"
 
@@ -98,9 +86,8 @@ def probe_installed(remote: Remote, python: str = PYTHON) -> dict:
     return json.loads(lines[-1])
 
 
-def install_sglang(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> SglangInstallReport:
+def install_sglang(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> PeerReport:
     pushed = pinned.install_wheels(remote, house, log, progress, what=" (torch and its libraries take ~2 min)")
     remote.run(f"rm -rf {WHEEL_DIR}")     # 2.9 GB of wheels, all installed now; a rerun pushes none
     facts = probe_installed(remote)
-    return SglangInstallReport(remote.host.name, house.build, pushed.venv_created, pushed.wheels_installed,
-                               pushed.bytes_pushed, facts["version"], len(facts["flags"]))
+    return PeerReport.of(remote, house, pushed, facts["version"], len(facts["flags"]))

@@ -15,11 +15,10 @@ A GPU host gets the CUDA `vllm` package of the same version (its torch comes wit
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ddops.install import pinned
-from ddops.install.pinned import PinnedWheelhouse, Release
+from ddops.install.pinned import PeerReport, PinnedWheelhouse, Release
 from ddops.remote import Remote
 from ddops.vllm.parser_facts import PROBE, ParserFacts, parse
 
@@ -32,17 +31,6 @@ PYTHON = f"{VENV}/bin/python"
 WHEEL_DIR = "/var/lib/ddops/vllm-wheelhouse"
 # vLLM's imports are slow and write caches: the check runs with the unit's own settings.
 PROBE_ENV = "VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 HOME=/tmp"
-
-
-@dataclass(frozen=True)
-class VllmInstallReport:
-    host: str
-    build: str
-    venv_created: bool
-    wheels_installed: tuple[str, ...]
-    bytes_pushed: int
-    version: str            # what the installed vLLM's parser reports
-    flags: int              # how many flags that parser defines
 
 
 def build_for(gpu) -> str:
@@ -68,12 +56,11 @@ def probe_installed(remote: Remote, python: str = PYTHON) -> ParserFacts:
     return parse(result.stdout)
 
 
-def install_vllm(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> VllmInstallReport:
+def install_vllm(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> PeerReport:
     pushed = pinned.install_wheels(remote, house, log, progress, what=" (vLLM takes ~1 min)")
     _check_kernels(remote)
     facts = probe_installed(remote)
-    return VllmInstallReport(remote.host.name, house.build, pushed.venv_created, pushed.wheels_installed,
-                             pushed.bytes_pushed, facts.version, len(facts.flags))
+    return PeerReport.of(remote, house, pushed, facts.version, len(facts.flags))
 
 
 # vLLM imports without its compiled kernels (it only warns), then its worker dies at start

@@ -18,6 +18,20 @@ def told(out: dict) -> str:
     return "\n".join([out.get("message", ""), *map(str, out.get("diagnosis") or []), json.dumps(out)[:3000]])
 
 
+def peer_site(lab, cache_dir, runtime: str, unit: str, port: str):
+    """The lab's last host with RUNTIME installed and SmolLM2 pushed, no test unit on it; the
+    unit stopped afterwards (a peer holds GBs of the machine's RAM). Yields (site, install report)."""
+    smollm_dir = cache_dir / "models" / SERVED     # `make models`
+    assert (smollm_dir / "config.json").is_file(), f"{smollm_dir}: run make models"
+    site = PeerSite(lab, lab.hosts[-1], unit, port)
+    report = site.install(runtime)
+    assert site.ddops("push-model", str(smollm_dir), "--host", site.name).returncode == 0
+    site.forget()
+    yield site, report
+    site.remote.run(f"systemctl disable --now {unit}", check=False)
+    site.remote.close()
+
+
 class PeerSite(Site):
     bundled_answer = ""
 
@@ -51,6 +65,12 @@ class PeerSite(Site):
         self.remote.run(f"systemctl disable --now {self.unit}; rm -rf /etc/systemd/system/{self.unit} "
                         f"/etc/ddops/{self.stem}.env /var/lib/ddops/history/{self.unit} "
                         f"/var/lib/ddops/deploy/{self.unit}; systemctl daemon-reload", check=False)
+
+    def install(self, runtime: str) -> dict:
+        """`install-runtime --runtime RUNTIME` on this host: its report."""
+        installed = self.ddops("install-runtime", "--runtime", runtime, "--host", self.name, "--json")
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        return json.loads(installed.stdout)["hosts"][0]["report"]
 
     def ask(self, key: str | None = TEST_API_KEY, content: str = "What is the capital of France?",
             max_tokens: int = 12) -> httpx.Response:

