@@ -157,8 +157,11 @@ def ask(base_url: str, model: str, key: str | None) -> None:
     rounds = server_info.accept_rounds(info)
     show.stage("request", f"POST {base_url}/v1/chat/completions from outside the host")
     show.console.print(f"    answer: {text!r}")
+    # A speculative lane reports the setting its controller runs; plain decoding has no lane
+    # (its server arguments still say speculative_adaptive "on", the default).
+    setting = info.get("speculative_current_setting")
     show.console.print(f"    method {info.get('speculative_algorithm') or 'plain'}"
-                       f"{' (adaptive, running ' + info['speculative_current_setting'] + ')' if info.get('speculative_adaptive') else ''}, "
+                       f"{f' (adaptive, running {setting})' if setting else ''}, "
                        f"draft's average accepted length {accept:.2f}"
                        f"{f' over {rounds} rounds' if rounds else ''}, "
                        f"{server_info.throughput(info) or 0:.1f} tokens/s")
