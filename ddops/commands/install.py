@@ -4,7 +4,7 @@ a,b,c or --selector key=value), in parallel with a progress bar per host (ddops.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -74,12 +74,13 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
     installer = INSTALLERS.get(runtime)
     if installer is None:
         raise LabUsageError(f"--runtime {runtime!r}: ddops installs {', '.join(INSTALLERS)}")
-    if version and runtime != "sglang":
-        raise LabUsageError(f"--version: ddops installs one {runtime} release; --version picks SGLang's")
-    if runtime == "bundled":
-        installer(host, hosts, selector, inventory, as_json)
+    if version and not installer.picks_version:
+        choosers = ", ".join(name for name, i in INSTALLERS.items() if i.picks_version)
+        raise LabUsageError(f"--version: ddops installs one {installer.label} release; --version picks {choosers}'s")
+    if installer.module is None:
+        _install_bundled(host, hosts, selector, inventory, as_json)
     else:
-        installer(runtime, host, hosts, selector, inventory, as_json, version)
+        _install_peer(installer, host, hosts, selector, inventory, as_json, version)
 
 
 def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
@@ -106,24 +107,25 @@ def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
     _summary(outcomes, line, as_json)
 
 
-def _install_peer(runtime: str, host, hosts, selector, inventory, as_json: bool, version: str | None) -> None:
+def _install_peer(installer: "Installer", host, hosts, selector, inventory, as_json: bool,
+                  version: str | None) -> None:
     """vLLM or SGLang from their pinned wheelhouses: a CPU build for hosts without a GPU."""
     import importlib
     from ddops.install.many import run_on_hosts
     from ddops.lab.layout import LabLayout
 
-    module = importlib.import_module(f"ddops.install.{runtime}")
+    module = importlib.import_module(installer.module)
     targets = pick_hosts(host, hosts, selector, inventory)
     cache = LabLayout.from_env().cache_dir.parent
     builds = sorted({module.build_for(t.gpu) for t in targets})
     houses = {build: module.build_wheelhouse(cache, build, *([version] if version else [])) for build in builds}
     by_name = {t.name: houses[module.build_for(t.gpu)] for t in targets}
-    install = getattr(module, f"install_{runtime}")
+    install = module.install
     start = time.monotonic()
     outcomes = run_on_hosts(targets, lambda remote, tick: install(remote, by_name[remote.host.name],
                                                                  log=lambda _: None, progress=tick))
     took = time.monotonic() - start
-    name = {"vllm": "vLLM", "sglang": "SGLang"}[runtime]
+    name = installer.label
 
     def line(o) -> str:
         r = o.report
@@ -133,8 +135,18 @@ def _install_peer(runtime: str, host, hosts, selector, inventory, as_json: bool,
     _summary(outcomes, line, as_json)
 
 
+@dataclass(frozen=True)
+class Installer:
+    """How ddops installs one runtime (--runtime)."""
+    label: str
+    module: str | None = None       # a peer's module: build_for, build_wheelhouse, install (pinned.py)
+    picks_version: bool = False     # --version chooses its release
+
+
 # The runtimes ddops installs itself, by --runtime.
-INSTALLERS = {"bundled": _install_bundled, "vllm": _install_peer, "sglang": _install_peer}
+INSTALLERS = {"bundled": Installer("ddops"),
+              "vllm": Installer("vLLM", "ddops.install.vllm"),
+              "sglang": Installer("SGLang", "ddops.install.sglang", picks_version=True)}
 
 
 def push_model(directory: Path = typer.Argument(..., help="local model directory"),

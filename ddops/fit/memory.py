@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ddops.fit.gpus import MIB, GpuKind
 from ddops.fit.model import ModelFacts, dtype_bytes
+from ddops.profile.sglang_versions import at_least
 
 CUDA_CONTEXT = 512 * MIB  # CUDA context + NCCL before the first allocation (0.3-0.6 GB measured)
 MAMBA_FULL_MEMORY_RATIO = 0.9  # SGLang's --mamba-full-memory-ratio default
@@ -154,17 +155,12 @@ def auto_chunked_prefill(gib: float, version: str | None = None) -> int:
     """SGLang's --chunked-prefill-size default by device memory. 0.5.23 (arg_groups/memory_hook.py)
     takes 4096 from 20 to 35 GiB; 0.5.15 (server_args.py) took 2048 there, and the CPU engine is
     0.5.15 (measured: chunked_prefill_size=2048 and mem_fraction_static 0.846 on a 23.5 GiB node)."""
-    if version is not None and _release(version) <= (0, 5, 15) and 20 <= gib < 35:
+    if version is not None and not at_least(version, "0.5.16") and 20 <= gib < 35:
         return 2048
     for limit, chunk in ((20, 2048), (35, 4096), (60, 4096), (90, 8192), (160, 8192)):
         if gib < limit:
             return chunk
     return 16384
-
-
-def _release(version: str) -> tuple[int, ...]:
-    """(0, 5, 15) from "0.5.15", "0.5.23+ddtree"."""
-    return tuple(int(part) for part in version.split("+")[0].split(".")[:3] if part.isdigit())
 
 
 def kv_cell(model: ModelFacts, s: Setup) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import shlex
 import shutil
 import subprocess
 import sys
@@ -48,8 +47,9 @@ class Release:
         recipe = "\n".join(" ".join(args) for args in self.downloads)
         return hashlib.sha256(f"{python_tag()}\n{recipe}\n{sorted(self.left_out)}".encode()).hexdigest()[:12]
 
-    def kept(self, wheel: Path) -> bool:
-        return wheel_identity(wheel)[0] not in {normalize(n) for n in self.left_out}
+    def keeps(self, name: str) -> bool:
+        """Whether a distribution (normalized name) goes into the host's venv."""
+        return name not in {normalize(n) for n in self.left_out}
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class PinnedWheelhouse:
 
     @property
     def wheels(self) -> list[Path]:
-        return sorted(w for w in self.directory.glob("*.whl") if self.release.kept(w))
+        return sorted(w for w in self.directory.glob("*.whl") if self.release.keeps(wheel_identity(w)[0]))
 
     @property
     def requirements(self) -> Path:
@@ -82,7 +82,7 @@ def build_wheelhouse(cache: Path, release: Release, log=print) -> PinnedWheelhou
             for args in release.downloads:
                 pip(["download", "-q", "--dest", str(work), *args])
             pinned = sorted(f"{name}=={version}" for name, version in map(wheel_identity, work.glob("*.whl"))
-                            if release.kept(Path(f"{name}-{version}-x.whl")))
+                            if release.keeps(name))
             (work / "requirements.txt").write_text("\n".join(pinned) + "\n")
             (work / ".complete").write_text("")
             shutil.rmtree(directory, ignore_errors=True)
@@ -156,7 +156,3 @@ def install_local(venv: Path, cache: Path, release: Release, log=print) -> None:
     marker.write_text(" ".join(release.downloads[-1]) + "\n")
     log(f"{venv}: {release.name} ({release.build} build) installed ({len(house.wheels)} wheels"
         + (f", no {', '.join(sorted(release.left_out))})" if release.left_out else ")"))
-
-
-def quoted(text: str) -> str:
-    return shlex.quote(text)

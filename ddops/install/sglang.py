@@ -18,6 +18,7 @@ The check after install is SGLang's own argument parser: its version and every f
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from ddops import exits
@@ -79,14 +80,14 @@ def build_wheelhouse(cache: Path, build: str, version: str | None = None, log=pr
 
 def probe_installed(remote: Remote, python: str = PYTHON) -> dict:
     """The installed SGLang's version and flags from its own parser (~6 s of imports)."""
-    result = remote.run(f"cd /tmp && {PROBE_ENV} {python} -c {pinned.quoted(PROBE)}", timeout=300)
+    result = remote.run(f"cd /tmp && {PROBE_ENV} {python} -c {shlex.quote(PROBE)}", timeout=300)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if not lines:
         raise exits.HostFailed(f"{remote.host.name}: SGLang's parser printed nothing: {result.stderr[-300:]}")
     return json.loads(lines[-1])
 
 
-def install_sglang(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> PeerReport:
+def install(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> PeerReport:
     pushed = pinned.install_wheels(remote, house, log, progress, what=" (torch and its libraries take ~2 min)")
     remote.run(f"rm -rf {WHEEL_DIR}")     # 2.9 GB of wheels, all installed now; a rerun pushes none
     facts = probe_installed(remote)

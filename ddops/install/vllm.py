@@ -15,6 +15,7 @@ A GPU host gets the CUDA `vllm` package of the same version (its torch comes wit
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from ddops.install import pinned
@@ -52,11 +53,11 @@ def build_wheelhouse(cache: Path, build: str, log=print) -> PinnedWheelhouse:
 
 def probe_installed(remote: Remote, python: str = PYTHON) -> ParserFacts:
     """The installed vLLM's own parser facts (it imports, and its parser builds), ~10 s."""
-    result = remote.run(f"cd /tmp && {PROBE_ENV} {python} -c {pinned.quoted(PROBE)}", timeout=300)
+    result = remote.run(f"cd /tmp && {PROBE_ENV} {python} -c {shlex.quote(PROBE)}", timeout=300)
     return parse(result.stdout)
 
 
-def install_vllm(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> PeerReport:
+def install(remote: Remote, house: PinnedWheelhouse, log=print, progress=None) -> PeerReport:
     pushed = pinned.install_wheels(remote, house, log, progress, what=" (vLLM takes ~1 min)")
     _check_kernels(remote)
     facts = probe_installed(remote)
@@ -73,7 +74,7 @@ class HostLibraryMissing(RuntimeError):
 
 
 def _check_kernels(remote: Remote) -> None:
-    result = remote.run(f"cd /tmp && {PROBE_ENV} {PYTHON} -c {pinned.quoted(KERNELS)}", check=False, timeout=300)
+    result = remote.run(f"cd /tmp && {PROBE_ENV} {PYTHON} -c {shlex.quote(KERNELS)}", check=False, timeout=300)
     if result.ok:
         return
     error = next((line for line in reversed((result.stderr or "").splitlines()) if "Error" in line), "").strip()

@@ -87,11 +87,11 @@ class Flags:
 
     def renamed(self, flag: str) -> Rename | None:
         """The rename whose old spelling this version no longer prefers, if any."""
-        return next((r for r in RENAMES if r.old == flag and _at_least(self.release, r.deprecated_in)), None)
+        return next((r for r in RENAMES if r.old == flag and at_least(self.release, r.deprecated_in)), None)
 
     def rejects(self, flag: str) -> Rename | None:
         rename = self.renamed(flag)
-        return rename if rename and rename.removed_in and _at_least(self.release, rename.removed_in) else None
+        return rename if rename and rename.removed_in and at_least(self.release, rename.removed_in) else None
 
     def accepts(self, flag: str) -> bool:
         if self.rejects(flag):
@@ -105,7 +105,7 @@ def _key(version: str) -> tuple[int, int, int]:
     return tuple(int(g) for g in match.groups()[:3])  # type: ignore[union-attr, return-value]
 
 
-def _at_least(version: str, other: str) -> bool:
+def at_least(version: str, other: str) -> bool:
     return _key(version) >= _key(other)
 
 
@@ -121,7 +121,7 @@ def flags_for(version: str) -> Flags:
     ddtree = match.group(4) is not None
     algorithms = frozenset().union(*(r.algorithms for r in known)) | (DDTREE_ALGORITHMS if ddtree else frozenset())
     added = frozenset().union(*(r.added for r in known)) | (DDTREE_FLAGS if ddtree else frozenset())
-    drafts = frozenset(arch for arch, since in DRAFT_ARCHS_SINCE.items() if _at_least(version.split("+")[0], since))
+    drafts = frozenset(arch for arch, since in DRAFT_ARCHS_SINCE.items() if at_least(version.split("+")[0], since))
     return Flags(version, known[-1].version, algorithms, added, known[-1].kv_cache_dtypes, ddtree, drafts)
 
 
