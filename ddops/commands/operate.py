@@ -1,4 +1,4 @@
-"""Day-2 commands: status, logs, history, rollback, diagnose."""
+"""Day-2 commands: status, logs, history, rollback, recover, diagnose."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rich.table import Table
 from ddops import exits
 from ddops.deploy import Holder, show
 from ddops.deploy import rollback as rollbacks
+from ddops.deploy import change
 from ddops.deploy import history as host_history
 from ddops.deploy import ops
 from ddops.deploy.facts import journal
@@ -33,6 +34,7 @@ def register(app: typer.Typer) -> None:
     app.command("logs")(logs)
     app.command("history")(history)
     app.command("rollback")(rollback)
+    app.command("recover")(recover)
     app.command("diagnose")(diagnose)
 
 
@@ -57,10 +59,11 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
     reached, 3 when one failed mid-read; its row says why)."""
     if not host and not all_hosts:
         raise BadInput("say which hosts: --host NAME or --all")
-    rows, failed = [], {}      # failed: exit code -> the first host error with that code
+    rows, failed, left = [], {}, []      # failed: exit code -> the first host error with that code
     for h in _hosts([host] if host else [], inventory):
         try:
             with connect(h) as remote:
+                left += [{"host": h.name, **found} for found in change.interrupted(remote)]
                 units = [ops.pick_unit(remote, unit)] if unit else ops.units_on(remote)
                 rows += [ops.unit_status(remote, u).as_dict() for u in units]
         except (RemoteError, ops.OpsError) as err:
@@ -70,10 +73,24 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
     code = exits.worst(failed)
     if as_json:
         worst = failed.get(code)
-        print_json(code, error=str(worst) if worst else None, hint=worst and exits.cause_of(worst)[1], units=rows)
+        print_json(code, error=str(worst) if worst else None, hint=worst and exits.cause_of(worst)[1], units=rows,
+                   interrupted=left)
         raise typer.Exit(code)
     _status_table(rows)
+    for found in left:
+        show.console.print(f"[bold red]{escape(found['host'])}: interrupted[/bold red] "
+                           f"{escape(_interrupted_line(found))}")
     raise typer.Exit(code)
+
+
+def _interrupted_line(found: dict) -> str:
+    """A change a dead holder left, what it stopped, and the command that settles it."""
+    by = found["holder"] or {}
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found["since"] or 0))
+    stopped = f"; it stopped {', '.join(found['production'])}" if found["production"] else ""
+    return (f"`{found['what']}` at its {found['stage']} stage (pid {by.get('pid')} on {by.get('machine')}, "
+            f"since {when}){stopped}; run `{found['next']}` (any deploy, switch or rollback to the host "
+            "settles it first)")
 
 
 def _status_table(rows: list[dict]) -> None:
@@ -162,6 +179,28 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
     else:
         show.outcome(outcome)
     raise typer.Exit(outcome.code)
+
+
+def recover(host: str = HOST, yes: bool = typer.Option(False, "--yes", "-y"), as_json: bool = JSON,
+            inventory: Optional[Path] = INVENTORY) -> None:
+    """Settle what an interrupted command left on the host: finish a change whose new unit passed
+    its gate, else undo it (production as it was); restore every unfinished deploy's backup."""
+    if not (yes or sys.stdin.isatty()):
+        raise BadInput("refusing to recover without --yes: no terminal to confirm on")
+    with _open(host, inventory) as remote:
+        found = change.interrupted(remote)
+        if not as_json:
+            for item in found:
+                show.stage("recover", _interrupted_line({"host": host, **item}))
+        if found and not yes and not typer.confirm("Settle it?", default=False):
+            raise BadInput("recover declined")
+        progress = (lambda *a: None) if as_json else show.progress
+        said = change.recover_host(remote, Holder.here(f"ddops recover --host {host}"), progress)
+    if as_json:
+        print_json(exits.OK, host=host, interrupted=found, settled=said)
+        return
+    for line in said or [f"nothing interrupted on {host}"]:
+        show.console.print(escape(line))
 
 
 def diagnose(host: str = HOST, unit: Optional[str] = UNIT,

@@ -9,11 +9,12 @@ Public API (used by the CLI and by ddops.rollout):
   Outcome.code is one of ddops.exits's codes.
 """
 
-from ddops.deploy.apply import Outcome, RecoveryFailed, execute
+from ddops.deploy.apply import Outcome, execute
 from ddops.deploy.facts import Facts, read_facts
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.lock import Holder, HostLock, LockHeld
 from ddops.deploy.plan import Desired, Plan, make_plan
+from ddops.deploy.recover import RecoveryFailed
 from ddops.deploy.target import Target, load_target
 
 __all__ = [

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ddops.deploy import history
+from ddops.deploy.change import holding
 from ddops.deploy.desired import api_key_of, health_spec
 from ddops.deploy.facts import Facts, deploy_dir, read_facts, unit_show
 from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.refusals import refusals
-from ddops.deploy.lock import Holder, HostLock, describe
+from ddops.deploy.lock import Holder
 from ddops.deploy.plan import Desired, Plan, Step, make_plan
+from ddops.deploy.recover import RecoveryFailed, recover
 from ddops.deploy.revert import revert, take_backup
 from ddops.deploy.tunnel import reachable
 from ddops.deploy.unitwatch import UnitWatch
@@ -59,15 +61,18 @@ def noop_progress(stage: str, text: str) -> None:
 
 
 def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
-            progress=noop_progress, *, profile=None, force: bool = False) -> Outcome:
+            progress=noop_progress, *, profile=None, force: bool = False,
+            returns_to: str | None = None) -> Outcome:
     """The whole apply phase; returns an Outcome whose `code` is the CLI exit code.
 
     `profile` (when the change comes from one) adds the fit prediction to the planning checks;
-    `force` applies a plan with refusals anyway and records them in the history entry. Raises
-    LockHeld (exit 4) and RecoveryFailed (exit 3); SSH lost or a command failed once the host
-    began changing is the Outcome `host-error` (exit 3), which says what the host may hold."""
-    with HostLock(remote, holder) as lock:
-        notes = [f"recovered a stale lock left by {describe(lock.stale)}"] if lock.stale else []
+    `force` applies a plan with refusals anyway and records them in the history entry;
+    `returns_to` is the history entry a rollback goes back to (kept in the new entry). Runs
+    under the host lock (joined when the caller's change already holds it). Raises LockHeld
+    (exit 4) and RecoveryFailed (exit 3); SSH lost or a command failed once the host began
+    changing is the Outcome `host-error` (exit 3), which says what the host may hold."""
+    with holding(remote, holder, progress) as lock:
+        notes = list(lock.notes)
         facts = _facts(remote, desired)
         if facts.pending:
             done = _changing(remote, None, lambda: recover(remote, desired, facts, spec.timeout_s, progress))
@@ -83,7 +88,7 @@ def execute(remote, desired: Desired, spec: GateSpec, holder: Holder,
                            plan, notes=notes)
         if plan.refused and not force:
             return refused(remote.host.name, plan, notes)
-        outcome = _changing(remote, plan, lambda: _apply(remote, plan, facts, spec, holder, progress))
+        outcome = _changing(remote, plan, lambda: _apply(remote, plan, facts, spec, holder, progress, returns_to))
         outcome.notes[:0] = notes
         return outcome
 
@@ -122,42 +127,6 @@ def refused(host: str, plan: Plan, notes: list[str] | None = None) -> Outcome:
                    plan, notes=notes or [])
 
 
-def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=noop_progress) -> str:
-    """Undo a deploy that was killed after it began changing the host."""
-    pending = facts.pending or {}
-    who = describe(pending.get("holder"))
-    stage = pending.get("stage")
-    if stage in ("pushing", "revert-failed"):
-        if stage == "pushing":
-            _record_killed(remote, desired, facts, pending)
-        backup_unit = remote.read_text(f"{deploy_dir(desired.unit_name)}/backup/unit")
-        progress("recover", f"restoring the backup left by {who}")
-        result = revert(remote, desired.unit_name, desired.unit_path, desired.env_path,
-                        health_spec(backup_unit, remote.host.address, timeout_s), progress)
-        if not result.ok:
-            raise RecoveryFailed(f"{remote.host.name}: unfinished deploy of {pending.get('profile')} "
-                                 f"by {who} could not be recovered: {result.state}")
-        what = "an unfinished deploy" if stage == "pushing" else "the failed revert of a deploy"
-        text = f"recovered {what} of {pending.get('profile')} by {who}: {result.state}"
-    else:
-        text = f"cleared an unfinished deploy of {pending.get('profile')} by {who} (host untouched)"
-    remote.run(f"rm -f {q(deploy_dir(desired.unit_name))}/pending.json")
-    return text
-
-
-class RecoveryFailed(exits.RevertFailed):
-    """An unfinished deploy found on the host could not be undone (exit 3)."""
-
-
-def _record_killed(remote, desired: Desired, facts: Facts, pending: dict) -> None:
-    """Audit: the files the killed deploy had pushed, as a history entry of their own."""
-    if facts.unit_text is None:
-        return
-    killed = replace(desired, profile=pending.get("profile") or "?", profile_hash=pending.get("hash") or "")
-    record = history.Record.of(killed, pending.get("holder"), pending.get("started") or 0.0, "killed-recovered")
-    history.record(remote, facts.history_ids, facts.unit_text, facts.env_text or "", record)
-
-
 def _facts(remote, desired: Desired) -> Facts:
     return read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
 
@@ -176,6 +145,7 @@ class _Run:
     shown: str | None = None        # `systemctl show` right after the restart: the gate's first state
     record: history.Record | None = None            # the history entry, from the gate on
     report: GateReport | None = None
+    returns_to: str | None = None   # a rollback's entry
 
     @property
     def pending_path(self) -> str:
@@ -187,11 +157,12 @@ class _Run:
         self.remote.write(self.pending_path, json.dumps(self.pending))
 
 
-def _apply(remote, plan: Plan, facts: Facts, spec: GateSpec, holder: Holder, progress) -> Outcome:
+def _apply(remote, plan: Plan, facts: Facts, spec: GateSpec, holder: Holder, progress,
+           returns_to: str | None = None) -> Outcome:
     """Execute the plan's steps in order (the recover step ran before planning); the gate step
     ends the run on a failure (diagnose, record, revert), the record step on success."""
     desired = plan.desired
-    run = _Run(remote, plan, facts, spec, holder, progress)
+    run = _Run(remote, plan, facts, spec, holder, progress, returns_to=returns_to)
     run.pending = {"profile": desired.profile, "hash": desired.profile_hash, "holder": holder.as_dict(),
                    "started": time.time()}
     run.mark("backing-up")
@@ -243,7 +214,8 @@ def _gate(run: _Run, step: Step) -> Outcome | None:
                           api_key=api_key_of(desired.env_text), progress=run.progress)
     run.record = history.Record.of(desired, run.holder.as_dict(), run.pending["started"], "passed",
                                    gate_spec=run.spec, gate=report.as_dict(),
-                                   forced=tuple(r.as_dict() for r in run.plan.refusals))
+                                   forced=tuple(r.as_dict() for r in run.plan.refusals),
+                                   returns_to=run.returns_to)
     run.report = report
     return None if report.passed else _fail(run)
 

@@ -42,6 +42,7 @@ class Record:
     diagnosis: tuple[dict, ...] = ()    # Finding.as_dict() of the failed start's journal
     forced: tuple[dict, ...] = ()       # Refusal.as_dict() of the checks --force overrode
     revert: str | None = None           # what a revert after a failed gate left, in words
+    returns_to: str | None = None       # a rollback: the entry it went back to (ops.previous_good)
     secrets: dict = field(default_factory=dict)     # variable -> fingerprint (never the value)
 
     @classmethod

@@ -73,14 +73,23 @@ def describe(holder: dict | None) -> str:
 
 
 class HostLock:
-    """Context manager; `stale` holds the dead holder's details when one was recovered."""
+    """Context manager; `stale` holds the dead holder's details when one was recovered.
+
+    One lock per connection: a HostLock entered while its connection already holds the host's
+    lock joins that one (`joined`) and releases nothing, so a change made of steps that each
+    take the lock (a switch: stop, deploy, disable) holds it once, from its first step to its last."""
 
     def __init__(self, remote, holder: Holder):
         self.remote, self.holder = remote, holder
         self.stale: dict | None = None
+        self.joined = False
+        self.notes: list[str] = []      # what the taker settled before its own work (change.py)
         self._chan = None
 
     def __enter__(self) -> "HostLock":
+        if self.remote.lock is not None:
+            self.joined = True
+            return self
         payload = base64.b64encode(json.dumps(self.holder.as_dict()).encode()).decode()
         try:
             chan = self.remote.open_channel(_HOLD + payload)
@@ -89,7 +98,7 @@ class HostLock:
                 if name == "stale" and body:
                     self.stale = _parsed(body) or {"command": "(holder.json unreadable)"}
                 elif name == "locked":
-                    self._chan = chan
+                    self._chan, self.remote.lock = chan, self
                     return self
             status = chan.recv_exit_status()
             chan.close()
@@ -107,7 +116,7 @@ class HostLock:
     def release(self) -> None:
         if self._chan is None:
             return
-        chan, self._chan = self._chan, None
+        chan, self._chan, self.remote.lock = self._chan, None, None
         try:
             chan.sendall(b"release\n")
             chan.shutdown_write()

@@ -130,7 +130,9 @@ def _models_info(client: httpx.Client, launch: Launch) -> dict:
 
 
 def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
-    """`--to ID`, or the newest passed entry that differs from what the unit runs now."""
+    """`--to ID`, or the entry before what the unit runs now (previous_good). What it runs now is
+    what a killed deploy's recovery will put back: the backup, while a pending.json says one was
+    cut short (so a rollback killed and run again goes where the first one went)."""
     entries = history.entries(remote, unit)
     if to is not None:
         for entry in entries:
@@ -138,8 +140,11 @@ def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
                 return entry
         known = ", ".join(e.id for e in entries) or "none"
         raise OpsError(f"{remote.host.name}: no history entry {to} for {unit} (known: {known})")
-    current = read_header(remote.read_text(f"/etc/systemd/system/{unit}") or "").get("hash")
-    entry = previous_good(entries, current)
+    folder = f"{STATE}/deploy/{unit}"
+    pending, backup, text = remote.read_all(f"{folder}/pending.json", f"{folder}/backup/unit",
+                                            f"/etc/systemd/system/{unit}")
+    now = backup if pending is not None and backup is not None else text
+    entry = previous_good(entries, read_header((now or b"").decode()).get("hash"))
     if entry is None:
         raise OpsError(f"{remote.host.name}: no earlier passed deploy of {unit} to roll back to")
     return entry
@@ -149,8 +154,17 @@ GOOD = ("passed", "adopted")   # results a rollback may return to (adopted: hand
 
 
 def previous_good(entries: list[history.Entry], current_hash: str | None) -> history.Entry | None:
-    """Pure: the newest entry that passed its gate (or was adopted) and is not what runs now."""
-    for entry in reversed(entries):
+    """Pure: the newest entry that passed its gate (or was adopted) and is not what runs now.
+    When what runs now came back by a rollback, that rollback's own `returns_to` chain is followed
+    to the entry that first brought it, and only entries older than that count: a second
+    rollback goes further back instead of undoing the first."""
+    position = len(entries)
+    current = next((i for i in reversed(range(len(entries))) if entries[i].record.hash == current_hash
+                    and entries[i].record.result in GOOD), None)
+    index = {e.id: i for i, e in enumerate(entries)}
+    while current is not None and index.get(entries[current].record.returns_to or "", len(entries)) < current:
+        current = position = index[entries[current].record.returns_to]
+    for entry in reversed(entries[:position]):
         if entry.record.result in GOOD and entry.record.hash != current_hash:
             return entry
     return None

@@ -1,5 +1,5 @@
-"""The one rollback: a unit goes back to a history entry (`--to ID`, or the newest passed entry
-that differs from what it runs now) through the deploy engine, gated like a deploy and reverted
+"""The one rollback: a unit goes back to a history entry (`--to ID`, or by default the one
+before what it runs now, ops.previous_good) through the deploy engine, gated like a deploy and reverted
 if the gate fails. `ddops rollback` and a halted rollout's revert both use it.
 
 Planning checks the entry's unit like a deploy (refusals.py). The fit prediction needs the
@@ -36,7 +36,8 @@ class Rollback:
     def apply(self, remote, holder: Holder, progress=noop_progress, force: bool = False) -> Outcome:
         """Raises LockHeld / RecoveryFailed like every deploy; refused (exit 2) when the entry
         knowably cannot start (or is predicted not to fit), unless forced."""
-        outcome = execute(remote, self.desired, self.spec, holder, progress, profile=self.profile, force=force)
+        outcome = execute(remote, self.desired, self.spec, holder, progress, profile=self.profile, force=force,
+                          returns_to=self.entry.id)
         if self.note:
             outcome.notes.append(self.note)
         return outcome

@@ -77,6 +77,7 @@ class Remote:
         self.become = become or Become(None)
         self.endpoint = None     # sshconfig.Endpoint: where the connection really goes
         self.cache: dict = {}    # per-connection memo (e.g. the runtime's --help)
+        self.lock = None         # the host lock this connection holds (deploy/lock.py): nested changes join it
         # what this connection cost: commands (one exec channel each) and SFTP file operations
         # (several requests each), logged when it closes
         self.trips: Counter = Counter()

@@ -103,7 +103,7 @@ def timeline(lanes: dict[str, list[tuple[float, float, str]]], marks: list[tuple
     rollout events as labelled vertical lines."""
     figure, axis = plt.subplots(figsize=(9, 0.6 * max(2, len(lanes)) + 1.0))
     palette = {"running": "#8172b3", "done": COLOURS["pass"], "failed": COLOURS["fail"],
-               "reverted": COLOURS["baseline"], "revert_failed": "#000", "locked": "#937860",
+               "reverted": COLOURS["baseline"], "revert-failed": "#000", "locked": "#937860",
                "pending": "#eeeeee"}
     total = max([end for spans in lanes.values() for _, end, _ in spans] + [at for at, _ in marks] + [1e-3])
     for row, (host, spans) in enumerate(lanes.items()):

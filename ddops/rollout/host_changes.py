@@ -3,7 +3,9 @@
 
 deploy    load_target + execute (lock, push, restart, gate, revert on failure);
 rollback  re-apply a history entry through execute (gated like any deploy);
-stop / start / remove  a unit under the host's deploy lock, for switch and shadow;
+holding   the host lock for a whole change (deploy/change.py: settles what a dead holder left);
+change    the record a change that spans units writes first (begin, advance, end, was);
+stop / start / remove  a unit under the host's lock, for switch and shadow;
 snapshot  what a unit runs now (files header, history entry, /server_info) before a change;
 reads     the engine's day-2 reads a rollout needs (units_on, pick_unit, unit_state, unit_status,
           api_key_of, unit_argv, dialable), re-exported.
@@ -13,21 +15,21 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ddops import exits
-from ddops.deploy import Holder, HostLock, LockHeld, RecoveryFailed, execute, load_target
-from ddops.deploy import history, ops
+from ddops.deploy import Holder, LockHeld, RecoveryFailed, execute, load_target
+from ddops.deploy import change, history, ops
 from ddops.deploy.ops import pick_unit, unit_status, units_on
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
 from ddops.deploy.adopt import content_hash
 from ddops.deploy.desired import api_key_of, env_file_of, health_spec, unit_argv
 from ddops.deploy.facts import unit_state
-from ddops.deploy.tunnel import dialable, reachable
-from ddops.deploy.gate import GateSpec, run_health
-from ddops.deploy.unitwatch import UnitWatch
-from ddops.render import ENV_DIR, UNIT_DIR, read_header
+from ddops.deploy.tunnel import dialable
+from ddops.deploy.gate import GateSpec
+from ddops.deploy.recover import unit_paths
+from ddops.render import read_header
 
 q = shlex.quote
 NO_UNIT = "none"  # `before` of a host that had no such unit: reverting removes it
@@ -48,8 +50,9 @@ class Result:
                 "message": self.message, "history_entry": self.entry}
 
 
-def unit_paths(unit: str) -> tuple[str, str]:
-    return f"{UNIT_DIR}/{unit}", f"{ENV_DIR}/{unit.removesuffix('.service')}.env"
+def holding(remote, command: str, progress=lambda stage, text: None):
+    """The host's lock for a whole change; raises LockHeld (exit 4)."""
+    return change.holding(remote, Holder.here(command), progress)
 
 
 def deploy(remote, target, command: str, progress=lambda stage, text: None, force: bool = False) -> Result:
@@ -104,11 +107,20 @@ def rollback(remote, unit: str, entry_id: str, command: str, progress=lambda s, 
     return Result(remote.host.name, outcome.code, outcome.result, outcome.message, outcome.entry)
 
 
+def begin_change(remote, command: str, production: list[str], desired) -> "change.Change":
+    """Record, before the first step, a change that stops the `production` units to deploy
+    `desired` (plan.Desired): how to finish it and how to undo it (deploy/change.py)."""
+    was = tuple(change.was(remote, unit) for unit in production)
+    off = tuple(unit for unit in production if unit != desired.unit_name)
+    return change.begin(remote, change.Change(command, Holder.here(command).as_dict(), time.time(), was,
+                                              desired.unit_name, desired.profile_hash, off))
+
+
 def remove_unit(remote, unit: str, command: str) -> Result:
     """Stop, disable and delete a unit and its env file (history is kept for the audit trail)."""
     unit_path, env_path = unit_paths(unit)
     try:
-        with HostLock(remote, Holder.here(command)):
+        with holding(remote, command):
             remote.run(systemd.remove(unit, unit_path, env_path))
             state = unit_state(remote, unit)
     except LockHeld as err:
@@ -124,28 +136,22 @@ def disable_unit(remote, unit: str) -> None:
     remote.run(systemd.disable(unit), check=False)
 
 
-def stop_unit(remote, unit: str, command: str) -> None:
-    """Stop under the lock and wait until systemd says inactive (raises LockHeld)."""
-    with HostLock(remote, Holder.here(command)):
-        remote.run(systemd.stop(unit), check=False, timeout=300)
+def stop_unit(remote, unit: str) -> None:
+    """Stop and wait until systemd says inactive; the caller holds the host lock."""
+    assert remote.lock is not None, "a unit is stopped under the host lock"
+    remote.run(systemd.stop(unit), check=False, timeout=300)
 
 
 def start_unit(remote, unit: str, command: str, timeout_s: float = 300) -> Result:
     """Start a unit again (after a refused switch) and confirm it answers /health."""
     try:
-        with HostLock(remote, Holder.here(command)):
-            remote.run(systemd.start_no_block(unit))
-            spec = health_of(remote, unit, timeout_s)
-            report = None
-            if spec:
-                with reachable(remote, spec.base_url) as url, UnitWatch(remote, unit) as watch:
-                    report = run_health(replace(spec, base_url=url), watch)
+        with holding(remote, command):
+            started = change.start_checked(remote, unit, timeout_s)
     except LockHeld as err:
         return Result(remote.host.name, exits.LOCKED, "locked", str(err))
-    if report is not None and not report.passed:
-        return Result(remote.host.name, exits.NEEDS_OPERATOR, "start-failed",
-                      f"{unit} started but not healthy: {report.failure.detail}; the service is down")
-    return Result(remote.host.name, exits.OK, "started", f"{unit} is running again")
+    except RecoveryFailed as err:
+        return Result(remote.host.name, exits.NEEDS_OPERATOR, "start-failed", str(err))
+    return Result(remote.host.name, exits.OK, "started", f"{unit} is running again ({started})")
 
 
 def health_of(remote, unit: str, timeout_s: float) -> GateSpec | None:
@@ -183,6 +189,6 @@ def snapshot(remote, unit: str) -> Snapshot:
 
 
 # the engine's names are re-exported so rollout code reaches the deploy engine through this module only.
-__all__ = ["NO_UNIT", "LockHeld", "Result", "Snapshot", "api_key_of", "deploy", "dialable", "disable_unit",
-           "health_of", "load_target", "pick_unit", "refusals", "remove_unit", "rollback", "snapshot",
+__all__ = ["NO_UNIT", "LockHeld", "Result", "Snapshot", "api_key_of", "begin_change", "change", "deploy", "dialable",
+           "disable_unit", "health_of", "holding", "load_target", "pick_unit", "refusals", "remove_unit", "rollback", "snapshot",
            "start_unit", "stop_unit", "unit_paths", "unit_state", "unit_status", "units_on", "version_before"]

@@ -157,3 +157,14 @@ def test_rollback_default_is_the_newest_passed_entry_unlike_the_current_one():
     assert previous_good(entries, "b").id == "0001"
     assert previous_good(entries, "a").id == "0004"
     assert previous_good(entries[:1], "a") is None
+
+
+def test_a_second_rollback_goes_further_back_instead_of_undoing_the_first():
+    from ddops.deploy.history import Entry, Record
+    from ddops.deploy.ops import previous_good
+    e = lambda n, h, back=None: Entry("llm.service", f"{n:04d}-x", Record.from_json(  # noqa: E731
+        json.dumps({"hash": h, "result": "passed", "returns_to": back}), "llm.service"))
+    history = [e(1, "z"), e(2, "a"), e(3, "b"), e(4, "a", back="0002")]   # b rolled back to a
+    assert previous_good(history, "a").id == "0001"       # not b again
+    assert previous_good(history[:3] + [e(4, "a", back="0002"), e(5, "z", back="0001")], "z") is None
+    assert previous_good(history + [e(5, "c")], "c").id == "0004"   # a new deploy: back to what ran before it

@@ -26,7 +26,7 @@ MAX_WORKERS = 8
 class Outcome:
     """What deploying (or reverting) one host did."""
 
-    status: str  # done, failed, locked, unreachable, revert_failed (deploy) / reverted, revert_failed (revert)
+    status: str  # done, failed, locked, unreachable, revert-failed (deploy) / reverted, revert-failed (revert)
     changed: bool = False
     detail: str = ""
     before: str | None = None  # the host's version before the deploy (for a later revert)

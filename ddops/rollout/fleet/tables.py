@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 STATUS_STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red",
-                "reverted": "magenta", "revert_failed": "bold red", "locked": "red", "unreachable": "red"}
+                "reverted": "magenta", "revert-failed": "bold red", "locked": "red", "unreachable": "red"}
 
 
 def hosts_table(state, title: str = "Rollout") -> Table:

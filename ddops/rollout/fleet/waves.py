@@ -20,7 +20,8 @@ from ddops.profile.analysis import AnalysisSpec
 from ddops.profile.yamlfile import load_data
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
-REVERTED, REVERT_FAILED, LOCKED = "reverted", "revert_failed", "locked"
+REVERTED, REVERT_FAILED, LOCKED = "reverted", "revert-failed", "locked"
+SPELLED = {"revert_failed": REVERT_FAILED}   # state files written before one spelling of each result
 UNREACHABLE = "unreachable"     # no connection opened: nothing on the host changed
 NOT_DONE = (FAILED, LOCKED, REVERT_FAILED, UNREACHABLE)    # each counts against max_failures
 PAUSED = "paused"
@@ -251,8 +252,10 @@ class RolloutState:
 
     @classmethod
     def from_dict(cls, data: dict) -> "RolloutState":
+        hosts = {h: HostState(**{**s, "status": SPELLED.get(s["status"], s["status"])})
+                 for h, s in data["hosts"].items()}
         return cls(data["plan_digest"], data["profile"], tuple(tuple(w) for w in data["waves"]),
-                   {h: HostState(**s) for h, s in data["hosts"].items()}, data["status"],
+                   hosts, data["status"],
                    data.get("canary", 0), data.get("analysis", {}), data.get("paused_at"),
                    tuple(data.get("approved", ())), tuple(data.get("timeline", ())))
 

@@ -15,6 +15,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ddops import exits
 from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
 from ddops.profile import load_profile
 from ddops.profile.schema import RolloutSpec
@@ -276,15 +277,22 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
 
 
 def _promote_in_place(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:
+    """Under one host lock: remove the shadow, then switch production. The local record goes only
+    when this ends: a promote killed midway is run again as the same promote (the host's change
+    record is settled first, so production comes back before it goes again)."""
     with connect(record.host) as remote:
-        removed = host_changes.remove_unit(remote, record.unit, command)
-        if removed.code != 0:
-            return Lifecycle(removed.code, "promote failed", removed.message, record, (removed,))
-        clear_shadow()
-        report = switch(remote, target, unit=record.production_unit, command=command, progress=progress)
+        try:
+            with host_changes.holding(remote, command, progress) as held:
+                removed = host_changes.remove_unit(remote, record.unit, command)
+                if removed.code != 0:
+                    return Lifecycle(removed.code, "promote failed", removed.message, record, (removed,))
+                report = switch(remote, target, unit=record.production_unit, command=command, progress=progress)
+        except host_changes.LockHeld as err:
+            return Lifecycle(exits.LOCKED, "promote failed", str(err), record)
+    clear_shadow()   # the shadow is gone either way: promoted, or production back as it was
     touched = (removed, report.deploy) if report.deploy else (removed,)
-    return Lifecycle(report.code, "promoted" if report.code == 0 else "promote failed",
-                     report.detail, record, touched)
+    detail = "; ".join([*held.notes, report.detail])
+    return Lifecycle(report.code, "promoted" if report.code == 0 else "promote failed", detail, record, touched)
 
 
 def _promote_elsewhere(record: ShadowRecord, target, command: str, connect, progress) -> Lifecycle:

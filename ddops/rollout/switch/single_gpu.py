@@ -1,9 +1,12 @@
 """Switch a single-GPU host from one profile to another, sequentially.
 
-A host that cannot hold two servers at once goes: snapshot the running unit (files, history
-entry, /server_info) -> stop it -> check the GPU is free -> deploy the new profile through the
-deploy engine (push, start, gate) -> on a failed gate the engine restores the previous files;
-when the new profile runs under another unit name, the previous unit is started again here.
+A host that cannot hold two servers at once goes, under one host lock from first step to last:
+snapshot the running unit (files, history entry, /server_info) -> record the change on the host
+(deploy/change.py: what production was, how to finish or undo) -> stop it -> check the GPU is
+free -> deploy the new profile through the deploy engine (push, start, gate) -> on a failed gate
+the engine restores the previous files and the previous unit is started again here; on success
+a replaced unit of another name is disabled. A switch killed anywhere in between is settled by
+the next command that takes the host's lock (or `ddops recover`), and `ddops status` names it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ class SwitchReport:
     to_profile: str
     to_unit: str
     code: int = exits.OK
-    status: str = "switched"  # switched, unchanged, reverted, refused, revert_failed, locked
+    status: str = "switched"  # switched, unchanged, reverted, refused, revert-failed, locked
     detail: str = ""
     before: host_changes.Snapshot | None = None
     gpu: gpu.GpuCheck | None = None
@@ -56,8 +59,18 @@ def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
 def switch(remote, target, *, unit: str | None = None, command: str = "ddops switch",
            gpu_timeout_s: float = 60.0, progress=lambda stage, text: None,
            force: bool = False) -> SwitchReport:
-    new_unit = target.desired.unit_name
-    report = SwitchReport(remote.host.name, target.desired.profile, new_unit)
+    report = SwitchReport(remote.host.name, target.desired.profile, target.desired.unit_name)
+    try:
+        with host_changes.holding(remote, command, progress) as held:   # the whole switch, one lock
+            report.steps += held.notes
+            return _switch(remote, target, report, unit, command, gpu_timeout_s, progress, force)
+    except host_changes.LockHeld as err:
+        return _end(report, exits.LOCKED, "locked", str(err))
+
+
+def _switch(remote, target, report: SwitchReport, unit: str | None, command: str, gpu_timeout_s: float,
+            progress, force: bool) -> SwitchReport:
+    new_unit = report.to_unit
     old_unit = current_unit(remote, new_unit, unit)
     progress("plan", f"checking {target.desired.profile} can start on {remote.host.name}")
     same = old_unit == new_unit and remote.read_text(target.desired.unit_path) == target.desired.unit_text
@@ -69,18 +82,19 @@ def switch(remote, target, *, unit: str | None = None, command: str = "ddops swi
     if old_unit:
         progress("snapshot", f"{old_unit}: unit, history entry and /server_info")
         report.before = host_changes.snapshot(remote, old_unit)
+        recorded = host_changes.begin_change(remote, command, [old_unit], target.desired)
         progress("stop", systemd.stop(old_unit))
-        try:
-            host_changes.stop_unit(remote, old_unit, command)
-        except host_changes.LockHeld as err:
-            return _end(report, exits.LOCKED, "locked", str(err))
+        host_changes.stop_unit(remote, old_unit)
         report.steps.append(f"stopped {old_unit}")
+        host_changes.change.advance(remote, recorded, "gpu")
     progress("gpu", "checking the GPU is free")
     report.gpu = gpu.wait_free(remote, gpu_timeout_s)
     report.steps.append(f"gpu: {report.gpu.detail}")
     if not report.gpu.may_start:
         return _restore(remote, report, old_unit, command, f"not starting {new_unit}: {report.gpu.detail}",
                         status="refused")
+    if old_unit:
+        host_changes.change.advance(remote, recorded, "deploy")
     progress("deploy", f"{target.desired.profile} as {new_unit}")
     report.deploy = host_changes.deploy(remote, target, command, progress, force=force)
     return _after_deploy(remote, report, old_unit, command)
@@ -92,10 +106,11 @@ def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: s
         if old_unit and old_unit != new_unit:
             host_changes.disable_unit(remote, old_unit)
             report.steps.append(f"disabled {old_unit} (kept on disk as the last good unit)")
+        host_changes.change.end(remote)
         status = "unchanged" if result.result == "unchanged" else "switched"
         return _end(report, exits.OK, status, result.message)
-    if result.code == exits.NEEDS_OPERATOR:
-        return _end(report, exits.NEEDS_OPERATOR, "revert_failed", result.message)
+    if result.code == exits.NEEDS_OPERATOR:   # the change record stays: status names it, the next command settles it
+        return _end(report, exits.NEEDS_OPERATOR, "revert-failed", result.message)
     status = "locked" if result.code == exits.LOCKED else "reverted"
     if old_unit:  # stopped by us before the deploy, so the engine's revert leaves it stopped
         return _restore(remote, report, old_unit, command, result.message, result.code, status)
@@ -104,13 +119,15 @@ def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: s
 
 def _restore(remote, report: SwitchReport, old_unit: str | None, command: str, why: str,
              code: int = exits.FAILED, status: str = "reverted") -> SwitchReport:
-    """Start the unit we stopped; `status` says why it had to come back."""
+    """Start the unit we stopped; `status` says why it had to come back. The change ends here
+    when it is back; otherwise its record stays for the next command to settle."""
     if not old_unit:
         return _end(report, code, "refused", why)
     started = host_changes.start_unit(remote, old_unit, command)
     report.steps.append(started.message)
     if started.code != exits.OK:
-        return _end(report, exits.NEEDS_OPERATOR, "revert_failed", f"{why}; {started.message}")
+        return _end(report, exits.NEEDS_OPERATOR, "revert-failed", f"{why}; {started.message}")
+    host_changes.change.end(remote)
     return _end(report, code, status, f"{why}; {old_unit} restarted and healthy")
 
 
