@@ -122,7 +122,10 @@ def holding(remote, holder: Holder, progress=lambda stage, text: None) -> Iterat
     lock and settles what a dead holder left (`lock.notes` says what it did); a nested taker joins."""
     with HostLock(remote, holder) as lock:
         if not lock.joined:
-            if lock.stale:
+            if lock.broken:
+                lock.notes.append(f"released the lock of {describe(lock.broken)}: that process is gone "
+                                  "from this machine (killed while its connection was down)")
+            elif lock.stale:
                 lock.notes.append(f"recovered a stale lock left by {describe(lock.stale)}")
             found = read(remote)
             if found is not None:

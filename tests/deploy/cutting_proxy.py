@@ -1,5 +1,7 @@
 """A real TCP forwarder on loopback that cuts every connection a fixed time after it opened,
-to lose an SSH connection in the middle of a command (tests of the exit-3 contract)."""
+to lose an SSH connection in the middle of a command (tests of the exit-3 contract); or drops
+the link on demand (`drop`): nothing passes either way and nothing is closed, as when a network
+goes away, so neither end learns that the other has gone."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ class CuttingProxy:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.cuts = 0
+        self.dropped = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -30,7 +33,7 @@ class CuttingProxy:
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
-            while data := src.recv(65536):
+            while (data := src.recv(65536)) and not self.dropped.is_set():
                 dst.sendall(data)
         except OSError:
             pass
@@ -44,6 +47,9 @@ class CuttingProxy:
                 s.close()
             except OSError:
                 pass
+
+    def drop(self) -> None:
+        self.dropped.set()
 
     def close(self) -> None:
         self.server.close()

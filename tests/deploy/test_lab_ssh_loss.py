@@ -71,3 +71,38 @@ def test_a_read_only_command_losing_its_connection_exits_3_in_one_line(cut_inven
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stderr.startswith("error: ") and "connection lost" in done.stderr.splitlines()[0]
     assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
+
+
+HOLD = """
+import sys, time
+from ddops.deploy.lock import Holder, HostLock
+from ddops.inventory import load_inventory
+from ddops.remote import connect
+with connect(load_inventory(sys.argv[1]).hosts[sys.argv[2]]) as remote, HostLock(remote, Holder.here("test holder")):
+    print("held", flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_a_lock_whose_holder_died_while_its_link_was_down_is_released_by_the_next_command(cut_inventory, deploy_lab):
+    """The host never hears that the holder died (the link is down when it is killed), so its
+    lock command lives on; the next command on this machine sees the holder's pid is gone and
+    releases that lock itself, instead of refusing with exit 4 until sshd notices (hours)."""
+    inventory, name, proxy = cut_inventory(3600)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(inventory), name], cwd=HERE.parent.parent,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    proxy.drop()
+    holder.kill()
+    holder.wait(timeout=30)
+    from ddops.deploy.lock import current_holder
+    from ddops.remote import connect
+    with connect(deploy_lab.host(name)) as remote:
+        assert current_holder(remote)["pid"] == holder.pid   # still held on the host, by a dead process
+
+    done = deploy_lab.ddops("recover", "--host", name, "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    settled = json.loads(done.stdout)["settled"]
+    assert any(s.startswith("released the lock of") and f"pid {holder.pid}" in s for s in settled), settled
+    with connect(deploy_lab.host(name)) as remote:
+        assert current_holder(remote) is None

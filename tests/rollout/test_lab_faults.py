@@ -1,0 +1,117 @@
+"""Host changes killed midway (kill -9 of ddops at a named stage), on real lab hosts: `ddops
+status` names what was left and the command that settles it, and the next command converges.
+A representative set for `make test` (docs/crash-safety.md lists the cases).
+
+The kill lands when the command reports the stage (its --json-events line, or the narration
+line of a command without events), so the host is between that stage's step and the next."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ddops.render import read_header
+from tests.rollout.test_lab_rollout import SHADOW_UNIT, lab, write  # noqa: F401 (the module's lab fixture)
+
+pytestmark = pytest.mark.lab
+RB_UNIT = "/etc/systemd/system/rb.service"
+
+
+def kill_at(lab, marker: str, *args: str) -> str:
+    """Run `ddops ARGS`, SIGKILL it when a line of its output holds `marker`; its output so far."""
+    from tests.fixtures_lab import REPO
+    proc = subprocess.Popen([sys.executable, "-m", "ddops", *args], cwd=REPO, text=True,
+                            env={**os.environ, **lab.env, "COLUMNS": "400"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if marker in line:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, f"{args} ended before {marker!r}:\n{''.join(seen)}"
+    return "".join(seen)
+
+
+def told(lab, host: str) -> list[dict]:
+    """What `ddops status` says was left; the host's end of the killed SSH channel closes a moment
+    after the kill, and until then the lock reads as held (a live change, not a left one)."""
+    deadline = time.monotonic() + 20
+    while True:
+        left = lab.json("status", "--host", host, expect=0)["interrupted"]
+        if left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def test_a_switch_killed_after_stopping_production_is_told_then_undone(lab):
+    lab.deploy("cpu-ar", "lab-2")
+    before = lab.unit("lab-2")
+    kill_at(lab, '"stage": "gpu"', "switch", lab.profile("ro-other"), "--host", "lab-2", "--yes", "--json-events")
+
+    [left] = told(lab, "lab-2")
+    assert left["what"].startswith("ddops switch") and left["production"] == ["llm.service"]
+    assert left["next"] == "ddops recover --host lab-2"
+    settled = lab.json("recover", "--host", "lab-2", "--yes", expect=0)["settled"]
+    assert any(s.startswith("undid the interrupted `ddops switch") for s in settled), settled
+    assert lab.unit("lab-2") == before                       # production as it was, byte for byte
+    assert lab.info("lab-2")["model_path"] == "/var/lib/ddops/models/tiny-llama"   # and serving
+    assert lab.json("status", "--host", "lab-2", expect=0)["interrupted"] == []
+
+
+def test_a_switch_killed_midway_is_settled_by_the_next_switch(lab):
+    lab.deploy("cpu-ar", "lab-2")
+    kill_at(lab, '"stage": "gpu"', "switch", lab.profile("ro-other"), "--host", "lab-2", "--yes", "--json-events")
+    again = lab.json("switch", lab.profile("ro-other"), "--host", "lab-2", "--yes", expect=0)
+    assert again["status"] == "switched" and again["from"]["profile"] == "cpu-ar"
+    assert any(s.startswith("undid the interrupted `ddops switch") for s in again["steps"]), again["steps"]
+    assert lab.info("lab-2")["model_path"] == "/var/lib/ddops/models/tiny-llama-other"
+    assert told(lab, "lab-2") == [] or pytest.fail("a finished switch left a change record")
+
+
+def test_an_in_place_promote_killed_after_stopping_production_runs_again_as_the_same_promote(lab):
+    lab.deploy("cpu-ar", "lab-1")
+    lab.json("shadow", "start", lab.profile("ro-other"), "--host", "lab-1", "--yes", expect=0)
+    kill_at(lab, '"stage": "gpu"', "shadow", "promote", "--yes", "--json-events")
+
+    [left] = told(lab, "lab-1")
+    assert left["what"].startswith("ddops shadow promote") and left["production"] == ["llm.service"]
+    assert lab.json("shadow", "status", expect=0)["shadow"]["profile"] == lab.profile("ro-other")  # still recorded
+    promoted = lab.json("shadow", "promote", "--yes", expect=0)
+    assert promoted["status"] == "promoted" and "undid the interrupted" in promoted["detail"]
+    assert read_header(lab.unit("lab-1"))["profile"] == "ro-other"
+    assert lab.info("lab-1")["model_path"] == "/var/lib/ddops/models/tiny-llama-other"
+    assert lab.unit("lab-1", SHADOW_UNIT) is None and lab.json("shadow", "status", expect=0)["shadow"] is None
+
+
+def test_a_killed_rollback_reruns_to_the_same_entry_and_a_second_rollback_does_not_undo_it(lab):
+    """rb.service is a unit of its own, so its history is this test's alone."""
+    for name, base in (("rb-a", "cpu-ar"), ("rb-b", "ro-other")):
+        write(lab.root / "profiles", name, f"""\
+            extends: {base}
+            service: {{unit: rb.service, port: 30010}}
+            """)
+    try:
+        first = lab.deploy("rb-a", "lab-3")["history_entry"]
+        lab.deploy("rb-b", "lab-3")
+        kill_at(lab, "restart", "rollback", "--host", "lab-3", "--unit", "rb.service", "--yes")
+        again = lab.json("rollback", "--host", "lab-3", "--unit", "rb.service", "--yes", expect=0)
+        assert again["rolled_back_to"] == first and again["result"] == "deployed", again
+        assert any("recovered an unfinished deploy" in n for n in again["notes"]), again["notes"]
+        assert read_header(lab.unit("lab-3", RB_UNIT))["profile"] == "rb-a"
+
+        second = lab.json("rollback", "--host", "lab-3", "--unit", "rb.service", "--yes", expect=2)
+        assert "no earlier passed deploy" in second["error"]
+        assert read_header(lab.unit("lab-3", RB_UNIT))["profile"] == "rb-a"   # not undone
+    finally:
+        with lab.remote("lab-3") as remote:
+            remote.run("systemctl disable --now rb.service; rm -rf /etc/systemd/system/rb.service "
+                       "/etc/ddops/rb.env /var/lib/ddops/history/rb.service /var/lib/ddops/deploy/rb.service; "
+                       "systemctl daemon-reload", check=False)
