@@ -28,6 +28,26 @@ SCHEMA_VERSION = 1
 BadInput = exits.BadInput     # refused before touching any host: exit 2 with its one line
 
 
+def must_ask(yes: bool, doing: str, *, machine: bool = False, dry_run: bool = False,
+             is_tty: Callable[[], bool] = lambda: sys.stdin.isatty()) -> bool:
+    """The one consent rule of every command that changes a host, checked before it connects:
+    --yes (or --dry-run, which changes nothing) goes ahead unasked; otherwise a person at a
+    terminal is asked (True), and without a terminal (CI, cron, a pipe) or on a JSON channel,
+    which never prompts, the command refuses with exit 2 before touching anything."""
+    if yes or dry_run:
+        return False
+    if machine or not is_tty():
+        where = "a JSON channel never prompts" if machine else "no terminal to confirm on"
+        raise BadInput(f"refusing to {doing} without --yes: {where}; pass --yes (CI) or --dry-run where there is one")
+    return True
+
+
+def confirm(question: str, ask=lambda q: typer.confirm(q, default=False)) -> None:
+    """Ask at the terminal; a no is bad input (exit 2) and nothing changed."""
+    if not ask(question):
+        raise BadInput("declined at the prompt; nothing changed")
+
+
 @dataclass
 class Options:
     debug: bool = False

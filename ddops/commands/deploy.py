@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -13,7 +12,7 @@ from ddops.deploy import Holder, execute, load_target, read_facts
 from ddops.deploy import show
 from ddops.deploy.apply import plan_change, refused
 from ddops.remote import connect
-from ddops.shell import BadInput, print_json
+from ddops.shell import must_ask, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -50,11 +49,10 @@ def deploy(
     say = (lambda *a: None) if as_json else show.stage
     say("loading", f"profile {profile} for host {host}")
     target = load_target(profile, host, profiles_dir=profiles_dir, inventory=inventory, unit_name=unit, port=port)
-    if not (yes or dry_run or sys.stdin.isatty()):
-        raise BadInput("refusing to deploy without --yes: no terminal to confirm on; pass --yes (CI) or --dry-run")
+    ask = must_ask(yes, "deploy", machine=as_json, dry_run=dry_run)
     say("connecting", target.host.address)
     with connect(target.host) as remote:
-        code, doc = _deploy(remote, target, yes=yes, dry_run=dry_run, as_json=as_json, profile=profile, force=force)
+        code, doc = _deploy(remote, target, yes=not ask, dry_run=dry_run, as_json=as_json, profile=profile, force=force)
     if as_json:
         print_json(code, error=None if code == exits.OK else doc.get("message"), **doc)
     raise typer.Exit(code)

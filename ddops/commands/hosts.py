@@ -5,7 +5,6 @@ connection is checked against known_hosts and refused when the key is unknown or
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -15,6 +14,7 @@ from ddops import exits
 from ddops.deploy import show
 from ddops.inventory import load_inventory
 from ddops.remote import fingerprint, host_key, known_hosts_of, recorded_keys
+from ddops.shell import confirm, must_ask
 
 
 def register(app: typer.Typer) -> None:
@@ -39,12 +39,8 @@ def trust(name: str = typer.Argument(..., help="inventory host name"),
         show.error(f"{path} holds a DIFFERENT key for {known}: the host was re-created or someone is in "
                    f"the middle; remove the old line by hand once you know which", "")
         raise typer.Exit(exits.BAD_INPUT)
-    if not yes:
-        if not sys.stdin.isatty():
-            show.error("refusing to trust a key without --yes: no terminal to confirm on", "")
-            raise typer.Exit(exits.BAD_INPUT)
-        if not typer.confirm(f"Trust this key for {name}?", default=False):
-            raise typer.Exit(exits.BAD_INPUT)
+    if must_ask(yes, "trust a key"):
+        confirm(f"Trust this key for {name}?")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         handle.write(f"{known} {key_type} {key}\n")

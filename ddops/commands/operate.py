@@ -21,7 +21,7 @@ from ddops.deploy.facts import journal
 from ddops.diagnose import diagnose as diagnose_text
 from ddops.inventory import load_inventory
 from ddops.remote import RemoteError, Unreachable, connect
-from ddops.shell import BadInput, print_json
+from ddops.shell import BadInput, confirm, must_ask, print_json
 
 HOST = typer.Option(..., "--host", help="inventory host name")
 UNIT = typer.Option(None, "--unit", help="unit name (default: the one ddops deployed there)")
@@ -160,8 +160,7 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
                                                          help="where the entry's profile lives (for the fit check)"),
              as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
     """Deploy an earlier history entry again (gated; reverted if it fails; exit 2 if it cannot start)."""
-    if not (yes or sys.stdin.isatty()):
-        raise BadInput("refusing to roll back without --yes: no terminal to confirm on")
+    ask = must_ask(yes, "roll back", machine=as_json)
     with _open(host, inventory) as remote:
         try:
             back = rollbacks.find(remote, ops.pick_unit(remote, unit), to, profiles_dir)
@@ -169,8 +168,8 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
             raise BadInput(str(err)) from None
         if not as_json:
             show.stage("rollback", f"{back.unit} on {host} to entry {back.entry.id} ({back.desired.profile})")
-        if not yes and not typer.confirm("Apply?", default=False):
-            raise BadInput("rollback declined")
+        if ask:
+            confirm("Apply?")
         holder = Holder.here(f"ddops rollback --host {host} --to {back.entry.id}" + (" --force" if force else ""))
         # LockHeld (exit 4) and RecoveryFailed (exit 3) reach the shell's one mapping
         outcome = back.apply(remote, holder, progress=(lambda *a: None) if as_json else show.progress, force=force)
@@ -185,15 +184,14 @@ def recover(host: str = HOST, yes: bool = typer.Option(False, "--yes", "-y"), as
             inventory: Optional[Path] = INVENTORY) -> None:
     """Settle what an interrupted command left on the host: finish a change whose new unit passed
     its gate, else undo it (production as it was); restore every unfinished deploy's backup."""
-    if not (yes or sys.stdin.isatty()):
-        raise BadInput("refusing to recover without --yes: no terminal to confirm on")
+    ask = must_ask(yes, "recover", machine=as_json)
     with _open(host, inventory) as remote:
         found = change.interrupted(remote)
         if not as_json:
             for item in found:
                 show.stage("recover", _interrupted_line({"host": host, **item}))
-        if found and not yes and not typer.confirm("Settle it?", default=False):
-            raise BadInput("recover declined")
+        if found and ask:
+            confirm("Settle it?")
         progress = (lambda *a: None) if as_json else show.progress
         said = change.recover_host(remote, Holder.here(f"ddops recover --host {host}"), progress)
     if as_json:

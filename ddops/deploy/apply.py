@@ -24,7 +24,7 @@ from ddops.deploy.gate import GateReport, GateSpec, run_gate
 from ddops.deploy.refusals import refusals
 from ddops.deploy.lock import Holder
 from ddops.deploy.plan import Desired, Plan, Step, make_plan
-from ddops.deploy.recover import RecoveryFailed, recover
+from ddops.deploy.recover import recover
 from ddops.deploy.revert import revert, take_backup
 from ddops.deploy.tunnel import reachable
 from ddops.deploy.unitwatch import UnitWatch

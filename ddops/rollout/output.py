@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from ddops.shell import BadInput, envelope, result_event
+from ddops.shell import BadInput, envelope, must_ask, result_event
 
 __all__ = ["BadInput", "Output", "consent"]
 
@@ -73,9 +73,7 @@ class Output:
 
 def consent(yes: bool, question: str, out: Output,
             is_tty: Callable[[], bool] = lambda: sys.stdin.isatty()) -> bool:
-    """True to go ahead. Without a TTY, or in a JSON channel, only --yes goes ahead."""
-    if yes:
+    """True to go ahead: shell.must_ask's rule, asked on this channel's console."""
+    if not must_ask(yes, "apply changes", machine=not out.human, is_tty=is_tty):
         return True
-    if not is_tty() or not out.human:
-        raise BadInput("not interactive: pass --yes to apply changes without a prompt")
     return out.console.input(f"{question} [y/N] ").strip().lower() in ("y", "yes")

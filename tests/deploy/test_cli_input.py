@@ -39,7 +39,7 @@ def test_unknown_host_is_bad_input_naming_the_known_ones(tmp_path):
 def test_no_terminal_and_no_yes_refuses_before_connecting(tmp_path):
     done = ddops("deploy", "cpu-ar", "--host", "far-1", inventory=inventory(tmp_path))
     assert done.returncode == 2
-    assert "refusing to deploy without --yes" in done.stderr
+    assert "refusing to deploy without --yes: no terminal to confirm on" in done.stderr
     assert "connecting" not in done.stdout
 
 

@@ -93,7 +93,7 @@ def causes_raised() -> list[tuple[BaseException, int]]:
     """One instance of every exception class ddops raises for a cause, with the code it must end in."""
     from ddops.checkpoint import PreflightError
     from ddops.deploy.adopt import AdoptError
-    from ddops.deploy.apply import RecoveryFailed
+    from ddops.deploy.recover import RecoveryFailed
     from ddops.deploy.lock import LockHeld
     from ddops.deploy.ops import OpsError
     from ddops.fit.model import ModelFactsError

@@ -7,7 +7,6 @@ line of a command without events), so the host is between that stage's step and 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
