@@ -15,9 +15,10 @@ from ddops import exits
 from ddops.deploy import Holder, show
 from ddops.deploy import rollback as rollbacks
 from ddops.deploy import change
+from ddops.deploy.apply import plan_change
+from ddops.deploy.facts import journal, read_facts
 from ddops.deploy import history as host_history
 from ddops.deploy import ops
-from ddops.deploy.facts import journal
 from ddops.diagnose import diagnose as diagnose_text
 from ddops.inventory import load_inventory
 from ddops.remote import RemoteError, Unreachable, connect
@@ -158,14 +159,17 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
              force: bool = typer.Option(False, "--force", help="apply even when planning knows it cannot start"),
              profiles_dir: Optional[Path] = typer.Option(None, "--profiles-dir",
                                                          help="where the entry's profile lives (for the fit check)"),
+             dry_run: bool = typer.Option(False, "--dry-run", help="show the entry and the plan; change nothing"),
              as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
     """Deploy an earlier history entry again (gated; reverted if it fails; exit 2 if it cannot start)."""
-    ask = must_ask(yes, "roll back", machine=as_json)
+    ask = must_ask(yes, "roll back", machine=as_json, dry_run=dry_run)
     with _open(host, inventory) as remote:
         try:
             back = rollbacks.find(remote, ops.pick_unit(remote, unit), to, profiles_dir)
         except FileNotFoundError as err:
             raise BadInput(str(err)) from None
+        if dry_run:
+            _show_rollback_plan(remote, back, as_json, force)
         if not as_json:
             show.stage("rollback", f"{back.unit} on {host} to entry {back.entry.id} ({back.desired.profile})")
         if ask:
@@ -178,6 +182,20 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
     else:
         show.outcome(outcome)
     raise typer.Exit(outcome.code)
+
+
+def _show_rollback_plan(remote, back, as_json: bool, force: bool) -> None:
+    """A rollback's --dry-run: the deploy engine's plan of the entry against the host now; exits."""
+    desired = back.desired
+    plan = plan_change(remote, desired, read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path),
+                       back.profile)
+    code = exits.BAD_INPUT if plan.refused and not force else exits.OK
+    if as_json:
+        print_json(code, host=remote.host.name, dry_run=True, rolled_back_to=back.entry.id, plan=plan.as_dict())
+    else:
+        show.stage("rollback", f"{back.unit} to entry {back.entry.id} ({desired.profile}), dry run")
+        show.plan(plan)
+    raise typer.Exit(code)
 
 
 def recover(host: str = HOST, yes: bool = typer.Option(False, "--yes", "-y"), as_json: bool = JSON,

@@ -195,14 +195,22 @@ def switch_command(
     results_dir: Annotated[Optional[Path], typer.Option("--results-dir", help="Where to save the JSON result.")] = None,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
     force: Force = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the steps and the new unit's diff; change nothing.")] = False,
 ) -> None:
     """Switch a single-GPU host to PROFILE: snapshot, stop, check the GPU, start, gate, revert on failure."""
     from ddops.rollout import host_changes
     from ddops.rollout.records import save_result
-    from ddops.rollout.switch.single_gpu import switch
+    from ddops.rollout.switch.single_gpu import plan, switch
 
     def body(out: Output) -> int:
         target = host_changes.load_target(profile, host, inventory=inventory)
+        if dry_run:
+            with _connector(inventory)(host) as remote:
+                doc = plan(remote, target, unit, gpu_timeout)
+            for step in doc["steps"]:
+                out.event("step", f"{step['action']}: {step['detail']}", **step)
+            refused = doc["refusals"] and not force
+            return out.finish(exits.BAD_INPUT if refused else exits.OK, {"host": host, "dry_run": True, **doc})
         _consent(yes, f"Switch {host} to {profile} (the running server stops first)?", out)
         with _connector(inventory)(host) as remote:
             report = switch(remote, target, unit=unit, command=f"ddops switch {profile} --host {host}",

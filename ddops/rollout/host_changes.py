@@ -69,6 +69,15 @@ def deploy(remote, target, command: str, progress=lambda stage, text: None, forc
     return Result(name, outcome.code, outcome.result, outcome.message, outcome.entry)
 
 
+def plan_of(remote, target):
+    """The deploy engine's plan of target against the host as it is now (with its refusals)."""
+    from ddops.deploy.apply import plan_change
+    from ddops.deploy.facts import read_facts
+    desired = target.desired
+    return plan_change(remote, desired, read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path),
+                       target.profile)
+
+
 def refusals(remote, target) -> list:
     """The planning checks for target on this host, for callers that must change the host
     before they deploy (switch stops the running unit first)."""
@@ -190,5 +199,5 @@ def snapshot(remote, unit: str) -> Snapshot:
 
 # the engine's names are re-exported so rollout code reaches the deploy engine through this module only.
 __all__ = ["NO_UNIT", "LockHeld", "Result", "Snapshot", "api_key_of", "begin_change", "change", "deploy", "dialable",
-           "disable_unit", "health_of", "holding", "load_target", "pick_unit", "refusals", "remove_unit", "rollback", "snapshot",
+           "disable_unit", "health_of", "holding", "plan_of", "load_target", "pick_unit", "refusals", "remove_unit", "rollback", "snapshot",
            "start_unit", "stop_unit", "unit_paths", "unit_state", "unit_status", "units_on", "version_before"]

@@ -65,6 +65,17 @@ def test_a_switch_killed_after_stopping_production_is_told_then_undone(lab):
     assert lab.json("status", "--host", "lab-2", expect=0)["interrupted"] == []
 
 
+def test_a_switch_dry_run_shows_its_steps_and_touches_nothing(lab):
+    lab.deploy("cpu-ar", "lab-2")
+    unit, pid = lab.unit("lab-2"), lab.main_pid("lab-2")
+    shown = lab.json("switch", lab.profile("ro-other"), "--host", "lab-2", "--dry-run", expect=0)
+    assert [s["action"] for s in shown["steps"]] == [
+        "snapshot", "record-change", "stop", "gpu-wait", "deploy backup", "deploy write-unit", "deploy write-env",
+        "deploy reload-enable", "deploy restart", "deploy gate", "deploy record", "end-change"]
+    assert shown["from"] == shown["to"] == "llm.service" and "tiny-llama-other" in shown["deploy"]["unit_diff"]
+    assert lab.unit("lab-2") == unit and lab.main_pid("lab-2") == pid
+
+
 def test_a_switch_killed_midway_is_settled_by_the_next_switch(lab):
     lab.deploy("cpu-ar", "lab-2")
     kill_at(lab, '"stage": "gpu"', "switch", lab.profile("ro-other"), "--host", "lab-2", "--yes", "--json-events")
@@ -100,6 +111,8 @@ def test_a_killed_rollback_reruns_to_the_same_entry_and_a_second_rollback_does_n
     try:
         first = lab.deploy("rb-a", "lab-3")["history_entry"]
         lab.deploy("rb-b", "lab-3")
+        shown = lab.json("rollback", "--host", "lab-3", "--unit", "rb.service", "--dry-run", expect=0)
+        assert shown["rolled_back_to"] == first and "restart" in [s["action"] for s in shown["plan"]["steps"]]
         kill_at(lab, "restart", "rollback", "--host", "lab-3", "--unit", "rb.service", "--yes")
         again = lab.json("rollback", "--host", "lab-3", "--unit", "rb.service", "--yes", expect=0)
         assert again["rolled_back_to"] == first and again["result"] == "deployed", again

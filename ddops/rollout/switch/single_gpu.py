@@ -56,6 +56,29 @@ def current_unit(remote, wanted: str, explicit: str | None) -> str | None:
     return running[0] if running else None
 
 
+def plan(remote, target, unit: str | None = None, gpu_timeout_s: float = 60.0) -> dict:
+    """What a switch would do on this host now, step by step (`ddops switch --dry-run`): the
+    unit it stops, the change record, the GPU wait, the deploy engine's own plan of the new unit
+    (its diff and steps), the unit it disables; and the refusals that would stop it first."""
+    new_unit = target.desired.unit_name
+    old_unit = current_unit(remote, new_unit, unit)
+    deploy_plan = host_changes.plan_of(remote, target)
+    steps = []
+    if old_unit:
+        steps += [("snapshot", f"{old_unit}: unit, history entry and /server_info"),
+                  ("record-change", f"{host_changes.change.CHANGE}: production {old_unit}, target {new_unit}"),
+                  ("stop", systemd.stop(old_unit))]
+    steps.append(("gpu-wait", f"up to {gpu_timeout_s:g} s for the GPU to be free (none: go on)"))
+    steps += [(f"deploy {s.action}", s.detail) for s in deploy_plan.steps]
+    if old_unit and old_unit != new_unit:
+        steps.append(("disable", systemd.disable(old_unit)))
+    if old_unit:
+        steps.append(("end-change", f"remove {host_changes.change.CHANGE}"))
+    return {"from": old_unit, "to": new_unit, "deploy": deploy_plan.as_dict(),
+            "refusals": [r.as_dict() for r in deploy_plan.refusals],
+            "steps": [{"action": a, "detail": d} for a, d in steps]}
+
+
 def switch(remote, target, *, unit: str | None = None, command: str = "ddops switch",
            gpu_timeout_s: float = 60.0, progress=lambda stage, text: None,
            force: bool = False) -> SwitchReport:
