@@ -102,7 +102,7 @@ def timeline(lanes: dict[str, list[tuple[float, float, str]]], marks: list[tuple
     """Per-host lanes of (start, end, status) spans in seconds since the rollout began, and
     rollout events as labelled vertical lines."""
     figure, axis = plt.subplots(figsize=(9, 0.6 * max(2, len(lanes)) + 1.0))
-    palette = {"running": "#8172b3", "done": COLOURS["pass"], "failed": COLOURS["fail"],
+    palette = {"running": "#8172b3", "done": COLOURS["pass"], "failed": COLOURS["fail"], "refused": COLOURS["fail"],
                "reverted": COLOURS["baseline"], "revert-failed": "#000", "locked": "#937860",
                "pending": "#eeeeee"}
     total = max([end for spans in lanes.values() for _, end, _ in spans] + [at for at, _ in marks] + [1e-3])

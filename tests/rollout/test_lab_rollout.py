@@ -199,7 +199,7 @@ def test_three_host_rollout_with_one_failing_host_halts_and_reverts(lab, tmp_pat
     assert doc["exit_code"] == 1 and doc["status"] == "halted"
     assert doc["waves"] == [["lab-1"], ["lab-2", "lab-3"]]
     statuses = {h: s["status"] for h, s in doc["hosts"].items()}
-    assert statuses == {"lab-1": "reverted", "lab-2": "failed", "lab-3": "reverted"}
+    assert statuses == {"lab-1": "reverted", "lab-2": "refused", "lab-3": "reverted"}   # planning knew: lab-2 untouched
     for host in hosts:  # every host back on what it ran before the rollout, and serving
         assert read_header(lab.unit(host))["profile"] == "cpu-ar"
         assert lab.info(host)["speculative_algorithm"] in (None, "NONE", "")

@@ -18,10 +18,10 @@ from ddops.rollout import host_changes
 from ddops.rollout.fleet.bake import Endpoint
 from ddops.rollout.fleet.loop import Limits, MAX_WORKERS, Outcome
 from ddops.rollout.fleet.notify import NotifyError, webhooks
-from ddops.rollout.fleet.waves import (DONE, FAILED, LOCKED, REVERT_FAILED, REVERTED, UNREACHABLE, HostState,
+from ddops.rollout.fleet.waves import (DONE, FAILED, LOCKED, REFUSED, REVERT_FAILED, REVERTED, UNREACHABLE, HostState,
                                  PlanError, RolloutPlan)
 
-RESULT_STATUS = {"deployed": DONE, "unchanged": DONE, "locked": LOCKED, "refused": FAILED,
+RESULT_STATUS = {"deployed": DONE, "unchanged": DONE, "locked": LOCKED, "refused": REFUSED,
                  "revert-failed": REVERT_FAILED}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-STATUS_STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red",
+STATUS_STYLE = {"pending": "dim", "running": "yellow", "done": "green", "failed": "red", "refused": "red",
                 "reverted": "magenta", "revert-failed": "bold red", "locked": "red", "unreachable": "red"}
 
 

@@ -23,7 +23,8 @@ PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 REVERTED, REVERT_FAILED, LOCKED = "reverted", "revert-failed", "locked"
 SPELLED = {"revert_failed": REVERT_FAILED}   # state files written before one spelling of each result
 UNREACHABLE = "unreachable"     # no connection opened: nothing on the host changed
-NOT_DONE = (FAILED, LOCKED, REVERT_FAILED, UNREACHABLE)    # each counts against max_failures
+REFUSED = "refused"   # planning knew the host's change cannot start: nothing on it changed
+NOT_DONE = (FAILED, LOCKED, REVERT_FAILED, UNREACHABLE, REFUSED)    # each counts against max_failures
 PAUSED = "paused"
 PLAN_KEYS = {"profile", "hosts", "selector", "canary", "wave_size", "max_failures", "bake_s",
              "analysis", "pause_after", "notify"}
@@ -261,16 +262,18 @@ class RolloutState:
 
 
 def exit_code(state: RolloutState) -> int:
-    """The CI contract: 0 all done, 1 failures reverted (or aborted), 3 a host needs an operator,
-    4 lock held, 5 paused for approval, 6 a host could not be reached (and none needs an operator)."""
-    if state.count(REVERT_FAILED):
-        return 3
+    """The CI contract, through the one severity order of exits.worst: 3 a host needs an
+    operator, 6 a host could not be reached, 1 failures reverted (or aborted), 4 lock held,
+    2 refused by planning with no host changed at all (a refusal after others changed counts as
+    a failure, 1); 5 paused for approval unless a host needs an operator; 0 all done."""
+    refused = exits.BAD_INPUT if not any(h.changed for h in state.hosts.values()) else exits.FAILED
+    codes = {REVERT_FAILED: exits.NEEDS_OPERATOR, UNREACHABLE: exits.UNREACHABLE, FAILED: exits.FAILED,
+             LOCKED: exits.LOCKED, REFUSED: refused}
+    worst = exits.worst(codes[h.status] for h in state.hosts.values() if h.status in codes)
+    if worst == exits.NEEDS_OPERATOR:
+        return worst
     if state.status == PAUSED:
         return exits.PAUSED
-    if state.count(UNREACHABLE):
-        return exits.UNREACHABLE
-    if state.count(FAILED):
-        return 1
-    if state.count(LOCKED):
-        return 4
-    return 0 if state.status == "succeeded" else 1
+    if worst != exits.OK:
+        return worst
+    return exits.OK if state.status == "succeeded" else exits.FAILED
