@@ -3,6 +3,7 @@ Used by `ddops status|logs|history|rollback|diagnose`."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 import httpx
@@ -18,6 +19,7 @@ from ddops.deploy.gate import GateSpec, endpoint
 from ddops.server_info import accept_length
 from ddops.deploy.lock import current_holder
 from ddops.deploy.plan import Desired
+from ddops.deploy.recover import RESTORED_AT
 from ddops.deploy.tunnel import reachable
 from ddops.render import read_header
 
@@ -27,8 +29,10 @@ class OpsError(exits.BadInput):
 
 
 def units_on(remote) -> list[str]:
-    out = remote.run(f"ls {STATE}/history 2>/dev/null || true").stdout
-    return sorted(out.split())
+    """Every unit ddops has deployed on the host, or begun to: a first deploy killed before its
+    history entry has only its deploy/ folder (its pending.json and backup), and still runs."""
+    out = remote.run(f"ls {STATE}/history {STATE}/deploy 2>/dev/null || true").stdout
+    return sorted({name for name in out.split() if name.endswith(".service")})
 
 
 def pick_unit(remote, unit: str | None) -> str:
@@ -131,8 +135,8 @@ def _models_info(client: httpx.Client, launch: Launch) -> dict:
 
 def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
     """`--to ID`, or the entry before what the unit runs now (previous_good). What it runs now is
-    what a killed deploy's recovery will put back: the backup, while a pending.json says one was
-    cut short (so a rollback killed and run again goes where the first one went)."""
+    what a killed deploy's recovery will put back (settled_unit), so a rollback killed and run
+    again goes where the first one went."""
     entries = history.entries(remote, unit)
     if to is not None:
         for entry in entries:
@@ -140,14 +144,24 @@ def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
                 return entry
         known = ", ".join(e.id for e in entries) or "none"
         raise OpsError(f"{remote.host.name}: no history entry {to} for {unit} (known: {known})")
-    folder = f"{STATE}/deploy/{unit}"
-    pending, backup, text = remote.read_all(f"{folder}/pending.json", f"{folder}/backup/unit",
-                                            f"/etc/systemd/system/{unit}")
-    now = backup if pending is not None and backup is not None else text
-    entry = previous_good(entries, read_header((now or b"").decode()).get("hash"))
+    entry = previous_good(entries, read_header(settled_unit(remote, unit) or "").get("hash"))
     if entry is None:
         raise OpsError(f"{remote.host.name}: no earlier passed deploy of {unit} to roll back to")
     return entry
+
+
+def settled_unit(remote, unit: str) -> str | None:
+    """The unit file the host will hold once an unfinished deploy of it is recovered: the backup
+    while a pending.json says one was cut short (recovery restores it), else the file there now."""
+    folder = f"{STATE}/deploy/{unit}"
+    pending, backup, text = remote.read_all(f"{folder}/pending.json", f"{folder}/backup/unit",
+                                            f"/etc/systemd/system/{unit}")
+    try:
+        stage = json.loads(pending).get("stage") if pending is not None else None
+    except (ValueError, AttributeError):
+        stage = None
+    found = backup if stage in RESTORED_AT else text   # no backup there: recovery removes the new unit
+    return None if found is None else found.decode()
 
 
 GOOD = ("passed", "adopted")   # results a rollback may return to (adopted: hand-written, entry 0)

@@ -20,6 +20,7 @@ from ddops.deploy.revert import revert
 from ddops.render import ENV_DIR, UNIT_DIR
 
 q = shlex.quote
+RESTORED_AT = ("pushing", "revert-failed")   # the pending stages whose recovery restores the backup
 
 
 class RecoveryFailed(exits.RevertFailed):
@@ -42,7 +43,7 @@ def recover(remote, desired: Desired, facts: Facts, timeout_s: float, progress=l
     pending = facts.pending or {}
     who = describe(pending.get("holder"))
     stage = pending.get("stage")
-    if stage in ("pushing", "revert-failed"):
+    if stage in RESTORED_AT:
         if stage == "pushing":
             _record_killed(remote, desired, facts, pending)
         backup_unit = remote.read_text(f"{deploy_dir(desired.unit_name)}/backup/unit")

@@ -87,8 +87,9 @@ def refusals(remote, target) -> list:
 
 def version_before(remote, unit: str) -> str | None:
     """The history entry the unit runs now, NO_UNIT when absent, None when ddops cannot tell.
-    A hand-written unit is known by its files' content hash once adopted (`ddops adopt`)."""
-    text = remote.read_text(unit_paths(unit)[0])
+    A hand-written unit is known by its files' content hash once adopted (`ddops adopt`). A unit
+    whose deploy was cut short runs what its recovery puts back (a resumed rollout's canary)."""
+    text = ops.settled_unit(remote, unit)
     if text is None:
         return NO_UNIT
     return _entry_running(remote, unit, text, lambda: remote.read_text(env_file_of(text) or unit_paths(unit)[1]))

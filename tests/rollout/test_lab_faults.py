@@ -14,12 +14,14 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from ddops.render import read_header
-from tests.rollout.test_lab_rollout import SHADOW_UNIT, lab, write  # noqa: F401 (the module's lab fixture)
+from tests.rollout.test_lab_rollout import DRAFT, SHADOW_UNIT, lab, write  # noqa: F401 (the module's lab fixture)
 
 pytestmark = pytest.mark.lab
 RB_UNIT = "/etc/systemd/system/rb.service"
+PENDING = "/var/lib/ddops/deploy/llm.service/pending.json"
 
 
 def kill_at(lab, marker: str, *args: str) -> str:
@@ -127,3 +129,39 @@ def test_a_killed_rollback_reruns_to_the_same_entry_and_a_second_rollback_does_n
             remote.run("systemctl disable --now rb.service; rm -rf /etc/systemd/system/rb.service "
                        "/etc/ddops/rb.env /var/lib/ddops/history/rb.service /var/lib/ddops/deploy/rb.service; "
                        "systemctl daemon-reload", check=False)
+
+
+def test_a_rollout_killed_in_its_canary_and_resumed_still_reverts_the_canary(lab, tmp_path):
+    """Killed while the canary's deploy is on the host (its pending.json says pushing), resumed
+    with the second host refused: the halt reverts the canary to what it ran before the rollout,
+    the entry its recovery restores, rather than needing an operator."""
+    hosts = ["lab-1", "lab-2"]
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump({"profile": "cpu-ar", "hosts": hosts, "wave_size": 2}))
+    assert lab.ddops("rollout", str(base), "--yes", "--json").returncode == 0
+    plan = tmp_path / "ddtree.yaml"
+    plan.write_text(yaml.safe_dump({"profile": lab.profile("ro-ddtree"), "hosts": hosts, "canary": 1,
+                                    "wave_size": 1, "max_failures": 0}))
+    from tests.fixtures_lab import REPO
+    first = subprocess.Popen([sys.executable, "-m", "ddops", "rollout", str(plan), "--yes", "--json"], cwd=REPO,
+                             env={**os.environ, **lab.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with lab.remote("lab-1") as remote:
+            deadline = time.monotonic() + 120
+            while '"pushing"' not in (remote.read_text(PENDING) or "") and time.monotonic() < deadline:
+                time.sleep(0.2)
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.wait(timeout=60)
+    with lab.remote("lab-2") as remote:   # the second host loses the candidate's draft
+        remote.run(f"mv {DRAFT} {DRAFT}.hidden")
+    try:
+        doc = lab.json("rollout", str(plan), "--yes", expect=1)
+    finally:
+        with lab.remote("lab-2") as remote:
+            remote.run(f"mv {DRAFT}.hidden {DRAFT}")
+    assert doc["resumed"] is True and doc["status"] == "halted"
+    assert {h: s["status"] for h, s in doc["hosts"].items()} == {"lab-1": "reverted", "lab-2": "refused"}
+    for host in hosts:
+        assert read_header(lab.unit(host))["profile"] == "cpu-ar"
+        assert lab.info(host)["speculative_algorithm"] in (None, "NONE", "")

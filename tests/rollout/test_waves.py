@@ -3,7 +3,7 @@
 import pytest
 
 from ddops.rollout.fleet.waves import (DONE, FAILED, LOCKED, PENDING, REFUSED, REVERT_FAILED, RUNNING,
-                                       UNREACHABLE, PlanError, RolloutState, exit_code, parse_plan, plan_waves)
+                                       REVERTED, UNREACHABLE, PlanError, RolloutState, exit_code, parse_plan, plan_waves)
 
 HOSTS = ("h1", "h2", "h3", "h4", "h5")
 
@@ -92,4 +92,5 @@ def test_exit_codes_follow_the_ci_contract():
 def test_a_refusal_is_bad_input_only_while_no_host_changed():
     assert exit_code(state_of(h1=REFUSED, h2=PENDING).with_status("halted")) == 2   # the canary: nothing changed
     assert exit_code(state_of(h1=DONE, h2=REFUSED).with_status("halted")) == 1      # after a change: a failure
+    assert exit_code(state_of(h1=REVERTED, h2=REFUSED).with_status("halted")) == 1   # the canary came back
     assert exit_code(state_of(h1=REFUSED, h2=UNREACHABLE).with_status("halted")) == 6

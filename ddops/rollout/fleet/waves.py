@@ -266,7 +266,8 @@ def exit_code(state: RolloutState) -> int:
     operator, 6 a host could not be reached, 1 failures reverted (or aborted), 4 lock held,
     2 refused by planning with no host changed at all (a refusal after others changed counts as
     a failure, 1); 5 paused for approval unless a host needs an operator; 0 all done."""
-    refused = exits.BAD_INPUT if not any(h.changed for h in state.hosts.values()) else exits.FAILED
+    touched = any(h.changed or h.status in (FAILED, REVERTED, REVERT_FAILED) for h in state.hosts.values())
+    refused = exits.FAILED if touched else exits.BAD_INPUT
     codes = {REVERT_FAILED: exits.NEEDS_OPERATOR, UNREACHABLE: exits.UNREACHABLE, FAILED: exits.FAILED,
              LOCKED: exits.LOCKED, REFUSED: refused}
     worst = exits.worst(codes[h.status] for h in state.hosts.values() if h.status in codes)
