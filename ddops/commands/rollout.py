@@ -18,6 +18,7 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (re
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at the end.")]
 Events = Annotated[bool, typer.Option("--json-events", help="Print JSON lines of events as they happen.")]
 Host = Annotated[str, typer.Option("--host", help="Inventory host name.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Show the steps it would run; change nothing.")]
 Force = Annotated[bool, typer.Option("--force", help="Apply even when planning knows it cannot start (recorded in history).")]
 Inventory = Annotated[Optional[Path], typer.Option("--inventory", "-i", help="Inventory file (default: $DDOPS_INVENTORY or lab/inventory.yaml).")]
 
@@ -113,12 +114,18 @@ def shadow_start(
     force: Force = False,
     mirror: Annotated[bool, typer.Option("--mirror", help="Then copy production's requests to the shadow (production's profile opts in with service.mirror).")] = False,
     sample: Annotated[float, typer.Option("--sample", help="With --mirror: fraction of mirrored requests the shadow keeps as redacted samples (default 0: none).")] = 0.0,
+    dry_run: DryRun = False,
 ) -> None:
     """Deploy PROFILE as <service>-shadow beside production, gated like a deploy."""
     from ddops.rollout.shadow import lifecycle as shadow
 
     def body(out: Output) -> int:
         connect = _connector(inventory)
+        if dry_run:
+            candidate = shadow.prepare(profile, host, port=port, production_host=production_host,
+                                       production_unit=production_unit, inventory=inventory, connect=connect,
+                                       force=force, mirror=mirror, sample=sample)
+            return _dry_run(out, shadow.preview_start(candidate, host, connect, mirror), force)
         _consent(yes, f"Start {profile} as a shadow on {host}?", out)
         done = shadow.start(profile, host, port=port, production_host=production_host,
                             production_unit=production_unit, inventory=inventory,
@@ -131,12 +138,14 @@ def shadow_start(
 
 @shadow_app.command("promote")
 def shadow_promote(inventory: Inventory = None, yes: Yes = False, json_doc: Json = False,
-                   json_events: Events = False) -> None:
+                   json_events: Events = False, dry_run: DryRun = False) -> None:
     """Switch production to the shadow's profile (gated, reverted on failure), then remove the shadow."""
     from ddops.rollout.shadow import lifecycle as shadow
 
     def body(out: Output) -> int:
         connect = _connector(inventory)
+        if dry_run:
+            return _dry_run(out, shadow.preview_promote(inventory=inventory, connect=connect))
         _consent(yes, "Make the shadow's profile production?", out)
         return _lifecycle(out, shadow.promote(inventory=inventory, connect=connect,
                                               progress=_progress(out)))
@@ -146,12 +155,14 @@ def shadow_promote(inventory: Inventory = None, yes: Yes = False, json_doc: Json
 
 @shadow_app.command("abort")
 def shadow_abort(inventory: Inventory = None, yes: Yes = False, json_doc: Json = False,
-                 json_events: Events = False) -> None:
+                 json_events: Events = False, dry_run: DryRun = False) -> None:
     """Remove the shadow; production is not touched."""
     from ddops.rollout.shadow import lifecycle as shadow
 
     def body(out: Output) -> int:
         connect = _connector(inventory)
+        if dry_run:
+            return _dry_run(out, shadow.preview_abort())
         _consent(yes, "Remove the shadow?", out)
         return _lifecycle(out, shadow.abort(connect=connect))
 
@@ -175,6 +186,16 @@ def _consent(yes: bool, question: str, out: Output) -> None:
     from ddops.rollout.output import consent
     if not consent(yes, question, out):
         raise BadInput("declined at the prompt; nothing changed")
+
+
+def _dry_run(out: Output, doc: dict, force: bool = False) -> int:
+    """Show a dry run's steps; exit 2 when planning refuses (and --force is not given), else 0."""
+    for step in doc["steps"]:
+        out.event("step", f"{step['action']}: {step['detail']}", **step)
+    for refusal in doc["refusals"]:
+        out.event("refused", f"{refusal['check']}: {refusal['reason']}", **refusal)
+    refused = bool(doc["refusals"]) and not force
+    return out.finish(exits.BAD_INPUT if refused else exits.OK, {"dry_run": True, **doc})
 
 
 def _lifecycle(out: Output, done) -> int:
@@ -206,11 +227,7 @@ def switch_command(
         target = host_changes.load_target(profile, host, inventory=inventory)
         if dry_run:
             with _connector(inventory)(host) as remote:
-                doc = plan(remote, target, unit, gpu_timeout)
-            for step in doc["steps"]:
-                out.event("step", f"{step['action']}: {step['detail']}", **step)
-            refused = doc["refusals"] and not force
-            return out.finish(exits.BAD_INPUT if refused else exits.OK, {"host": host, "dry_run": True, **doc})
+                return _dry_run(out, {"host": host, **plan(remote, target, unit, gpu_timeout)}, force)
         _consent(yes, f"Switch {host} to {profile} (the running server stops first)?", out)
         with _connector(inventory)(host) as remote:
             report = switch(remote, target, unit=unit, command=f"ddops switch {profile} --host {host}",
@@ -229,7 +246,7 @@ def rollout_command(
     approve: Annotated[bool, typer.Option("--approve", help="Continue this plan's paused rollout (needs no --yes).")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Revert every host this plan's paused rollout changed (needs no --yes).")] = False,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
-    force: Force = False,
+    force: Force = False, dry_run: DryRun = False,
 ) -> None:
     """Roll PROFILE out in waves: canary first, analysis while baking, pauses for approval,
     halt and revert past max failures; resumable."""
@@ -237,7 +254,7 @@ def rollout_command(
 
     def body(out: Output) -> int:
         return run_plan(plan_file, inventory=inventory, restart=restart, yes=yes, out=out,
-                        approve=approve, abort=abort, force=force)
+                        approve=approve, abort=abort, force=force, dry_run=dry_run)
 
     _run(_output(json_doc, json_events), body)
 

@@ -165,3 +165,26 @@ def test_a_rollout_killed_in_its_canary_and_resumed_still_reverts_the_canary(lab
     for host in hosts:
         assert read_header(lab.unit(host))["profile"] == "cpu-ar"
         assert lab.info(host)["speculative_algorithm"] in (None, "NONE", "")
+
+
+def test_dry_runs_of_shadow_and_rollout_show_their_steps_and_change_nothing(lab, tmp_path):
+    lab.deploy("cpu-ar", "lab-1")
+    unit, pid = lab.unit("lab-1"), lab.main_pid("lab-1")
+    start = lab.json("shadow", "start", lab.profile("ro-other"), "--host", "lab-1", "--dry-run", expect=0)
+    assert [s["action"] for s in start["steps"]][:2] == ["deploy backup", "deploy write-unit"]
+    assert start["steps"][-1]["action"] == "record" and lab.unit("lab-1", SHADOW_UNIT) is None
+    assert lab.json("shadow", "status", expect=0)["shadow"] is None
+
+    lab.json("shadow", "start", lab.profile("ro-other"), "--host", "lab-1", "--yes", expect=0)
+    promote = lab.json("shadow", "promote", "--dry-run", expect=0)
+    assert [s["action"] for s in promote["steps"]][:4] == ["remove", "snapshot", "record-change", "stop"]
+    abort = lab.json("shadow", "abort", "--dry-run", expect=0)
+    assert [s["action"] for s in abort["steps"]] == ["remove", "forget"]
+    assert lab.unit("lab-1", SHADOW_UNIT) is not None and lab.json("shadow", "status", expect=0)["shadow"]
+    lab.json("shadow", "abort", "--yes", expect=0)
+
+    plan = tmp_path / "other.yaml"
+    plan.write_text(yaml.safe_dump({"profile": lab.profile("ro-missing"), "hosts": ["lab-1"]}))
+    rollout = lab.json("rollout", str(plan), "--dry-run", expect=2)     # planning refuses: no model there
+    assert rollout["hosts"]["lab-1"]["refusals"][0]["check"] == "model-missing"
+    assert lab.unit("lab-1") == unit and lab.main_pid("lab-1") == pid    # production never restarted

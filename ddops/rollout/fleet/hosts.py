@@ -104,6 +104,18 @@ def _dial(tunnels: ExitStack, host, url: str) -> str:
         return url
 
 
+def plan_hosts(fleet: Fleet, waves) -> dict:
+    """`rollout --dry-run`: each host's deploy plan against what it holds now, in wave order."""
+    hosts = {}
+    for host in (h for wave in waves for h in wave):
+        target = fleet.targets[host]
+        with connect(target.host) as remote:
+            plan = host_changes.plan_of(remote, target)
+        hosts[host] = {"steps": [s.as_dict() for s in plan.steps], "unit_diff": plan.unit_diff,
+                       "refusals": [r.as_dict() for r in plan.refusals]}
+    return hosts
+
+
 def deployer(fleet: Fleet, command: str, force: bool = False):
     def deploy_one(host: str) -> Outcome:
         target = fleet.targets[host]

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from rich.live import Live
 
+from ddops import exits
+
 from ddops.rollout.fleet import tables
 from ddops.rollout.fleet.bake import Watcher
-from ddops.rollout.fleet.hosts import Endpoints, deployer, resolve, reverter
+from ddops.rollout.fleet.hosts import Endpoints, deployer, plan_hosts, resolve, reverter
 from ddops.rollout.fleet.loop import Rollout, StateFile, resume_or_start
 from ddops.rollout.fleet.notify import Notifier, text_of
 from ddops.rollout.fleet.waves import (PAUSED, RolloutState, exit_code, load_plan, pause_waves,
@@ -28,15 +30,17 @@ QUESTION = "Roll {profile} out to {n} host(s) ({waves} wave(s), canary first)?"
 
 
 def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: bool, out: Output,
-             approve: bool = False, abort: bool = False, force: bool = False) -> int:
+             approve: bool = False, abort: bool = False, force: bool = False, dry_run: bool = False) -> int:
     """force: hosts whose planning refuses the change get it anyway (each history entry records
-    what was overridden); reverts are never forced."""
+    what was overridden); reverts are never forced. dry_run: each host's plan, in wave order."""
     if approve and abort or (approve or abort) and restart:
         raise BadInput("--approve, --abort and --restart: choose one")
     plan = load_plan(plan_file)
     out.event("stage", f"loading {plan.source}: profile {plan.profile}")
     fleet = resolve(plan, inventory)
     waves = plan_waves(fleet.hosts, fleet.canary, fleet.wave_size)
+    if dry_run:
+        return _dry_run(fleet, waves, out, force)
     pauses = pause_waves(fleet.pause_points, waves, fleet.canary, plan.source)
     store = StateFile.for_plan(state_dir(), plan)
     state, resumed = resume_or_start(store, RolloutState.start(plan, waves, fleet.canary), restart)
@@ -79,6 +83,19 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     wall = time.monotonic() - started
     out.event("stage", f"rollout {final.status} in {wall:.1f} s; state in {store.path}")
     return _result(out, final, resumed, store, wall, notifier.close())
+
+
+def _dry_run(fleet, waves, out: Output, force: bool) -> int:
+    """Every host's deploy plan against what it holds now, in wave order; nothing changes. Exit 2
+    when planning refuses any host (a rollout would stop there), unless forced."""
+    hosts = plan_hosts(fleet, waves)
+    for host, shown in hosts.items():
+        why = "; ".join(f"{r['check']}: {r['reason']}" for r in shown["refusals"])
+        out.event("host", f"{host}: {', '.join(s['action'] for s in shown['steps']) or 'no change'}"
+                          + (f"; refused: {why}" if why else ""), host=host, **shown)
+    refused = any(h["refusals"] for h in hosts.values()) and not force
+    return out.finish(exits.BAD_INPUT if refused else exits.OK,
+                      {"dry_run": True, "waves": [list(w) for w in waves], "hosts": hosts})
 
 
 def _rollout(fleet, state, store, pauses, out, view, emit, command, force: bool, tunnels: ExitStack) -> Rollout:

@@ -15,20 +15,20 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ddops import exits
+from ddops import exits, systemd
 from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
 from ddops.profile import load_profile
 from ddops.profile.schema import RolloutSpec
 from ddops.rollout import host_changes
 from ddops.rollout.output import BadInput
 from ddops.rollout.records import (ShadowRecord, clear_shadow, load_shadow, save_result,
-                                  save_shadow)
+                                  save_shadow, shadow_file)
 from ddops.rollout.shadow import mirrored
 from ddops.rollout.shadow.compare import Comparison, Endpoint, Settings, compare
 from ddops.rollout.shadow.judge import Verdict, judge
 from ddops.rollout.shadow.prompts import load_prompts
 from ddops.rollout.switch.gpu import free_mib
-from ddops.rollout.switch.single_gpu import switch
+from ddops.rollout.switch.single_gpu import plan as plan_switch, switch
 
 
 def shadow_unit(unit: str) -> str:
@@ -171,11 +171,21 @@ def refuse_unless_fits(remote, profile) -> None:
                        f"{'; '.join(verdict.reasons)}; run the shadow on another host (--host)")
 
 
-def start(profile_name: str, host: str, *, port: int | None, production_host: str | None,
-          production_unit: str | None, inventory: Path | None, connect, progress,
-          force: bool = False, mirror: bool = False, sample: float = 0.0) -> Lifecycle:
-    """Deploy the candidate as <unit>-shadow beside production; record it on success. With
-    `mirror`, production's tap then copies its requests to the shadow (docs/mirror.md)."""
+@dataclass(frozen=True)
+class Candidate:
+    """A shadow start checked and rendered, before any host changed."""
+    profile: object
+    target: object
+    prod_host: str
+    prod_unit: str
+    prod: object          # production's UnitStatus
+    source: object        # where mirroring reads production (None without --mirror)
+
+
+def prepare(profile_name: str, host: str, *, port: int | None, production_host: str | None,
+            production_unit: str | None, inventory: Path | None, connect, force: bool = False,
+            mirror: bool = False, sample: float = 0.0) -> Candidate:
+    """Everything `shadow start` checks before it changes a host (bad input: exit 2)."""
     if sample and not mirror:
         raise BadInput("--sample keeps samples of mirrored requests: give --mirror too")
     if not 0 <= sample <= 1:
@@ -189,7 +199,8 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
     prod_host = production_host or host
     port = port or profile.service.port + 1
     target = host_changes.load_target(profile_name, host, inventory=inventory,
-                                 unit_name=shadow_unit(prod_unit), port=port)
+                                      unit_name=shadow_unit(prod_unit), port=port)
+    source = None
     with connect(prod_host) as prod_remote:
         prod = production_of(prod_remote, prod_unit)
         if mirror:
@@ -199,7 +210,32 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
                     Endpoint("production", url, api_key=api_key_of(profile)))
         if prod_host == host and not force:
             refuse_unless_fits(prod_remote, profile)
-    progress("deploy", f"{profile.name} as {target.desired.unit_name} on {host}:{port}")
+    return Candidate(profile, target, prod_host, prod_unit, prod, source)
+
+
+def preview_start(candidate: Candidate, host: str, connect, mirror: bool) -> dict:
+    """`shadow start --dry-run`: the shadow's deploy plan on its host, and what follows it."""
+    with connect(host) as remote:
+        plan = host_changes.plan_of(remote, candidate.target)
+    steps = [(f"deploy {s.action}", s.detail) for s in plan.steps]
+    steps.append(("record", f"the shadow in {shadow_file()} (this machine)"))
+    if mirror:
+        steps.append(("mirror", f"production {candidate.prod_unit} on {candidate.prod_host} copies its "
+                                "requests to the shadow"))
+    return _preview(steps, [r.as_dict() for r in plan.refusals], deploy=plan.as_dict())
+
+
+def start(profile_name: str, host: str, *, port: int | None, production_host: str | None,
+          production_unit: str | None, inventory: Path | None, connect, progress,
+          force: bool = False, mirror: bool = False, sample: float = 0.0) -> Lifecycle:
+    """Deploy the candidate as <unit>-shadow beside production; record it on success. With
+    `mirror`, production's tap then copies its requests to the shadow (docs/mirror.md)."""
+    candidate = prepare(profile_name, host, port=port, production_host=production_host,
+                        production_unit=production_unit, inventory=inventory, connect=connect,
+                        force=force, mirror=mirror, sample=sample)
+    target, prod, prod_host, prod_unit = candidate.target, candidate.prod, candidate.prod_host, candidate.prod_unit
+    port = int(target.spec.base_url.rsplit(":", 1)[1])
+    progress("deploy", f"{candidate.profile.name} as {target.desired.unit_name} on {host}:{port}")
     with connect(host) as remote:
         result = host_changes.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",
                                 progress, force=force)
@@ -212,10 +248,15 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
     save_shadow(record)
     detail = f"shadow {record.unit} gated and running at {record.url}"
     if mirror:
-        record, note = _start_mirror(record, profile, sample, source, connect, progress)
+        record, note = _start_mirror(record, candidate.profile, sample, candidate.source, connect, progress)
         detail += "; " + note
     return Lifecycle(0, "started", f"{detail}; production {prod_unit} on {prod_host} untouched",
                      record, (result,))
+
+
+def _preview(steps: list[tuple[str, str]], refusals: list[dict] | None = None, **more) -> dict:
+    """A dry run's document: the steps in order and the refusals that would stop them first."""
+    return {"steps": [{"action": a, "detail": d} for a, d in steps], "refusals": refusals or [], **more}
 
 
 def _start_mirror(record: ShadowRecord, profile, sample: float, source, connect,
@@ -234,6 +275,35 @@ def _start_mirror(record: ShadowRecord, profile, sample: float, source, connect,
     via = "its request logs, through the relay beside it" if record.tap_url else "its tap"
     progress("mirror", f"production copies its requests to {tap['target']} from {via} (samples: {sample:.0%})")
     return record, f"production mirrors to it from {via} (queue {tap['queue_limit']}, samples {sample:.0%})"
+
+
+def preview_abort() -> dict:
+    """`shadow abort --dry-run`: what abort would remove."""
+    record = _recorded()
+    steps = [("remove-relay", f"the mirror relay beside {record.production_unit} on {record.production_host}")] \
+        if record.tap_url else []
+    unit_path, env_path = host_changes.unit_paths(record.unit)
+    steps += [("remove", f"{record.host}: {systemd.remove(record.unit, unit_path, env_path)}"),
+              ("forget", f"the shadow in {shadow_file()} (this machine)")]
+    return _preview(steps)
+
+
+def preview_promote(*, inventory: Path | None, connect) -> dict:
+    """`shadow promote --dry-run`: on production's host, the shadow's removal then the switch's
+    steps; elsewhere, production's deploy plan, then the shadow's removal."""
+    record = _recorded()
+    port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
+    target = host_changes.load_target(record.profile, record.production_host, inventory=inventory,
+                                      unit_name=record.production_unit, port=port)
+    remove = ("remove", f"{record.host}: {record.unit}")
+    with connect(record.production_host) as remote:
+        if record.host == record.production_host:
+            shown = plan_switch(remote, target, record.production_unit)
+            return _preview([remove] + [(s["action"], s["detail"]) for s in shown["steps"]],
+                            shown["refusals"], deploy=shown["deploy"])
+        plan = host_changes.plan_of(remote, target)
+    return _preview([(f"deploy {s.action}", s.detail) for s in plan.steps] + [remove],
+                    [r.as_dict() for r in plan.refusals], deploy=plan.as_dict())
 
 
 def abort(*, connect) -> Lifecycle:
