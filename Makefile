@@ -7,10 +7,11 @@ PY := $(VENV)/bin/python
 export DDOPS_CACHE ?= /var/cache/ddops
 APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap iproute2 zstd \
                 python3-venv python3-dev gcc curl ca-certificates rsync \
-                chromium prometheus  # chromium: the report test opens pages in it (Playwright, never
-                                     # downloads browsers); prometheus: promtool and a real server for tests/monitor
+                chromium prometheus prometheus-alertmanager  # chromium: the report test opens pages in it (Playwright, never
+                                     # downloads browsers); prometheus: promtool and a real server for tests/monitor,
+                                     # prometheus-alertmanager: the Alertmanager those alerts reach there
 
-.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench bench-load fuzz abuse test demo release-check clean lab-down
+.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench-shadow-gate bench bench-load fuzz abuse test demo release-check clean lab-down
 
 setup: apt venv
 
@@ -53,6 +54,12 @@ drafter: models
 
 drafter-long: models
 	nice -n 10 $(PY) -m serving.tools.drafter --out $(DRAFTER) --minutes 90 --prompts 960
+
+# The speculative shadow's gate beside plain production, 10 fresh deploys on a lab host
+# (docs/spec.md "The gate in the lab").
+bench-shadow-gate: drafter
+	$(PY) -m ddops lab up -n 1
+	$(PY) -m ddops.lab.bench_shadow_gate --host lab-1 --runs 10
 
 bench: drafter
 	mkdir -p $(DDOPS_CACHE)/bench

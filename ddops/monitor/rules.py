@@ -104,7 +104,7 @@ def alerts() -> list[dict]:
     return [
         alert("DdopsServiceDown", f"up{{{JOBS}}} == 0", "1m",
               "{{ $labels.unit }} on {{ $labels.host }} does not answer its /metrics", "critical"),
-        alert("DdopsAcceptanceNearOne", f'ddops:accept_length:rate5m{{speculative="true"}} < {NEAR_ONE}', "10m",
+        alert("DdopsAcceptanceNearOne", f'ddops:accept_length:rate5m{{speculative="true"}} < {NEAR_ONE}', "2m",
               "{{ $labels.unit }} on {{ $labels.host }} speculates ({{ $labels.method }}) but its draft accepts "
               "{{ $value | printf \"%.2f\" }} tokens a round: the draft no longer matches the target, or the "
               "content is one it cannot predict; plain decoding would be faster"),
