@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ddops.lab.faults import use_demo_key
+
 MODELS = "/var/lib/ddops/models"
 
 
@@ -69,6 +71,7 @@ def main() -> None:
     parser.add_argument("--candidate", default="cpu-smollm2-ddtree")
     parser.add_argument("--prompts", type=int, default=4)
     args = parser.parse_args()
+    use_demo_key()
     prepare(args.host, args.production, Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops")) / "models")
     runs = []
     for n in range(args.runs):

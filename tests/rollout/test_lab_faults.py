@@ -1,6 +1,6 @@
 """Host changes killed midway (kill -9 of ddops at a named stage), on real lab hosts: `ddops
 status` names what was left and the command that settles it, and the next command converges.
-A representative set for `make test` (docs/crash-safety.md lists the cases).
+A representative set for `make test` (docs/deploy.md, "Lock, killed deploys, history").
 
 The kill lands when the command reports the stage (its --json-events line, or the narration
 line of a command without events), so the host is between that stage's step and the next."""
