@@ -1,9 +1,12 @@
-"""What a rollout watches while it bakes: checks on each changed host's /metrics.
+"""What a rollout watches while it bakes: checks on each changed host's /metrics, and PromQL
+queries to the operator's Prometheus.
 
 Used in a profile's `rollout.analysis` (the defaults) and in a plan's `analysis` (which
 replaces the profile's as a whole). Each check names one figure of `ddops.rollout.fleet.scrape`
 and bounds it absolutely (`max`, `min`) and/or against the baseline (`max_ratio`,
-`min_ratio`: value / baseline value).
+`min_ratio`: value / baseline value). Each query (`prometheus.queries`) is PromQL in which
+`$host` and `$unit` stand for the judged host's inventory name and unit, bounded by `max` and/or
+`min` (docs/monitoring.md, "Rollout analysis in PromQL").
 """
 
 from __future__ import annotations
@@ -53,11 +56,39 @@ class MirrorRequirement(Section):
     min_accept_length: Annotated[float, Field(ge=1)] | None = None       # the shadow's, on them
 
 
+class PromQuery(Section):
+    """One PromQL query, judged for each changed host at every sample of its bake."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+    query: Annotated[str, Field(min_length=1)]     # `$host`, `$unit`: the judged host's name and unit
+    max: float | None = None
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _has_bound(self) -> "PromQuery":
+        if self.max is None and self.min is None:
+            raise ValueError(f"{self.name}: give max, min or both")
+        return self
+
+
+class PrometheusSpec(Section):
+    address: Annotated[str, Field(pattern=r"^https?://")]    # the operator's Prometheus
+    queries: Annotated[list[PromQuery], Field(min_length=1)]
+    timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
+
+
 class AnalysisSpec(Section):
-    checks: Annotated[list[CheckSpec], Field(min_length=1)]
+    checks: list[CheckSpec] = []
+    prometheus: PrometheusSpec | None = None  # queries to the operator's Prometheus, beside the checks
     mirror: MirrorRequirement | None = None  # required of the recorded shadow before the canary
     interval_s: Annotated[float, Field(gt=0, le=3600)] = 5.0  # between samples
     min_requests: Annotated[int, Field(ge=1)] = 10  # in the window before any check is judged
     baseline: Literal["before", "unchanged"] = "before"
     probe: ProbeSpec | None = None
     on_no_traffic: Literal["halt", "pass"] = "halt"  # bake ended below min_requests
+
+    @model_validator(mode="after")
+    def _judges_something(self) -> "AnalysisSpec":
+        if not self.checks and self.prometheus is None:
+            raise ValueError("give checks (on each host's /metrics), prometheus queries, or both")
+        return self

@@ -27,8 +27,8 @@ from typing import Callable, Mapping
 import httpx
 
 from ddops.profile.analysis import AnalysisSpec, ProbeSpec
-from ddops.rollout.fleet import scrape
-from ddops.rollout.fleet.bake_checks import FAIL, final_verdict, judge
+from ddops.rollout.fleet import promql, scrape
+from ddops.rollout.fleet.bake_checks import FAIL, WAIT, final_verdict, judge
 
 SCRAPE_ERRORS_TO_FAIL = 2
 
@@ -38,15 +38,17 @@ class Endpoint:
     base_url: str
     model: str  # served model name, for probe requests
     api_key: str | None = None
+    unit: str = ""  # the unit serving it: a PromQL query's `$unit`
 
 
 class Watcher:
     def __init__(self, spec: AnalysisSpec, bake_s: float, endpoints: Mapping[str, Endpoint],
                  record: Callable[[str, str, dict], None], read=scrape.read,
                  sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, ask=None) -> None:
         self.spec, self.bake_s, self.endpoints = spec, bake_s, endpoints
         self.record, self.read, self.sleep, self.clock = record, read, sleep, clock
+        self.ask = ask or promql.ask     # a PromQL query -> (value, why none)
         self.before: dict[str, dict | None] = {}
 
     def capture_before(self, host: str) -> None:
@@ -95,7 +97,22 @@ class Watcher:
         errors[host] = 0
         window = now.since(start[host]).summary()
         base = baseline if baseline is not None else self.before.get(host)
-        return {"time": at, "window": window, "baseline": base, **judge(self.spec, window, base)}
+        return {"time": at, "window": window, "baseline": base, **self._judge(host, window, base)}
+
+    def _judge(self, host: str, window: dict, base: dict | None) -> dict:
+        """The checks on the window, then (once it is judged) the PromQL queries for the host:
+        one that fails fails the sample; one unjudged keeps it waiting (never a pass)."""
+        verdict = judge(self.spec, window, base)
+        if self.spec.prometheus is None or verdict["verdict"] == WAIT:
+            return verdict
+        asked = promql.checks(self.spec.prometheus, host, self.endpoints[host].unit, self.ask)
+        checks = verdict["checks"] + asked
+        if any(c["status"] == FAIL for c in checks):
+            return {"verdict": FAIL, "checks": checks}
+        unjudged = [c["reason"] for c in asked if c["status"] == promql.UNJUDGED]
+        if unjudged:
+            return {"verdict": WAIT, "checks": checks, "reason": "; ".join(unjudged)}
+        return {"verdict": verdict["verdict"], "checks": checks}
 
     def _pooled(self, pool: list[str], start: dict) -> dict | None:
         """The unchanged hosts' window, summed as one server's (None when none is readable)."""

@@ -87,7 +87,7 @@ class Endpoints(Mapping):
             if host not in self.opened:
                 t = self.fleet.targets[host]
                 self.opened[host] = Endpoint(_dial(self.tunnels, t.host, t.spec.base_url), t.spec.served_model,
-                                             host_changes.api_key_of(t.desired.env_text))
+                                             host_changes.api_key_of(t.desired.env_text), t.desired.unit_name)
             return self.opened[host]
 
     def __iter__(self) -> Iterator[str]:

@@ -69,7 +69,7 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
         if approve:
             rollout.approve()
         elif not resumed:
-            checks = [c.model_dump() for c in fleet.analysis.checks] if fleet.analysis else []
+            checks = analysis_checks(fleet.analysis)
             rollout.on_event("start", {"hosts": list(fleet.hosts), "waves": [list(w) for w in waves],
                                        "checks": checks, "forced": force})
         try:
@@ -83,6 +83,14 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     wall = time.monotonic() - started
     out.event("stage", f"rollout {final.status} in {wall:.1f} s; state in {store.path}")
     return _result(out, final, resumed, store, wall, notifier.close())
+
+
+def analysis_checks(analysis) -> list[dict]:
+    """What the rollout will judge, for its start event: the checks, then the PromQL queries."""
+    if analysis is None:
+        return []
+    queries = analysis.prometheus.queries if analysis.prometheus else []
+    return [c.model_dump() for c in analysis.checks] + [{"promql": q.model_dump()} for q in queries]
 
 
 def _dry_run(fleet, waves, out: Output, force: bool) -> int:
