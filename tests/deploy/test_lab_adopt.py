@@ -90,7 +90,7 @@ def test_a_halted_rollout_restores_the_adopted_unit_byte_for_byte(hand, tmp_path
             remote.run(f"mv {MODELS}/tiny-llama.away {MODELS}/tiny-llama")
     doc = json.loads(done.stdout)
     assert doc["status"] == "halted", doc
-    assert {h: s["status"] for h, s in doc["hosts"].items()} == {first: "reverted", second: "failed"}
+    assert {h: s["status"] for h, s in doc["hosts"].items()} == {first: "reverted", second: "refused"}
     with connect(lab.host(first)) as remote:
         assert remote.read(UNIT_PATH) == HAND_UNIT.encode()
         assert remote.read(ENV_PATH) == HAND_ENV.encode()

@@ -150,7 +150,8 @@ def test_a_rollout_host_refused_by_planning_is_forced_only_with_force(prod, tmp_
     before_bytes, before = prod.unit_bytes(), prod.started()
     refused = prod.ddops("rollout", str(plan), "--yes", "--json", env=env)
     doc = json.loads(refused.stdout)
-    assert doc["hosts"][prod.name]["status"] == "failed" and "model-missing" in doc["hosts"][prod.name]["detail"]
+    assert doc["hosts"][prod.name]["status"] == "refused" and "model-missing" in doc["hosts"][prod.name]["detail"]
+    assert refused.returncode == 2, doc          # refused by planning, no host touched: bad input
     assert prod.unit_bytes() == before_bytes and prod.started() == before       # zero restarts
     forced = prod.ddops("rollout", str(plan), "--yes", "--json", "--restart", "--force", env=env)
     doc = json.loads(forced.stdout)
