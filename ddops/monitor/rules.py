@@ -34,6 +34,8 @@ WINDOW = "5m"
 QUANTILES = {"p50": 0.5, "p99": 0.99}
 NEAR_ONE = 1.05          # a speculative service whose draft accepts less is speculating for nothing
 ERROR_RATIO = 0.05
+MIRROR_WINDOW = "15m"    # mirrored T=0 requests come as production's traffic does: a wider window
+MIRROR_MIN = 5           # compared requests in it before equality is judged
 TTFT_P99_S = 10.0        # without a profile SLO: the bound an interactive chat would not survive
 
 
@@ -84,7 +86,16 @@ def recording(runtime: str, series: Series) -> list[Rule]:
     accept = _acceptance(series, runtime)
     if accept is not None:
         rules.append(Rule("ddops:accept_length:rate5m", accept))
+    if series.mirror_compared and series.mirror_equal:
+        compared = _increase(f"{series.mirror_compared}_total{{{only}}}")
+        rules += [Rule(f"ddops:mirror_compared:increase{MIRROR_WINDOW}", compared),
+                  Rule(f"ddops:mirror_equality:ratio{MIRROR_WINDOW}",
+                       _ratio(_increase(f"{series.mirror_equal}_total{{{only}}}"), compared))]
     return rules
+
+
+def _increase(selector: str) -> str:
+    return f"sum by ({BY}) (increase({selector}[{MIRROR_WINDOW}]))"
 
 
 def untold() -> dict[str, list[str]]:
@@ -100,7 +111,7 @@ def alert(name: str, expr: str, for_: str, summary: str, severity: str = "warnin
 
 def alerts() -> list[dict]:
     """What goes wrong with a speculative service: down, a draft that accepts (almost) nothing,
-    errors, slow first tokens."""
+    errors, a shadow whose answers part from production's, slow first tokens."""
     return [
         alert("DdopsServiceDown", f"up{{{JOBS}}} == 0", "1m",
               "{{ $labels.unit }} on {{ $labels.host }} does not answer its /metrics", "critical"),
@@ -111,6 +122,12 @@ def alerts() -> list[dict]:
         alert("DdopsErrorRatioHigh", f"ddops:error_ratio:rate5m > {ERROR_RATIO}", "5m",
               "{{ $labels.unit }} on {{ $labels.host }}: {{ $value | humanizePercentage }} of generation "
               "requests failed or were abandoned"),
+        alert("DdopsShadowDiverges",
+              f"ddops:mirror_equality:ratio{MIRROR_WINDOW} < 1 and ddops:mirror_compared:increase{MIRROR_WINDOW} "
+              f">= {MIRROR_MIN}", "5m",
+              "{{ $labels.unit }} on {{ $labels.host }} (a mirroring shadow) answered "
+              "{{ $value | humanizePercentage }} of production's mirrored T=0 requests identically: "
+              "the candidate is not lossless against production; do not promote it"),
         alert("DdopsSlowFirstToken", f"ddops:ttft_seconds:p99 > {TTFT_P99_S}", "10m",
               "{{ $labels.unit }} on {{ $labels.host }}: time to first token p99 {{ $value | humanizeDuration }}"),
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 # finish_reason of a generation the client left before it ended (serving.engine.scheduler)
 CANCELLED_REASON = "abort"
@@ -62,6 +63,13 @@ class Metrics:
         if usage.draft_accept_length is not None:
             self.accept_length.observe(usage.draft_accept_length)
 
+    def watch_mirror(self, tally_of) -> None:
+        """Expose a mirroring shadow's comparisons (`tally_of()`: the sink's Tally, None before a
+        record arrived) as counters read at each scrape: what /mirror/stats says, in Prometheus."""
+        if not getattr(self, "_mirror_watched", False):     # one app per state, but tests build twice
+            self.registry.register(MirrorCounters(tally_of))
+            self._mirror_watched = True
+
     def render(self, engine=None) -> bytes:
         if engine is not None:
             self.avg_accept.set(engine.stats.avg_spec_accept_length)
@@ -89,3 +97,25 @@ class Metrics:
             self.setting_rate.labels(setting=s["setting"]).set(s["tokens_per_s"])
             self.setting_current.labels(setting=s["setting"]).set(
                 1 if s["setting"] == spec.get("speculative_current_setting") else 0)
+
+
+class MirrorCounters:
+    """serving_mirror_deterministic_total: mirrored T=0 requests this shadow regenerated and
+    compared with production's answer (by tokens, or by text where production kept only text);
+    serving_mirror_equal_total: those whose answers were identical. Lossless speculation keeps
+    the two equal; ddops' rules alert when they part (ddops/monitor/rules.py)."""
+
+    def __init__(self, tally_of):
+        self.tally_of = tally_of
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        tally = self.tally_of()
+        compared = CounterMetricFamily("serving_mirror_deterministic",
+                                       "Mirrored T=0 requests regenerated and compared with production's answer")
+        equal = CounterMetricFamily("serving_mirror_equal", "Mirrored T=0 requests whose answer equals production's")
+        compared.add_metric([], (tally.deterministic + tally.text) if tally else 0)
+        equal.add_metric([], (tally.equal + tally.text_equal) if tally else 0)
+        return [compared, equal]

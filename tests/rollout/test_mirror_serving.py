@@ -41,6 +41,13 @@ def chat(url: str, text: str, **extra) -> httpx.Response:
     return httpx.post(url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
 
 
+def mirror_counters(url: str) -> tuple[float, float]:
+    """The shadow's /metrics counters of mirrored T=0 requests: (compared, equal)."""
+    page = httpx.get(url + "/metrics", headers=AUTH, timeout=5).text
+    found = {line.split()[0]: float(line.split()[1]) for line in page.splitlines() if line.startswith("serving_mirror_")}
+    return found["serving_mirror_deterministic_total"], found["serving_mirror_equal_total"]
+
+
 def settled(url: str, count: int, timeout_s: float = 60.0) -> dict:
     """The shadow's stats once `count` records are compared or failed (polling, not timing)."""
     deadline = time.monotonic() + timeout_s
@@ -212,6 +219,9 @@ def test_a_record_with_only_production_text_is_compared_by_text_apart_from_ids(p
     assert (matched, compared) == (len(answer) + 3, 2 * len(answer) + 1)
     assert by_text["text_equality"] < 1.0
     assert stats["deterministic"] == before["deterministic"]          # token equality keeps its meaning
+    # what the operator's Prometheus reads (DdopsShadowDiverges' counters): the same comparisons
+    assert mirror_counters(shadow) == (stats["deterministic"]["requests"] + by_text["requests"],
+                                       stats["deterministic"]["equal"] + by_text["equal"])
     # exactly one of answer_ids / answer_text, each well formed: a 400 naming the field
     both = text_record(prompt, answer, answer_ids=[5])
     neither = {k: v for k, v in text_record(prompt, answer).items() if k != "answer_text"}

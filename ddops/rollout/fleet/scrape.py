@@ -79,6 +79,8 @@ class Series:
     spec_drafts: str | None = None  # counters: accepted length = 1 + accepted / drafts
     spec_accepted: str | None = None
     cancelled: Count | None = None  # the part of `errors` the client abandoned; None: not told apart
+    mirror_compared: str | None = None  # counters of a mirroring shadow: T=0 requests compared with
+    mirror_equal: str | None = None     # production's answer, and those equal (None: cannot mirror)
 
 
 SERIES = {
@@ -89,7 +91,8 @@ SERIES = {
                       ttft="serving_time_to_first_token_seconds",
                       itl="serving_time_per_output_token_seconds",
                       e2e="serving_e2e_request_latency_seconds",
-                      accept_histogram="serving_spec_accept_length"),
+                      accept_histogram="serving_spec_accept_length",
+                      mirror_compared="serving_mirror_deterministic", mirror_equal="serving_mirror_equal"),
     "sglang": Series(requests=Count("sglang:num_requests"), errors=Count("sglang:num_aborted_requests"),
                      generated="sglang:generation_tokens", ttft="sglang:time_to_first_token_seconds",
                      itl="sglang:inter_token_latency_seconds", e2e="sglang:e2e_request_latency_seconds",
