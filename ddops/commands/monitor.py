@@ -32,7 +32,7 @@ def render(out: Path = typer.Option(..., "--out", help="folder to write (made if
     could not be read; nothing is written then (a partial target list would drop its alerts)."""
     from ddops.commands.operate import _hosts
     from ddops.monitor import render as write_out
-    from ddops.monitor.targets import read_host
+    from ddops.monitor.targets import UNKNOWN, read_host
     from ddops.rollout.records import load_shadow
 
     shadow = load_shadow()
@@ -49,10 +49,14 @@ def render(out: Path = typer.Option(..., "--out", help="folder to write (made if
             else:
                 typer.echo(f"error: {h.name}: {err}; nothing written", err=True)
             raise typer.Exit(code)
-    jobs = write_out.write(out, targets)
+    bounds, unknown = monitoring_of({t.labels["profile"] for t in targets} - {UNKNOWN})
+    jobs = write_out.write(out, targets, profiles=bounds)
     if as_json:
-        print_json(0, out=str(out.resolve()), jobs={job: [t["targets"][0] for t in doc] for job, doc in jobs.items()})
+        print_json(0, out=str(out.resolve()), jobs={job: [t["targets"][0] for t in doc] for job, doc in jobs.items()},
+                   profile_alerts=sorted(bounds), profiles_not_found=unknown)
         return
+    for name in unknown:
+        typer.echo(f"note: profile {name} is not found here: its own alert bounds are not rendered", err=True)
     for job, doc in sorted(jobs.items()):
         for entry in doc:
             labels = entry["labels"]
@@ -60,3 +64,19 @@ def render(out: Path = typer.Option(..., "--out", help="folder to write (made if
                        f"({labels['profile']}, {labels['runtime']}, {labels['method']}, {labels['role']})")
     typer.echo(f"wrote {out.resolve()}: add scrape.yml's entries to scrape_configs and rules/ddops.yml to "
                "rule_files in prometheus.yml; import dashboard.json into Grafana")
+
+
+def monitoring_of(names: set[str]) -> tuple[dict, list[str]]:
+    """The deployed profiles' own alert bounds (those that set any), and the names not found here."""
+    from ddops.profile import load_profile
+    from ddops.profile.yamlfile import ConfigError
+    bounds, unknown = {}, []
+    for name in sorted(names):
+        try:
+            spec = load_profile(name).monitoring
+        except (ConfigError, ValueError):
+            unknown.append(name)
+            continue
+        if spec.ttft_p99_slo_s is not None or spec.break_even_accept_length is not None:
+            bounds[name] = spec
+    return bounds, unknown

@@ -3,7 +3,8 @@
     DIR/targets/JOB.json     file-based service discovery, one file per scrape job (targets.py)
     DIR/keys/JOB.key         that job's API key, mode 0600 (Prometheus' credentials_file)
     DIR/scrape.yml           `scrape_configs` entries to paste into prometheus.yml, naming the above
-    DIR/rules/ddops.yml      recording and alert rules (rules.py)
+    DIR/rules/ddops.yml      recording and alert rules (rules.py), with each deployed profile's own
+                             bounds (its `monitoring:` section)
     DIR/dashboard.json       a Grafana dashboard of the ddops:* series, import-ready
 
 Paths written into scrape.yml are DIR's absolute path, so DIR is where Prometheus reads them.
@@ -56,8 +57,10 @@ def dashboard() -> dict:
             "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]}}
 
 
-def write(out: Path, targets: list[Target], interval: str = INTERVAL) -> dict[str, list[dict]]:
-    """Every file under `out` (made if missing); returns the jobs written."""
+def write(out: Path, targets: list[Target], interval: str = INTERVAL, profiles: dict | None = None
+          ) -> dict[str, list[dict]]:
+    """Every file under `out` (made if missing); returns the jobs written. `profiles`: name ->
+    schema.MonitoringSpec of the deployed profiles that set their own alert bounds."""
     out = out.resolve()
     jobs = groups(targets)
     keys = {job_name(t.api_key): t.api_key for t in targets if t.api_key}
@@ -67,7 +70,7 @@ def write(out: Path, targets: list[Target], interval: str = INTERVAL) -> dict[st
     _replace_folder(out / "keys", {f"{job}.key": key for job, key in keys.items()}, mode=0o600)
     _atomic(out / "scrape.yml", yaml.safe_dump({"scrape_configs": scrape_configs(out, jobs, set(keys), interval)},
                                                  sort_keys=False))
-    _atomic(out / "rules" / "ddops.yml", yaml.safe_dump(rules.rule_file(), sort_keys=False, width=120))
+    _atomic(out / "rules" / "ddops.yml", yaml.safe_dump(rules.rule_file(profiles), sort_keys=False, width=120))
     _atomic(out / "dashboard.json", json.dumps(dashboard(), indent=2) + "\n")
     return jobs
 

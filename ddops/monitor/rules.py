@@ -109,9 +109,33 @@ def alert(name: str, expr: str, for_: str, summary: str, severity: str = "warnin
             "annotations": {"summary": summary}}
 
 
-def alerts() -> list[dict]:
+def alerts(profiles: dict | None = None) -> list[dict]:
     """What goes wrong with a speculative service: down, a draft that accepts (almost) nothing,
-    errors, a shadow whose answers part from production's, slow first tokens."""
+    errors, a shadow whose answers part from production's, slow first tokens; then each
+    profile's own bounds (`profiles`: name -> schema.MonitoringSpec), whose TTFT SLO replaces the
+    generic bound for its services."""
+    own = {name: spec for name, spec in (profiles or {}).items() if spec.ttft_p99_slo_s is not None}
+    generic = f'{{profile!~"{"|".join(sorted(own))}"}}' if own else ""
+    return [*_common(generic), *(a for name, spec in sorted((profiles or {}).items()) for a in _own(name, spec))]
+
+
+def _own(name: str, spec) -> list[dict]:
+    """One profile's alerts: its break-even accepted length and its TTFT SLO."""
+    where, out = f'profile="{name}"', []
+    if spec.break_even_accept_length is not None:
+        out.append(alert("DdopsBelowBreakEven",
+                         f'ddops:accept_length:rate5m{{{where}, speculative="true"}} < {spec.break_even_accept_length:g}',
+                         "10m", "{{ $labels.unit }} on {{ $labels.host }}: its draft accepts {{ $value | printf \"%.2f\" }} "
+                         f"tokens a round, under {name}'s break-even {spec.break_even_accept_length:g}: plain decoding "
+                         "would be faster here"))
+    if spec.ttft_p99_slo_s is not None:
+        out.append(alert("DdopsTtftOverSlo", f"ddops:ttft_seconds:p99{{{where}}} > {spec.ttft_p99_slo_s:g}", "10m",
+                         "{{ $labels.unit }} on {{ $labels.host }}: time to first token p99 {{ $value | humanizeDuration }}"
+                         f", over {name}'s SLO of {spec.ttft_p99_slo_s:g} s"))
+    return out
+
+
+def _common(generic_ttft: str) -> list[dict]:
     return [
         alert("DdopsServiceDown", f"up{{{JOBS}}} == 0", "1m",
               "{{ $labels.unit }} on {{ $labels.host }} does not answer its /metrics", "critical"),
@@ -128,7 +152,7 @@ def alerts() -> list[dict]:
               "{{ $labels.unit }} on {{ $labels.host }} (a mirroring shadow) answered "
               "{{ $value | humanizePercentage }} of production's mirrored T=0 requests identically: "
               "the candidate is not lossless against production; do not promote it"),
-        alert("DdopsSlowFirstToken", f"ddops:ttft_seconds:p99 > {TTFT_P99_S}", "10m",
+        alert("DdopsSlowFirstToken", f"ddops:ttft_seconds:p99{generic_ttft} > {TTFT_P99_S}", "10m",
               "{{ $labels.unit }} on {{ $labels.host }}: time to first token p99 {{ $value | humanizeDuration }}"),
     ]
 
@@ -142,7 +166,7 @@ def joined() -> list[Rule]:
     return [Rule(record, " or ".join(f"({expr})" for expr in exprs)) for record, exprs in parts.items()]
 
 
-def rule_file() -> dict:
-    """The rule file's document: the recording rules, then the alerts."""
+def rule_file(profiles: dict | None = None) -> dict:
+    """The rule file's document: the recording rules, then the alerts (with `profiles`' own)."""
     return {"groups": [{"name": "ddops-recording", "rules": [r.as_dict() for r in joined()]},
-                       {"name": "ddops-alerts", "rules": alerts()}]}
+                       {"name": "ddops-alerts", "rules": alerts(profiles)}]}

@@ -23,6 +23,7 @@ from ddops.profile.launch import read_launch
 from ddops.profile.methods import METHODS
 from ddops.render import read_header
 
+UNKNOWN = "unknown"           # the profile label of a unit without a ddops header
 METRICS_PATH = "/metrics"    # the path every runtime in ddops/profile/runtimes.py serves them on
 
 
@@ -42,7 +43,7 @@ def target_of(host: str, host_address: str, unit: str, unit_text: str, env_text:
         return None
     url = endpoint(argv, host_address)
     method = launch.method or "none"
-    labels = {"host": host, "unit": unit, "profile": read_header(unit_text).get("profile") or "unknown",
+    labels = {"host": host, "unit": unit, "profile": read_header(unit_text).get("profile") or UNKNOWN,
               "runtime": launch.runtime, "method": method,
               "speculative": str(METHODS[method].is_speculative).lower(),
               "role": "shadow" if shadow == (host, unit) else "production"}

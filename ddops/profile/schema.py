@@ -199,6 +199,15 @@ class RolloutSpec(Section):
     pause_after: list[Annotated[str, Field(pattern=r"^(canary|[0-9]+)$")]] = Field(default_factory=list)
 
 
+class MonitoringSpec(Section):
+    """This profile's own alert bounds (`ddops monitor render`, docs/monitoring.md)."""
+
+    ttft_p99_slo_s: Annotated[float, Field(gt=0)] | None = None   # time to first token p99 it must hold
+    # the accepted length below which speculation stops paying for this pair on its hosts (from a
+    # bench of the pair, `python -m serving.bench`): under it, plain decoding would be faster
+    break_even_accept_length: Annotated[float, Field(ge=1)] | None = None
+
+
 class SglangSpec(Section):
     # Flags ddops does not model, appended as written: ["--tool-call-parser", "qwen25"]
     # (checks: ddops/profile/extra_args.py).
@@ -236,6 +245,7 @@ class Profile(Section):
     health: HealthSpec = Field(default_factory=HealthSpec)
     smoke: SmokeSpec = Field(default_factory=SmokeSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     sglang: SglangSpec = Field(default_factory=SglangSpec)
     vllm: VllmSpec = Field(default_factory=VllmSpec)
 

@@ -51,3 +51,29 @@ def test_a_figure_a_runtime_cannot_tell_has_no_rule():
                               "vllm": ["ddops:cancelled_ratio:rate5m", *mirrored]}
     cancelled = next(r for r in rules.joined() if r.record == "ddops:cancelled_ratio:rate5m")
     assert 'runtime="bundled"' in cancelled.expr and "sglang" not in cancelled.expr
+
+
+def test_a_profile_s_own_bounds_become_its_alerts_and_replace_the_generic_ttft_bound(tmp_path):
+    """cpu-ddtree declares a 5 s TTFT SLO and a break-even of 1.2 tokens a round: its service at
+    1.02 a round and a 29.8 s p99 raises both, and the generic 10 s bound no longer covers it."""
+    from ddops.profile.schema import MonitoringSpec
+    out = tmp_path / "monitor"
+    render.write(out, [], profiles={"cpu-ddtree": MonitoringSpec(ttft_p99_slo_s=5, break_even_accept_length=1.2)})
+    assert promtool("check", "rules", str(out / "rules" / "ddops.yml")).returncode == 0
+    spec = yaml.safe_load((HERE / "rules_test.yml").read_text())
+    spec["rule_files"] = [str(out / "rules" / "ddops.yml")]
+    base = spec["tests"][0]           # lab-1 runs cpu-ddtree: 1.02 tokens a round, TTFT p99 29.8 s
+    labels = {"severity": "warning", "host": "lab-1", "unit": "llm.service", "profile": "cpu-ddtree",
+              "runtime": "bundled", "method": "ddtree", "speculative": "true", "role": "production"}
+    base["alert_rule_test"] = [
+        {"alertname": "DdopsBelowBreakEven", "eval_time": "20m", "exp_alerts": [{"exp_labels": labels, "exp_annotations": {
+            "summary": "llm.service on lab-1: its draft accepts 1.02 tokens a round, under cpu-ddtree's break-even 1.2: "
+                       "plain decoding would be faster here"}}]},
+        {"alertname": "DdopsTtftOverSlo", "eval_time": "20m", "exp_alerts": [{"exp_labels": labels, "exp_annotations": {
+            "summary": "llm.service on lab-1: time to first token p99 29.8s, over cpu-ddtree's SLO of 5 s"}}]},
+        {"alertname": "DdopsSlowFirstToken", "eval_time": "20m", "exp_alerts": []}]
+    spec["tests"] = [base]
+    case = tmp_path / "own_test.yml"
+    case.write_text(yaml.safe_dump(spec, sort_keys=False))
+    done = promtool("test", "rules", str(case))
+    assert done.returncode == 0, done.stdout + done.stderr
