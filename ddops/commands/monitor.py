@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -9,7 +10,7 @@ import typer
 
 from ddops import exits
 from ddops.remote import RemoteError, connect
-from ddops.shell import print_json
+from ddops.shell import BadInput, print_json
 
 INVENTORY = typer.Option(None, "--inventory", "-i", help="inventory file")
 
@@ -22,6 +23,7 @@ def register(app: typer.Typer) -> None:
 
 def render(out: Path = typer.Option(..., "--out", help="folder to write (made if missing)"),
            host: Optional[list[str]] = typer.Option(None, "--host", help="only these hosts (default: every one)"),
+           interval: str = typer.Option("15s", "--interval", help="scrape interval written into scrape.yml"),
            as_json: bool = typer.Option(False, "--json", help="print one JSON document"),
            inventory: Optional[Path] = INVENTORY) -> None:
     """Write Prometheus targets, rules and a Grafana dashboard for every ddops service.
@@ -30,6 +32,8 @@ def render(out: Path = typer.Option(..., "--out", help="folder to write (made if
     targets (one job per API key, its key in a 0600 file), scrape_configs to paste into
     prometheus.yml, recording and alert rules, and dashboard.json. Exit 6 or 3 when a host
     could not be read; nothing is written then (a partial target list would drop its alerts)."""
+    if not re.fullmatch(r"[1-9][0-9]*(ms|s|m|h)", interval):
+        raise BadInput(f"--interval: a Prometheus duration such as 15s or 1m, got {interval!r}")
     from ddops.commands.operate import _hosts
     from ddops.monitor import render as write_out
     from ddops.monitor.targets import UNKNOWN, read_host
@@ -50,7 +54,7 @@ def render(out: Path = typer.Option(..., "--out", help="folder to write (made if
                 typer.echo(f"error: {h.name}: {err}; nothing written", err=True)
             raise typer.Exit(code)
     bounds, unknown = monitoring_of({t.labels["profile"] for t in targets} - {UNKNOWN})
-    jobs = write_out.write(out, targets, profiles=bounds)
+    jobs = write_out.write(out, targets, interval=interval, profiles=bounds)
     if as_json:
         print_json(0, out=str(out.resolve()), jobs={job: [t["targets"][0] for t in doc] for job, doc in jobs.items()},
                    profile_alerts=sorted(bounds), profiles_not_found=unknown)

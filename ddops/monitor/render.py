@@ -28,7 +28,8 @@ PANELS = (("Accepted length (tokens a round)", "ddops:accept_length:rate5m"),
           ("Time to first token p50 / p99 (s)", "ddops:ttft_seconds:p50", "ddops:ttft_seconds:p99"),
           ("Time per output token p50 / p99 (s)", "ddops:itl_seconds:p50", "ddops:itl_seconds:p99"),
           ("Error ratio", "ddops:error_ratio:rate5m"),
-          ("Requests per second", "ddops:requests:rate5m"))
+          ("Requests per second", "ddops:requests:rate5m"),
+          ("Mirrored T=0 answers equal to production's (shadows)", f"ddops:mirror_equality:ratio{rules.MIRROR_WINDOW}"))
 
 
 def scrape_configs(out: Path, jobs: dict[str, list[dict]], keyed: set[str], interval: str = INTERVAL) -> list[dict]:

@@ -42,11 +42,9 @@ def test_a_canary_failing_its_promql_query_halts_the_rollout_and_is_reverted(lab
     base.write_text(yaml.safe_dump({"profile": "cpu-ar", "hosts": hosts, "wave_size": 2}))
     assert lab.ddops("rollout", str(base), "--yes", "--json").returncode == 0
     out = tmp_path / "monitor"
-    rendered = lab.ddops("monitor", "render", "--out", str(out), "--json")
+    rendered = lab.ddops("monitor", "render", "--out", str(out), "--interval", "1s", "--json")
     assert rendered.returncode == 0, rendered.stdout + rendered.stderr
-    scrape = yaml.safe_load((out / "scrape.yml").read_text())["scrape_configs"]
-    for job in scrape:
-        job["scrape_interval"] = "1s"
+    scrape = yaml.safe_load((out / "scrape.yml").read_text())["scrape_configs"]     # as rendered, no edits
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": scrape}))
     port = free_port()
     prometheus = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
