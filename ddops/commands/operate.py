@@ -198,16 +198,25 @@ def _show_rollback_plan(remote, back, as_json: bool, force: bool) -> None:
     raise typer.Exit(code)
 
 
-def recover(host: str = HOST, yes: bool = typer.Option(False, "--yes", "-y"), as_json: bool = JSON,
-            inventory: Optional[Path] = INVENTORY) -> None:
+def recover(host: str = HOST, yes: bool = typer.Option(False, "--yes", "-y"),
+            dry_run: bool = typer.Option(False, "--dry-run", help="say what it would finish or undo; change nothing"),
+            as_json: bool = JSON, inventory: Optional[Path] = INVENTORY) -> None:
     """Settle what an interrupted command left on the host: finish a change whose new unit passed
     its gate, else undo it (production as it was); restore every unfinished deploy's backup."""
-    ask = must_ask(yes, "recover", machine=as_json)
+    ask = must_ask(yes, "recover", machine=as_json, dry_run=dry_run)
     with _open(host, inventory) as remote:
         found = change.interrupted(remote)
         if not as_json:
             for item in found:
                 show.stage("recover", _interrupted_line({"host": host, **item}))
+        if dry_run:
+            plan = change.preview(remote)
+            if as_json:
+                print_json(exits.OK, host=host, dry_run=True, interrupted=found, steps=plan)
+            else:
+                for line in plan or [f"nothing interrupted on {host}"]:
+                    show.console.print(escape(line))
+            return
         if found and ask:
             confirm("Settle it?")
         progress = (lambda *a: None) if as_json else show.progress

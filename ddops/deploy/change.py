@@ -220,6 +220,25 @@ def _told(path: str, body: str, nxt: str) -> dict:
                 "production": [], "next": "read it and put the host right by hand"}
 
 
+def preview(remote) -> list[str]:
+    """What `recover` would do now, read only: finish or undo the change record (by the same
+    test settle uses), restore each unfinished deploy's backup."""
+    said = []
+    found = read(remote)
+    if found is not None:
+        if found.reached(history.entries(remote, found.target_unit)):
+            said.append(f"finish `{found.command}`: {found.target_unit} passed its gate"
+                        + (f"; stop and disable {', '.join(found.disable)}" if found.disable else ""))
+        else:
+            running = [w.unit for w in found.production if w.active]
+            said.append(f"undo `{found.command}`: recover {found.target_unit}'s unfinished deploy if any"
+                        + (f", then start {', '.join(running)} and check it is healthy" if running else ""))
+    listed = remote.run(f"ls {q(STATE)}/deploy/*/pending.json 2>/dev/null; true").stdout.split()
+    said += [f"restore the backup of {path.split('/')[-2]} left by its unfinished deploy" for path in listed
+             if found is None or path.split("/")[-2] != found.target_unit]
+    return said
+
+
 def recover_host(remote, holder: Holder, progress=lambda stage, text: None) -> list[str]:
     """Settle everything a dead holder left: the change record (by `holding`), then every unit's
     unfinished deploy. Raises LockHeld while a live holder works on the host."""
