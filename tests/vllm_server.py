@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -121,15 +122,22 @@ def smollm2_checkpoint() -> Path:
 
 # Module scope: a suite's server stops (and frees the lock and ~5 GB) when its module is done,
 # so a later module in the same session that starts its own vLLM does not wait on it.
-@pytest.fixture(scope="module")
-def vllm_server(smollm2_checkpoint, tmp_path_factory):
-    python = vllm_python()  # skips (or fails under DDOPS_REQUIRE_VLLM=1) without the venv
-    root = tmp_path_factory.mktemp("vllm")
+@contextmanager
+def vllm_running(python: str, model: Path, root: Path, *flags: str, timeout_s: float = START_S):
+    """A vLLM server for the block: one at a time on this machine (the lock), started once enough
+    memory is free, stopped after."""
     with LOCK.open("a") as handle:
         _hold_lock(handle)
         _wait_for_memory()
-        server = VllmProcess(python, smollm2_checkpoint, root, *MIRROR_FLAGS)
+        server = VllmProcess(python, model, root, *flags)
         try:
-            yield server.wait_ready(timeout_s=START_S)
+            yield server.wait_ready(timeout_s=timeout_s)
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(smollm2_checkpoint, tmp_path_factory):
+    python = vllm_python()  # skips (or fails under DDOPS_REQUIRE_VLLM=1) without the venv
+    with vllm_running(python, smollm2_checkpoint, tmp_path_factory.mktemp("vllm"), *MIRROR_FLAGS) as server:
+        yield server

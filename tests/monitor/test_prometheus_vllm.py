@@ -16,7 +16,7 @@ from ddops.monitor.targets import target_of
 from tests.monitor.test_prometheus import GOLDEN, PROMETHEUS, wait_for
 from tests.server_process import free_port
 from tests.speculative.test_vllm_draft import MAX_NEW, smollm2_reduced_draft, vllm, vllm_completion, vllm_counters  # noqa: F401
-from tests.vllm_server import LOCK, VllmProcess, _hold_lock, _wait_for_memory
+from tests.vllm_server import vllm_running
 from tests.vllm_server import smollm2_checkpoint  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus (apt package prometheus: make apt)")
@@ -44,12 +44,8 @@ def test_prometheus_records_vllm_s_accepted_length_under_the_one_name(vllm, smol
     checkpoint, _, prompts, draft = smollm2_reduced_draft
     spec = json.dumps({"method": "dflash", "model": str(draft), "num_speculative_tokens": 7})
     prometheus = None
-    with LOCK.open("a") as handle:
-        _hold_lock(handle)
-        _wait_for_memory()
-        server = VllmProcess(vllm, checkpoint, tmp_path, "--speculative-config", spec)
+    with vllm_running(vllm, checkpoint, tmp_path, "--speculative-config", spec, timeout_s=300) as server:
         try:
-            server.wait_ready(timeout_s=300)
             prometheus, base, job = scraped_by_prometheus(server, tmp_path)
             up = wait_for(base, f'up{{job="{job}"}} == 1')
             assert (up[0]["metric"]["runtime"], up[0]["metric"]["method"]) == ("vllm", "dflash")
@@ -67,6 +63,5 @@ def test_prometheus_records_vllm_s_accepted_length_under_the_one_name(vllm, smol
             if prometheus is not None:
                 prometheus.terminate()
                 prometheus.wait(timeout=30)
-            server.stop()
     assert drafts > 0 and accepted > 0
     assert float(recorded[0]["value"][1]) == pytest.approx(own, rel=1e-6)

@@ -24,7 +24,7 @@ from serving.speculative.dflash import load_vocab
 from serving.tools.draft_vocab import write_vocab
 from serving.tools.vllm_draft import VLLM_FILE, export, vllm_tensors
 from tests.vllm_env import vllm_python
-from tests.vllm_server import LOCK, VllmProcess, _hold_lock, _wait_for_memory
+from tests.vllm_server import vllm_running
 from tests.vllm_server import smollm2_checkpoint  # noqa: F401  (a fixture)
 
 QUESTIONS = ("Hello, who are you?", "Why is the sky blue?", "Name three colours.")
@@ -196,16 +196,9 @@ def test_vllm_proposes_over_the_exported_vocabulary_as_the_bundled_runtime_does(
     checkpoint, target, prompts, draft = smollm2_reduced_draft
     bundled = decode(target, draft, prompts, MAX_NEW + 8)  # + 8: no round shortened before MAX_NEW
     spec = json.dumps({"method": "dflash", "model": str(draft), "num_speculative_tokens": 7})
-    with LOCK.open("a") as handle:
-        _hold_lock(handle)
-        _wait_for_memory()
-        server = VllmProcess(vllm, checkpoint, tmp_path, "--speculative-config", spec)
-        try:
-            server.wait_ready(timeout_s=300)
-            served = [vllm_completion(server.url, p, MAX_NEW) for p in prompts]
-            counters = vllm_counters(server.url)
-        finally:
-            server.stop()
+    with vllm_running(vllm, checkpoint, tmp_path, "--speculative-config", spec, timeout_s=300) as server:
+        served = [vllm_completion(server.url, p, MAX_NEW) for p in prompts]
+        counters = vllm_counters(server.url)
     rounds = [n for _, r in bundled for n in rounds_before(r, MAX_NEW)]  # tokens per round
     print(f"bundled: {len(rounds)} rounds, {sum(rounds) - len(rounds)} accepted; vLLM: {counters}")
     assert served == [out[:MAX_NEW] for out, _ in bundled]  # lossless on both
