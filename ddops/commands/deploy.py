@@ -8,9 +8,9 @@ from typing import Optional
 import typer
 
 from ddops import exits
-from ddops.deploy import Holder, execute, load_target, read_facts
+from ddops.deploy import Holder, execute, load_target
 from ddops.deploy import show
-from ddops.deploy.apply import plan_change, refused
+from ddops.deploy.apply import plan_now, refused
 from ddops.remote import connect
 from ddops.shell import must_ask, print_json
 
@@ -62,8 +62,7 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
     desired = target.desired
     say = (lambda *a: None) if as_json else show.stage
     say("facts", f"{desired.unit_name} on {target.host.name}")
-    facts = read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path)
-    plan = plan_change(remote, desired, facts, target.profile)
+    plan = plan_now(remote, desired, target.profile)
     say("plan", f"{desired.profile} ({desired.profile_hash[:12]}) -> {desired.unit_name}")
     if not as_json:
         show.plan(plan)

@@ -15,8 +15,8 @@ from ddops import exits
 from ddops.deploy import Holder, show
 from ddops.deploy import rollback as rollbacks
 from ddops.deploy import change
-from ddops.deploy.apply import plan_change
-from ddops.deploy.facts import journal, read_facts
+from ddops.deploy.apply import plan_now
+from ddops.deploy.facts import journal
 from ddops.deploy import history as host_history
 from ddops.deploy import ops
 from ddops.diagnose import diagnose as diagnose_text
@@ -187,8 +187,7 @@ def rollback(host: str = HOST, to: Optional[str] = typer.Option(None, "--to", he
 def _show_rollback_plan(remote, back, as_json: bool, force: bool) -> None:
     """A rollback's --dry-run: the deploy engine's plan of the entry against the host now; exits."""
     desired = back.desired
-    plan = plan_change(remote, desired, read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path),
-                       back.profile)
+    plan = plan_now(remote, desired, back.profile)
     code = exits.BAD_INPUT if plan.refused and not force else exits.OK
     if as_json:
         print_json(code, host=remote.host.name, dry_run=True, rolled_back_to=back.entry.id, plan=plan.as_dict())

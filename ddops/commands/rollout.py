@@ -216,7 +216,7 @@ def switch_command(
     results_dir: Annotated[Optional[Path], typer.Option("--results-dir", help="Where to save the JSON result.")] = None,
     inventory: Inventory = None, yes: Yes = False, json_doc: Json = False, json_events: Events = False,
     force: Force = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the steps and the new unit's diff; change nothing.")] = False,
+    dry_run: DryRun = False,
 ) -> None:
     """Switch a single-GPU host to PROFILE: snapshot, stop, check the GPU, start, gate, revert on failure."""
     from ddops.rollout import host_changes

@@ -120,6 +120,11 @@ def plan_change(remote, desired: Desired, facts: Facts, profile=None) -> Plan:
     return make_plan(desired, facts, refusals(remote, desired.unit_text, profile, desired.unit_name))
 
 
+def plan_now(remote, desired: Desired, profile=None) -> Plan:
+    """The plan of `desired` against what the host holds now (deploy's and every dry run's)."""
+    return plan_change(remote, desired, _facts(remote, desired), profile)
+
+
 def refused(host: str, plan: Plan, notes: list[str] | None = None) -> Outcome:
     why = "; ".join(str(r) for r in plan.refusals)
     return Outcome(host, exits.BAD_INPUT, "refused",

@@ -233,10 +233,15 @@ def preview(remote) -> list[str]:
             running = [w.unit for w in found.production if w.active]
             said.append(f"undo `{found.command}`: recover {found.target_unit}'s unfinished deploy if any"
                         + (f", then start {', '.join(running)} and check it is healthy" if running else ""))
-    listed = remote.run(f"ls {q(STATE)}/deploy/*/pending.json 2>/dev/null; true").stdout.split()
-    said += [f"restore the backup of {path.split('/')[-2]} left by its unfinished deploy" for path in listed
-             if found is None or path.split("/")[-2] != found.target_unit]
+    said += [f"restore the backup of {unit} left by its unfinished deploy" for unit in pending_units(remote)
+             if found is None or unit != found.target_unit]
     return said
+
+
+def pending_units(remote) -> list[str]:
+    """The units whose deploy was cut short (a pending.json in their deploy/ folder)."""
+    listed = remote.run(f"ls {q(STATE)}/deploy/*/pending.json 2>/dev/null; true").stdout.split()
+    return [path.split("/")[-2] for path in listed]
 
 
 def recover_host(remote, holder: Holder, progress=lambda stage, text: None) -> list[str]:
@@ -244,9 +249,8 @@ def recover_host(remote, holder: Holder, progress=lambda stage, text: None) -> l
     unfinished deploy. Raises LockHeld while a live holder works on the host."""
     with holding(remote, holder, progress) as lock:
         said = list(lock.notes)
-        listed = remote.run(f"ls {q(STATE)}/deploy/*/pending.json 2>/dev/null; true").stdout.split()
-        for path in listed:
-            unit = at_paths(path.split("/")[-2])
+        for name in pending_units(remote):
+            unit = at_paths(name)
             facts = read_facts(remote, unit.unit_name, unit.unit_path, unit.env_path)
             if facts.pending:
                 said.append(recover(remote, unit, facts, HEALTH_TIMEOUT_S, progress))

@@ -11,7 +11,7 @@ import httpx
 from ddops import exits, systemd
 from ddops.deploy import history
 from ddops.deploy.desired import api_key_of, env_file_of, unit_argv
-from ddops.deploy.facts import STATE, UnitState, unit_state
+from ddops.deploy.facts import STATE, UnitState, deploy_dir, unit_state
 from ddops import server_info, spec_metrics
 from ddops.profile.launch import Launch, read_launch
 from ddops.profile.methods import METHODS
@@ -19,7 +19,7 @@ from ddops.deploy.gate import GateSpec, endpoint
 from ddops.server_info import accept_length
 from ddops.deploy.lock import current_holder
 from ddops.deploy.plan import Desired
-from ddops.deploy.recover import RESTORED_AT
+from ddops.deploy.recover import RESTORED_AT, unit_paths
 from ddops.deploy.tunnel import reachable
 from ddops.render import read_header
 
@@ -153,9 +153,8 @@ def rollback_entry(remote, unit: str, to: str | None) -> history.Entry:
 def settled_unit(remote, unit: str) -> str | None:
     """The unit file the host will hold once an unfinished deploy of it is recovered: the backup
     while a pending.json says one was cut short (recovery restores it), else the file there now."""
-    folder = f"{STATE}/deploy/{unit}"
-    pending, backup, text = remote.read_all(f"{folder}/pending.json", f"{folder}/backup/unit",
-                                            f"/etc/systemd/system/{unit}")
+    folder = deploy_dir(unit)
+    pending, backup, text = remote.read_all(f"{folder}/pending.json", f"{folder}/backup/unit", unit_paths(unit)[0])
     try:
         stage = json.loads(pending).get("stage") if pending is not None else None
     except (ValueError, AttributeError):

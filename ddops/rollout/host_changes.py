@@ -71,11 +71,8 @@ def deploy(remote, target, command: str, progress=lambda stage, text: None, forc
 
 def plan_of(remote, target):
     """The deploy engine's plan of target against the host as it is now (with its refusals)."""
-    from ddops.deploy.apply import plan_change
-    from ddops.deploy.facts import read_facts
-    desired = target.desired
-    return plan_change(remote, desired, read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path),
-                       target.profile)
+    from ddops.deploy.apply import plan_now
+    return plan_now(remote, target.desired, target.profile)
 
 
 def refusals(remote, target) -> list:

@@ -57,7 +57,7 @@ def open_paths(args) -> tuple[str, ...]:
 
 
 def create_app(state: AppState) -> FastAPI:
-    state.metrics.watch_mirror(lambda: state.mirror_sink.tally if state.mirror_sink else None)
+    state.metrics.mirror_tally = lambda: state.mirror_sink.tally if state.mirror_sink else None
     app = FastAPI(title="ddops serving", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json")
     app.state.serving = state

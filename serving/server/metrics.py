@@ -47,6 +47,10 @@ class Metrics:
                                   "Moving average of tokens per second, per speculative setting", ["setting"], registry=r)
         self.setting_current = Gauge("serving_spec_setting_current",
                                      "1 for the setting the adaptive controller runs now", ["setting"], registry=r)
+        # a mirroring shadow's comparisons, read at each scrape: what /mirror/stats says (the app
+        # points it at its sink's Tally; None before a record arrived)
+        self.mirror_tally = lambda: None
+        r.register(MirrorCounters(lambda: self.mirror_tally()))
         self.engine_stats = engine_stats
 
     def observe(self, finished) -> None:
@@ -62,13 +66,6 @@ class Metrics:
             self.per_token.labels(outcome).observe((usage.total_s - usage.ttft_s) / (usage.completion_tokens - 1))
         if usage.draft_accept_length is not None:
             self.accept_length.observe(usage.draft_accept_length)
-
-    def watch_mirror(self, tally_of) -> None:
-        """Expose a mirroring shadow's comparisons (`tally_of()`: the sink's Tally, None before a
-        record arrived) as counters read at each scrape: what /mirror/stats says, in Prometheus."""
-        if not getattr(self, "_mirror_watched", False):     # one app per state, but tests build twice
-            self.registry.register(MirrorCounters(tally_of))
-            self._mirror_watched = True
 
     def render(self, engine=None) -> bytes:
         if engine is not None:

@@ -178,6 +178,7 @@ class Candidate:
     target: object
     prod_host: str
     prod_unit: str
+    port: int
     prod: object          # production's UnitStatus
     source: object        # where mirroring reads production (None without --mirror)
 
@@ -210,7 +211,7 @@ def prepare(profile_name: str, host: str, *, port: int | None, production_host: 
                     Endpoint("production", url, api_key=api_key_of(profile)))
         if prod_host == host and not force:
             refuse_unless_fits(prod_remote, profile)
-    return Candidate(profile, target, prod_host, prod_unit, prod, source)
+    return Candidate(profile, target, prod_host, prod_unit, port, prod, source)
 
 
 def preview_start(candidate: Candidate, host: str, connect, mirror: bool) -> dict:
@@ -234,7 +235,7 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
                         production_unit=production_unit, inventory=inventory, connect=connect,
                         force=force, mirror=mirror, sample=sample)
     target, prod, prod_host, prod_unit = candidate.target, candidate.prod, candidate.prod_host, candidate.prod_unit
-    port = int(target.spec.base_url.rsplit(":", 1)[1])
+    port = candidate.port
     progress("deploy", f"{candidate.profile.name} as {target.desired.unit_name} on {host}:{port}")
     with connect(host) as remote:
         result = host_changes.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",

@@ -129,7 +129,8 @@ def _after_deploy(remote, report: SwitchReport, old_unit: str | None, command: s
         if old_unit and old_unit != new_unit:
             host_changes.disable_unit(remote, old_unit)
             report.steps.append(f"disabled {old_unit} (kept on disk as the last good unit)")
-        host_changes.change.end(remote)
+        if old_unit:
+            host_changes.change.end(remote)
         status = "unchanged" if result.result == "unchanged" else "switched"
         return _end(report, exits.OK, status, result.message)
     if result.code == exits.NEEDS_OPERATOR:   # the change record stays: status names it, the next command settles it
