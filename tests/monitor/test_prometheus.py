@@ -83,11 +83,13 @@ def test_prometheus_scrapes_the_rendered_targets_and_records_the_accepted_length
         for prompt in ("def fibonacci(n):", "1, 2, 3, 4,", "Once upon a time"):
             body = {"model": "llama", "prompt": prompt, "max_tokens": 48, "temperature": 0}
             assert httpx.post(server.url + "/v1/completions", json=body, headers=headers, timeout=60).status_code == 200
-        recorded = wait_for(base, 'ddops:accept_length:rate5m{host="lab-1", speculative="true"}')
         page = httpx.get(server.url + "/metrics", headers=headers, timeout=5).text
         sums = {line.split()[0]: float(line.split()[1]) for line in page.splitlines()
                 if line.startswith("serving_spec_accept_length_")}
         own = sums["serving_spec_accept_length_sum"] / sums["serving_spec_accept_length_count"]
+        # a rule evaluated between two requests' scrapes records a part; wait for the whole
+        recorded = wait_for(base, f'ddops:accept_length:rate5m{{host="lab-1", speculative="true"}} '
+                                  f'> {own - 1e-6} < {own + 1e-6}')
         assert own > 1.3 and float(recorded[0]["value"][1]) == pytest.approx(own, rel=1e-6)
     finally:
         if prometheus is not None:
