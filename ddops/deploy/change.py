@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Iterator
 
 from ddops import systemd
-from ddops.deploy import history
+from ddops.deploy import history, lease
 from ddops.deploy.desired import health_spec
 from ddops.deploy.facts import STATE, read_facts, unit_state
 from ddops.deploy.gate import run_health
@@ -130,6 +130,9 @@ def holding(remote, holder: Holder, progress=lambda stage, text: None) -> Iterat
             found = read(remote)
             if found is not None:
                 lock.notes.append(settle(remote, found, progress))
+            ended = lease.settle(remote)      # candidates of a tuner that is gone
+            if ended:
+                lock.notes.append(ended)
         yield lock
 
 

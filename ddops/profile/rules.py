@@ -40,6 +40,8 @@ def _speculative(profile: Profile) -> list[tuple[str, str]]:
     if spec.ddtree_budget is not None and not method.uses_tree_budget:
         found.append(("speculative.ddtree_budget", f"set, but method {spec.algorithm} does not "
                       f"verify a tree (use {_names(lambda m: m.uses_tree_budget)})"))
+    if spec.adaptive is not None and not method.is_speculative:
+        found.append(("speculative.adaptive", f"set, but method {spec.algorithm} drafts nothing"))
     if spec.block_size is not None and not method.uses_block_size:
         found.append(("speculative.block_size", f"set, but method {spec.algorithm} drafts nothing"))
     return found

@@ -35,7 +35,13 @@ class Flag:
     aliases: tuple[str, ...] = ()   # older spellings a hand-written or old unit may carry
     refuses: tuple[object, ...] = ()   # profile values this runtime's flag cannot express
     value: str | None = None   # switch: a fixed value written after the flag (`--flag VALUE`)
-    when: str | None = None    # switch: written when the key holds this value (not when it is true)
+    when: object = None        # switch: written when the key holds this value (not when it is true)
+    # `ddops tune` (docs/tune.md): the values its default search space tries for this key on
+    # this runtime (empty: not searched unless a space file names the key), and the method
+    # capability (a serving.contract Method property) without which the key means nothing and
+    # is left unset, e.g. a tree budget for a chain verifier.
+    tune: tuple[object, ...] = ()
+    applies: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,10 +141,12 @@ _SERVE = (
     Flag("service.port", "--port"),
 )
 _SPECULATIVE = (
-    Flag("speculative.algorithm", "--speculative-algorithm", "method"),
-    Flag("speculative.draft_model_path", "--speculative-draft-model-path", aliases=("--speculative-draft-model",)),
-    Flag("speculative.block_size", "--speculative-num-draft-tokens", aliases=("--speculative-dflash-block-size",)),
-    Flag("speculative.ddtree_budget", "--speculative-ddtree-budget"),
+    Flag("speculative.algorithm", "--speculative-algorithm", "method", tune=("none", "dflash", "ddtree")),
+    Flag("speculative.draft_model_path", "--speculative-draft-model-path", aliases=("--speculative-draft-model",),
+         applies="needs_draft"),
+    Flag("speculative.block_size", "--speculative-num-draft-tokens", aliases=("--speculative-dflash-block-size",),
+         tune=(4, 8, 16), applies="uses_block_size"),
+    Flag("speculative.ddtree_budget", "--speculative-ddtree-budget", tune=(8, 16, 32), applies="uses_tree_budget"),
 )
 
 SGLANG = Runtime(
@@ -148,13 +156,13 @@ SGLANG = Runtime(
         Flag("model.tp_size", "--tp-size"),
         Flag("model.dtype", "--dtype"),
         Flag("model.trust_remote_code", "--trust-remote-code", "switch"),
-        Flag("memory.mem_fraction_static", "--mem-fraction-static"),
+        Flag("memory.mem_fraction_static", "--mem-fraction-static", tune=(0.8, 0.88)),
         Flag("memory.context_length", "--context-length"),
-        Flag("memory.max_running_requests", "--max-running-requests"),
-        Flag("memory.chunked_prefill_size", "--chunked-prefill-size"),
+        Flag("memory.max_running_requests", "--max-running-requests", tune=(8, 16, 32)),
+        Flag("memory.chunked_prefill_size", "--chunked-prefill-size", tune=(2048, 4096, 8192)),
         Flag("memory.kv_cache_dtype", "--kv-cache-dtype"),
         Flag("cuda_graph.enabled", "--disable-cuda-graph", "off_switch"),
-        Flag("cuda_graph.max_bs", "--cuda-graph-max-bs"),
+        Flag("cuda_graph.max_bs", "--cuda-graph-max-bs", tune=(8, 16, 32)),
         Flag("mamba.max_mamba_cache_size", "--max-mamba-cache-size"),
         Flag("mamba.ssm_dtype", "--mamba-ssm-dtype"),
         Flag("mamba.full_memory_ratio", "--mamba-full-memory-ratio"),
@@ -184,10 +192,13 @@ BUNDLED = Runtime(
         Flag("service.device", "--device"),
         Flag("memory.mem_fraction_static", "--mem-fraction-static"),
         Flag("memory.context_length", "--context-length"),
-        Flag("memory.max_running_requests", "--max-running-requests"),
+        Flag("memory.max_running_requests", "--max-running-requests", tune=(4, 8, 16)),
         Flag("cuda_graph.enabled", "--disable-cuda-graph", "off_switch"),
         Flag("cuda_graph.max_bs", "--cuda-graph-max-bs"),
     ) + _SPECULATIVE + (
+        # The engine's trials of whether speculating pays (docs/spec.md); on unless set false.
+        Flag("speculative.adaptive", "--speculative-adaptive", "switch", value="off", when=False,
+             tune=(True, False), applies="is_speculative"),
         Flag("service.log_level", "--log-level"),
         Flag("service.mirror", "--enable-mirror", "switch"),
     ),
@@ -212,18 +223,19 @@ VLLM = Runtime(
         Flag("model.tp_size", "--tensor-parallel-size"),
         Flag("model.dtype", "--dtype"),
         Flag("model.trust_remote_code", "--trust-remote-code", "switch"),
-        Flag("memory.mem_fraction_static", "--gpu-memory-utilization"),
+        Flag("memory.mem_fraction_static", "--gpu-memory-utilization", tune=(0.8, 0.9)),
         Flag("memory.context_length", "--max-model-len"),
-        Flag("memory.max_running_requests", "--max-num-seqs"),
+        Flag("memory.max_running_requests", "--max-num-seqs", tune=(4, 16)),
         # SGLang's -1 (no chunking) has no vLLM value: its budget is a token count.
-        Flag("memory.chunked_prefill_size", "--max-num-batched-tokens", refuses=(-1,)),
+        Flag("memory.chunked_prefill_size", "--max-num-batched-tokens", refuses=(-1,), tune=(2048, 8192)),
         Flag("memory.kv_cache_dtype", "--kv-cache-dtype"),
-        Flag("cuda_graph.enabled", "--enforce-eager", "off_switch"),
+        Flag("cuda_graph.enabled", "--enforce-eager", "off_switch", tune=(True, False)),
         Flag("cuda_graph.max_bs", "--max-cudagraph-capture-size"),
-        Flag("speculative.algorithm", "--speculative-config", "json", field="method"),
-        Flag("speculative.draft_model_path", "--speculative-config", "json", field="model"),
+        Flag("speculative.algorithm", "--speculative-config", "json", field="method", tune=("none", "dflash")),
+        Flag("speculative.draft_model_path", "--speculative-config", "json", field="model", applies="needs_draft"),
         # DFlash in vLLM: one bonus query then K mask queries, so K = block - 1.
-        Flag("speculative.block_size", "--speculative-config", "json", field="num_speculative_tokens", offset=-1),
+        Flag("speculative.block_size", "--speculative-config", "json", field="num_speculative_tokens", offset=-1,
+             tune=(4, 8), applies="uses_block_size"),
         Flag("service.log_level", "--uvicorn-log-level"),
         Flag("service.device", "", "unit"),
         # Mirroring reads the request logs (vllm/entrypoints/serve/utils/request_logger.py):

@@ -72,6 +72,7 @@ class SpeculativeSpec(Section):
     draft_model_path: AbsPath | None = None
     block_size: PositiveInt | None = None  # -> --speculative-num-draft-tokens
     ddtree_budget: PositiveInt | None = None  # tree nodes verified per round
+    adaptive: bool | None = None  # the bundled engine's trials of whether speculating pays; unset: on
 
     @field_validator("algorithm", mode="before")
     @classmethod

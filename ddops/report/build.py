@@ -13,17 +13,22 @@ class ReportError(exits.BadInput, ValueError):
 
 
 def kind_of(doc: object) -> str:
+    if isinstance(doc, dict) and isinstance(doc.get("tune"), dict) and isinstance(doc.get("rows"), list):
+        return "tune"
     if isinstance(doc, dict) and isinstance(doc.get("comparison"), dict):
         return "shadow"
     if isinstance(doc, dict) and "waves" in doc and isinstance(doc.get("hosts"), dict):
         return "rollout"
-    raise ReportError("not a shadow comparison or rollout result (expected `comparison`, or `waves` and `hosts`)")
+    raise ReportError("not a shadow comparison, rollout or tune result (expected `comparison`, `waves` and `hosts`, or `tune` and `rows`)")
 
 
 def render(doc: dict) -> str:
     if kind_of(doc) == "shadow" and "mirrored" in doc["comparison"]:
         from ddops.report import mirror_page
         return mirror_page.render(doc)
+    if kind_of(doc) == "tune":
+        from ddops.report import tune_page
+        return tune_page.render(doc)
     if kind_of(doc) == "shadow":
         from ddops.report import shadow_page
         return shadow_page.render(doc)

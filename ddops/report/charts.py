@@ -119,3 +119,20 @@ def timeline(lanes: dict[str, list[tuple[float, float, str]]], marks: list[tuple
     axis.invert_yaxis()
     axis.set_xlabel("seconds since the rollout started")
     return svg(figure)
+
+
+def frontier(points: list[tuple[str, float, float, bool]], production: tuple[float, float] | None,
+             title: str) -> str:
+    """Throughput against ITL p50: points (label, tok/s, ITL seconds, on the frontier)."""
+    figure, axis = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    for label, tps, itl, best in points:
+        axis.scatter([itl * 1000], [tps], color=COLOURS["pass"] if best else COLOURS["wait"], zorder=3)
+        axis.annotate(label, (itl * 1000, tps), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    if production:
+        axis.scatter([production[1] * 1000], [production[0]], color=COLOURS["production"], marker="s",
+                     label="production", zorder=3)
+        axis.legend(frameon=False)
+    axis.set_xlabel("ITL p50 (ms)")
+    axis.set_ylabel("tokens/s")
+    figure.suptitle(title)
+    return svg(figure)

@@ -95,9 +95,7 @@ def _prompt_row(agreement: Agreement, production: Sample, shadow: Sample) -> dic
 def compare(production: Endpoint, shadow: Endpoint, prompts: Sequence[Prompt],
             settings: Settings) -> Comparison:
     """Replay the first `settings.count` prompts (cycling the set if it is shorter)."""
-    chosen = [prompts[i % len(prompts)] for i in range(settings.count)]
-    chosen = [Prompt(f"{p.id}#{i // len(prompts)}" if i >= len(prompts) else p.id, p.text)
-              for i, p in enumerate(chosen)]
+    chosen = chosen_prompts(prompts, settings.count)
     prod_samples, prod_wall, prod_accept = phase(production, chosen, settings)
     shadow_samples, shadow_wall, shadow_accept = phase(shadow, chosen, settings)
     agreements = tuple(agree(a, b) for a, b in zip(prod_samples, shadow_samples))
@@ -109,6 +107,12 @@ def compare(production: Endpoint, shadow: Endpoint, prompts: Sequence[Prompt],
         samples={"production": tuple(prod_samples), "shadow": tuple(shadow_samples)},
         token_equality=token_equality(agreements),
         prompts_equal=sum(a.equal for a in agreements))
+
+
+def chosen_prompts(prompts: Sequence[Prompt], count: int) -> list[Prompt]:
+    """The first `count` prompts, cycling the set when it is shorter (repeats named `id#n`)."""
+    return [Prompt(f"{p.id}#{i // len(prompts)}" if i >= len(prompts) else p.id, p.text)
+            for i, p in ((i, prompts[i % len(prompts)]) for i in range(count))]
 
 
 def phase(endpoint: Endpoint, prompts: Sequence[Prompt],

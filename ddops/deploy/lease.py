@@ -1,0 +1,139 @@
+"""The lease a tuner holds on a host while its candidates run there (docs/tune.md).
+
+`ddops tune` starts each candidate as a unit beside production. If the tuner dies (Ctrl-C
+during a measurement, a lost link, kill -9) nothing must keep running on its behalf:
+
+- The lease is a transient unit, `ddops-tune-lease.service` (systemd-run: nothing on disk),
+  that lives while /run/ddops/tune-lease.json is fresh. The tuner touches that file every
+  RENEW_S; untouched for EXPIRES_S, the lease's loop ends and the unit goes.
+- Each candidate gets a drop-in `BindsTo=` the lease, so systemd stops the candidate when the
+  lease goes, and refuses to start one without it. The drop-in also marks the unit as a
+  candidate for whoever settles the host.
+- The next command that takes the host's lock (deploy/change.py, `holding`) settles a lease
+  whose holder is gone from this machine, or that has expired: it stops the lease and removes
+  every candidate unit with its files, and says so.
+
+/run is a tmpfs: after a reboot there is no lease, and no candidate can start.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from ddops import exits, systemd
+from ddops.deploy.lock import Holder, describe, gone
+from ddops.deploy.recover import unit_paths
+from ddops.render import UNIT_DIR
+
+q = shlex.quote
+LEASE_UNIT = "ddops-tune-lease.service"
+LEASE_FILE = "/run/ddops/tune-lease.json"
+DROP_IN = "ddops-lease.conf"
+EXPIRES_S = 90      # the lease ends this long after its last renewal (then its candidates stop)
+RENEW_S = 15
+# The lease's one process: alive while the file exists and was touched less than EXPIRES_S ago.
+_LOOP = (f'while [ -f {LEASE_FILE} ] && [ $(( $(date +%s) - $(stat -c %Y {LEASE_FILE}) )) -lt {EXPIRES_S} ]; '
+         f'do sleep 5; done')
+
+
+class LeaseHeld(exits.Locked):
+    """Another tuner runs candidates on this host (exit 4)."""
+
+
+def drop_in_path(unit: str) -> str:
+    return f"{UNIT_DIR}/{unit}.d/{DROP_IN}"
+
+
+def _drop_in() -> str:
+    return ("# Written by ddops tune: this candidate runs only while its tuner's lease does;\n"
+            "# `ddops recover` or the next deploy on this host removes it once the tuner is gone.\n"
+            f"[Unit]\nBindsTo={LEASE_UNIT}\nAfter={LEASE_UNIT}\n")
+
+
+def holder_of(remote) -> dict | None:
+    """The lease's holder as its file says, None when there is no lease file."""
+    return _holder(remote.run(f"cat {LEASE_FILE} 2>/dev/null || true", check=False).stdout.strip())
+
+
+def _holder(text: str) -> dict | None:
+    try:
+        found = json.loads(text) if text else None
+    except ValueError:
+        return {"command": "unreadable lease file"}
+    return found if found is None or isinstance(found, dict) else {"command": "unreadable lease file"}
+
+
+def active(remote) -> bool:
+    return remote.run(f"systemctl is-active --quiet {LEASE_UNIT}", check=False).ok
+
+
+def take(remote, holder: Holder) -> list[str]:
+    """Start this tuner's lease; what a dead tuner left is settled first (returned in words).
+    LeaseHeld when a live tuner holds it."""
+    said = settle(remote)
+    if active(remote):
+        raise LeaseHeld(f"{remote.host.name}: {describe(holder_of(remote))} tunes on this host now; "
+                        "try again when it finishes")
+    remote.run(f"mkdir -p /run/ddops && printf %s {q(json.dumps(holder.as_dict()))} > {LEASE_FILE}")
+    remote.run(f"systemctl reset-failed {LEASE_UNIT} 2>/dev/null; "
+               f"systemd-run --quiet --collect --unit={LEASE_UNIT} "
+               f"-p Description={q('ddops tune lease: candidate units live while it does')} "
+               f"/bin/sh -c {q(_LOOP)}")
+    return [said] if said else []
+
+
+def renew(remote) -> None:
+    remote.run(f"touch {LEASE_FILE}")
+
+
+def bind(remote, unit: str) -> None:
+    """Make `unit` a candidate of the lease (before its first start)."""
+    remote.write(drop_in_path(unit), _drop_in())
+    remote.run(systemd.daemon_reload())
+
+
+def remove_candidate(remote, unit: str) -> None:
+    """Stop a candidate and delete its unit, env file and drop-in (history stays)."""
+    unit_path, env_path = unit_paths(unit)
+    remote.run(f"rm -rf {q(UNIT_DIR + '/' + unit + '.d')}; " + systemd.remove(unit, unit_path, env_path),
+               check=False)
+
+
+def candidates_on(remote) -> list[str]:
+    """The units on this host that carry the lease's drop-in."""
+    found = remote.run(f"ls {UNIT_DIR}/*.service.d/{DROP_IN} 2>/dev/null || true", check=False).stdout.split()
+    return sorted(path.split("/")[-2].removesuffix(".d") for path in found)
+
+
+def release(remote) -> None:
+    """The tuner's end: every candidate removed, then the lease."""
+    for unit in candidates_on(remote):
+        remove_candidate(remote, unit)
+    remote.run(f"rm -f {LEASE_FILE}; systemctl stop {LEASE_UNIT} 2>/dev/null; true", check=False)
+
+
+def settle(remote) -> str | None:
+    """End what a tuner that is gone left: its holder's process is gone from this machine, or
+    its lease expired. None when there was nothing to end (or its tuner still runs)."""
+    # one round trip for the common case, a host no tuner ever touched
+    listing = remote.run(f"ls {UNIT_DIR}/*.service.d/{DROP_IN} 2>/dev/null; echo ::; "
+                         f"cat {LEASE_FILE} 2>/dev/null; true", check=False).stdout
+    paths, _, text = listing.partition("::")
+    units = sorted(path.split("/")[-2].removesuffix(".d") for path in paths.split())
+    holder = _holder(text.strip())
+    if holder is None and not units:
+        return None
+    if holder is not None and active(remote) and not gone(holder) and _fresh(remote):
+        return None
+    release(remote)
+    who = describe(holder) if holder else "a tuner whose lease had ended"
+    return (f"ended the tuning left by {who}: " +
+            (f"removed candidate unit(s) {', '.join(units)}" if units else "no candidate was running"))
+
+
+def _fresh(remote) -> bool:
+    """The lease file was touched within EXPIRES_S (by the host's clock)."""
+    age = remote.run(f"echo $(( $(date +%s) - $(stat -c %Y {LEASE_FILE} 2>/dev/null || echo 0) ))",
+                     check=False).stdout.strip()
+    return age.lstrip("-").isdigit() and int(age) < EXPIRES_S
