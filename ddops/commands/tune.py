@@ -120,13 +120,15 @@ def _tune(out: Output, plan, connect, inventory, apply: bool, out_file) -> int:
     from ddops.report.build import write_report
     from ddops.tune import result, study
     began = time.monotonic()
-    ran, reference, notes = study.run(plan, connect, _progress(out))
-    for note in notes:
+    ran = study.run(plan, connect, _progress(out))
+    for note in ran.notes:
         out.event("recovered", note)
-    found = result.rows(plan, ran)
+    if ran.measured_before:
+        out.event("stage", f"resumed study {plan.study}: {ran.measured_before} candidate(s) measured by an earlier run")
+    found = result.rows(plan, ran.study)
     chosen = result.winner(found)
-    tuned = result.write_tuned(plan, chosen, reference, out_file) if chosen else None
-    doc = result.document(plan, found, reference, tuned, time.monotonic() - began, notes)
+    tuned = result.write_tuned(plan, chosen, ran.reference, out_file) if chosen else None
+    doc = result.document(plan, found, ran, tuned, time.monotonic() - began)
     saved = result.save(plan, doc)
     page = write_report(saved)
     out.show(_rows_table(found))

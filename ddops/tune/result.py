@@ -113,16 +113,16 @@ def _ms(value) -> str:
     return "-" if value is None else f"{value * 1000:.0f} ms"
 
 
-def document(plan: Plan, found: list[Row], reference: Reference, tuned: Path | None, wall_s: float,
-             notes: list[str]) -> dict:
+def document(plan: Plan, found: list[Row], ran, tuned: Path | None, wall_s: float) -> dict:
     chosen = winner(found)
     counts = {}
     for r in found:
         counts[r.status] = counts.get(r.status, 0) + 1
-    return {"tune": plan.to_dict(), "production": [lv.to_dict() for lv in reference.levels],
+    return {"tune": plan.to_dict(), "production": [lv.to_dict() for lv in ran.reference.levels],
+            "measured_before": ran.measured_before, "started": ran.started,
             "rows": [r.to_dict() for r in found], "counts": counts,
             "chosen": chosen.to_dict() if chosen else None, "frontier": frontier(found),
-            "tuned_profile": str(tuned) if tuned else None, "wall_s": round(wall_s, 1), "notes": notes}
+            "tuned_profile": str(tuned) if tuned else None, "wall_s": round(wall_s, 1), "notes": ran.notes}
 
 
 def save(plan: Plan, doc: dict) -> Path:

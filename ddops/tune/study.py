@@ -207,12 +207,22 @@ def _figure(level: Level) -> str:
     return tps + itl
 
 
-def run(plan: Plan, connect, progress) -> tuple[optuna.Study, Reference, list[str]]:
+@dataclass
+class Ran:
+    study: optuna.Study
+    reference: Reference
+    notes: list[str]          # what a dead tuner left, ended before this one began
+    measured_before: int      # candidates an earlier run of this study had measured
+    started: int              # candidates this run started
+
+
+def run(plan: Plan, connect, progress) -> Ran:
     """Take the host's tune lease, measure production, run trials until the plan's trials are
     measured, the budget is spent or the space is exhausted; every candidate is removed and
     the lease released on the way out, whatever ends it."""
     from ddops.deploy import lease
     study = open_study(plan)
+    before = len([c for c in plan.runnable if c.id in measured(study)])
     notes: list[str] = []
     with connect(plan.host) as remote:
         notes += lease.take(remote, Holder.here(f"ddops tune {plan.base.name} --host {plan.host}"))
@@ -227,7 +237,7 @@ def run(plan: Plan, connect, progress) -> tuple[optuna.Study, Reference, list[st
                 _optimize(study, plan, runner)
         finally:
             lease.release(remote)
-    return study, reference, notes
+    return Ran(study, reference, notes, before, runner.started)
 
 
 def _optimize(study: optuna.Study, plan: Plan, runner: Runner) -> None:

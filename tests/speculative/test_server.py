@@ -132,5 +132,6 @@ def test_the_served_default_path_reports_what_its_draft_accepts(tiny_dirs, disti
     assert fixed > 1.3 and abs(fixed - fixed_as_run) < 0.1        # a fixed run's trials are its rounds
     # the adaptive one's budget-16 trials start where budget 16's last round ended, as the fixed
     # one's rounds do, but only where the rounds it verified (narrower here) let that chain go
-    # on; on this tiny target's periodic text that still reads high, never near 1
-    assert rounds >= 40 and adaptive > 1.3 and adaptive > as_run, figures
+    # on; on this tiny target's periodic text that still reads high, never near 1. How many
+    # trial rounds it runs follows the speeds it measures (a loaded CI machine: fewer, 26 seen)
+    assert rounds >= 16 and adaptive > 1.3 and adaptive > as_run, figures
