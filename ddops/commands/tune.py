@@ -92,7 +92,8 @@ def tune(
         _show_plan(out, plan)
         if not plan.runnable:
             return out.fail(exits.BAD_INPUT, f"all {len(plan.candidates)} candidates were refused before "
-                            "starting; nothing was started", "see each candidate's reason above")
+                            "starting; nothing was started", "see each candidate's reason (`skipped`)",
+                            **plan.to_dict())
         if dry_run:
             return out.finish(exits.OK, {"dry_run": True, **plan.to_dict()})
         _consent(yes, f"Start up to {plan.trials} candidates of {base.name} beside production on {host}?", out)
@@ -146,8 +147,7 @@ def _tune(out: Output, plan, connect, inventory, apply: bool, out_file) -> int:
 def _apply(out: Output, plan, tuned: Path, connect, inventory, doc: dict) -> int:
     """The tuned profile through the normal deploy: lock, push, restart, gate, revert."""
     from ddops.rollout import host_changes
-    target = host_changes.load_target(str(tuned), plan.host, profiles_dir=plan.base_file.parent,
-                                      inventory=inventory, unit_name=plan.production_unit)
+    target = host_changes.load_target(str(tuned), plan.host, inventory=inventory, unit_name=plan.production_unit)
     with connect(plan.host) as remote:
         done = host_changes.deploy(remote, target, f"ddops tune {plan.base.name} --apply", _progress(out))
     doc["applied"] = done.as_dict()

@@ -90,6 +90,11 @@ def _read_chain(path: Path, folder: Path | None) -> list[YamlDoc]:
 
 
 def _parent_file(parent: str, child: YamlDoc, folder: Path | None, line: int | None) -> Path:
+    if os.sep in parent:       # a path, relative to the child's folder (`ddops tune` candidates)
+        path = child.path.parent / parent
+        if path.suffix in SUFFIXES and path.is_file():
+            return path
+        raise ProfileError([problem(child.display, "extends", f"no profile file {parent!r}", line)])
     for candidate_dir in (child.path.parent, profiles_dir(folder)):
         for suffix in SUFFIXES:
             candidate = candidate_dir / f"{parent}{suffix}"

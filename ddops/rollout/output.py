@@ -58,10 +58,10 @@ class Output:
             self._line(result_event(body))
         return code
 
-    def fail(self, code: int, message: str, hint: str = "") -> int:
+    def fail(self, code: int, message: str, hint: str = "", **doc: Any) -> int:
         if self.human:
             self.errors.print(f"[red]error:[/red] {message}" + (f"\n[dim]hint: {hint}[/dim]" if hint else ""))
-        return self.finish(code, {"error": message, "hint": hint or None})
+        return self.finish(code, {"error": message, "hint": hint or None, **doc})
 
     def _write(self, record: dict) -> None:
         self._line(json.dumps(record, default=str))

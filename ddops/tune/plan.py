@@ -133,12 +133,12 @@ def plan(profile_name: str, host: str, *, space_file: Path | None, load: Load, o
 def _checked(remote, plan_: Plan, overrides: dict, inventory: Path | None) -> Candidate:
     cid = spaces.candidate_id(overrides)
     stem = f"{plan_.base_file.stem}-tune-{hashlib.sha256(cid.encode()).hexdigest()[:6]}"
-    path = write_profile(plan_.folder / "candidates" / f"{stem}.yaml", plan_.base_file.stem, overrides,
+    path = write_profile(plan_.folder / "candidates" / f"{stem}.yaml", str(plan_.base_file.resolve()), overrides,
                          [f"ddops tune candidate of {plan_.base_file.stem} (study {plan_.study})"])
     candidate = Candidate(cid, overrides, spaces.label(overrides), path)
     try:
-        target = host_changes.load_target(str(path), plan_.host, profiles_dir=plan_.base_file.parent,
-                                          inventory=inventory, unit_name=plan_.unit, port=plan_.port)
+        target = host_changes.load_target(str(path), plan_.host, inventory=inventory, unit_name=plan_.unit,
+                                          port=plan_.port)
     except ConfigError as err:
         candidate.skipped = "; ".join(getattr(err, "problems", None) or [str(err)])
         return candidate

@@ -9,6 +9,7 @@ started), not-run (the budget or the trial count ended first).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,8 +102,14 @@ def write_tuned(plan: Plan, chosen: Row, reference: Reference, out: Path | None)
                      f"(production {_ms(prod.itl_p50_s)}), token equality {lv['token_equality']:.3f}")
     if chosen.accept_length:
         lines.append(f"  accepted length {chosen.accept_length:.2f} tokens a round")
-    overrides = {k: v for k, v in chosen.overrides.items()}
-    return write_profile(tuned_file(plan, out), plan.base_file.stem, overrides, lines)
+    path = tuned_file(plan, out)
+    return write_profile(path, extends_of(plan.base_file, path), chosen.overrides, lines)
+
+
+def extends_of(base: Path, child: Path) -> str:
+    """How `child` names `base`: by name beside it, else by a path relative to it."""
+    base, folder = base.resolve(), child.resolve().parent
+    return base.stem if base.parent == folder else os.path.relpath(base, folder)
 
 
 def _num(value) -> str:

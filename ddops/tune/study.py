@@ -161,7 +161,8 @@ class Runner:
         began = time.monotonic()
         lease.bind(remote, plan.unit)
         try:
-            deployed = host_changes.deploy(remote, candidate.target, f"ddops tune {plan.base.name} ({candidate.label})")
+            deployed = host_changes.deploy(remote, candidate.target, f"ddops tune {plan.base.name} ({candidate.label})",
+                                           self.progress)
             trial.set_user_attr("start_s", round(time.monotonic() - began, 1))
             if deployed.code != 0:
                 trial.set_user_attr("failed", f"{deployed.result}: {deployed.message}")
