@@ -54,6 +54,17 @@ def remove(unit: str, *paths: str) -> str:
             f"systemctl reset-failed {q(unit)} 2>/dev/null; true")
 
 
+def is_active(unit: str) -> str:
+    """Exits 0 only while the unit is active."""
+    return f"systemctl is-active --quiet {q(unit)}"
+
+
+def transient(unit: str, description: str, command: str) -> str:
+    """Run `command` (a shell line) as a transient service: no file on disk, collected when it ends."""
+    return (f"systemctl reset-failed {q(unit)} 2>/dev/null; systemd-run --quiet --collect --unit={q(unit)} "
+            f"-p Description={q(description)} /bin/sh -c {q(command)}")
+
+
 def show(unit: str, properties: str) -> str:
     return f"systemctl show {q(unit)} {properties}"
 

@@ -89,6 +89,8 @@ def _interrupted_line(found: dict) -> str:
     by = found["holder"] or {}
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found["since"] or 0))
     stopped = f"; it stopped {', '.join(found['production'])}" if found["production"] else ""
+    if found.get("candidates"):
+        stopped += f"; its candidate(s) {', '.join(found['candidates'])} end with its lease"
     return (f"`{found['what']}` at its {found['stage']} stage (pid {by.get('pid')} on {by.get('machine')}, "
             f"since {when}){stopped}; run `{found['next']}` (any deploy, switch or rollback to the host "
             "settles it first)")

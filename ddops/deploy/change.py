@@ -202,6 +202,12 @@ def interrupted(remote) -> list[dict]:
     for line in found.splitlines():
         path, _, body = line.partition("\t")
         left.append(_told(path, body, nxt))
+    tuned = lease.left(remote)
+    if tuned is not None:
+        holder, units = tuned
+        left.append({"what": (holder or {}).get("command") or "ddops tune", "stage": "tuning",
+                     "holder": holder, "since": (holder or {}).get("since"), "production": [],
+                     "candidates": units, "next": nxt})
     return left
 
 

@@ -65,7 +65,7 @@ def _holder(text: str) -> dict | None:
 
 
 def active(remote) -> bool:
-    return remote.run(f"systemctl is-active --quiet {LEASE_UNIT}", check=False).ok
+    return remote.run(systemd.is_active(LEASE_UNIT), check=False).ok
 
 
 def take(remote, holder: Holder) -> list[str]:
@@ -76,10 +76,7 @@ def take(remote, holder: Holder) -> list[str]:
         raise LeaseHeld(f"{remote.host.name}: {describe(holder_of(remote))} tunes on this host now; "
                         "try again when it finishes")
     remote.run(f"mkdir -p /run/ddops && printf %s {q(json.dumps(holder.as_dict()))} > {LEASE_FILE}")
-    remote.run(f"systemctl reset-failed {LEASE_UNIT} 2>/dev/null; "
-               f"systemd-run --quiet --collect --unit={LEASE_UNIT} "
-               f"-p Description={q('ddops tune lease: candidate units live while it does')} "
-               f"/bin/sh -c {q(_LOOP)}")
+    remote.run(systemd.transient(LEASE_UNIT, "ddops tune lease: candidate units live while it does", _LOOP))
     return [said] if said else []
 
 
@@ -110,12 +107,12 @@ def release(remote) -> None:
     """The tuner's end: every candidate removed, then the lease."""
     for unit in candidates_on(remote):
         remove_candidate(remote, unit)
-    remote.run(f"rm -f {LEASE_FILE}; systemctl stop {LEASE_UNIT} 2>/dev/null; true", check=False)
+    remote.run(f"rm -f {LEASE_FILE}; {systemd.stop(LEASE_UNIT)} 2>/dev/null; true", check=False)
 
 
-def settle(remote) -> str | None:
-    """End what a tuner that is gone left: its holder's process is gone from this machine, or
-    its lease expired. None when there was nothing to end (or its tuner still runs)."""
+def left(remote) -> tuple[dict | None, list[str]] | None:
+    """What a tuner that is gone left (its holder's process is gone from this machine, or its
+    lease expired): (holder, candidate units); None when nothing, or while its tuner runs."""
     # one round trip for the common case, a host no tuner ever touched
     listing = remote.run(f"ls {UNIT_DIR}/*.service.d/{DROP_IN} 2>/dev/null; echo ::; "
                          f"cat {LEASE_FILE} 2>/dev/null; true", check=False).stdout
@@ -126,6 +123,15 @@ def settle(remote) -> str | None:
         return None
     if holder is not None and active(remote) and not gone(holder) and _fresh(remote):
         return None
+    return holder, units
+
+
+def settle(remote) -> str | None:
+    """End what a tuner that is gone left; says what, None when there was nothing to end."""
+    found = left(remote)
+    if found is None:
+        return None
+    holder, units = found
     release(remote)
     who = describe(holder) if holder else "a tuner whose lease had ended"
     return (f"ended the tuning left by {who}: " +

@@ -84,9 +84,9 @@ class Plan:
 
 
 def study_name(base_file: Path, host: str, space: spaces.Space, load: Load, objective: str,
-               requirements: Requirements) -> str:
-    """Same profile, host, space, load and objective: the same study (a rerun resumes it)."""
-    what = json.dumps({"profile": base_file.read_text(), "host": host, "space": space.to_dict(),
+               requirements: Requirements, search: str) -> str:
+    """Same profile, host, space, load, objective and search: the same study (a rerun resumes it)."""
+    what = json.dumps({"profile": base_file.read_text(), "host": host, "space": space.to_dict(), "search": search,
                        "prompts": [p.text for p in load.prompts], "levels": load.levels,
                        "max_tokens": load.max_tokens, "objective": objective,
                        "requirements": requirements.__dict__}, sort_keys=True, default=str)
@@ -114,10 +114,10 @@ def plan(profile_name: str, host: str, *, space_file: Path | None, load: Load, o
     prod_unit = production_unit or base.service.unit
     unit = f"{prod_unit.removesuffix('.service')}-tune.service"
     port = port or base.service.port + 2
-    name = study_name(base_file, host, space, load, objective, requirements)
-    folder = state_dir() / "tune" / name
     overrides = spaces.candidates(space, base)
     mode = search if search != "auto" else ("grid" if len(overrides) <= 8 else "model")
+    name = study_name(base_file, host, space, load, objective, requirements, mode)
+    folder = state_dir() / "tune" / name
     found = Plan(base, base_file, host, unit, port, prod_unit, space, load, objective, requirements,
                  mode, 0, budget_s, name, folder)
     with connect(host) as remote:

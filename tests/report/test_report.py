@@ -62,7 +62,7 @@ def test_not_a_result_is_bad_input(tmp_path):
     odd = tmp_path / "odd.json"
     odd.write_text('{"hello": 1}')
     result = CliRunner().invoke(app, ["report", str(odd)])
-    assert result.exit_code == 2 and "not a shadow comparison or rollout result" in result.output
+    assert result.exit_code == 2 and "not a shadow comparison, rollout or tune result" in result.output
     missing = CliRunner().invoke(app, ["report", str(tmp_path / "none.json")])
     assert missing.exit_code == 2 and "cannot read" in missing.output
 

@@ -150,6 +150,11 @@ def test_a_killed_tuner_leaves_nothing_running_and_a_rerun_resumes(tuning, tmp_p
     assert proc.returncode == -signal.SIGKILL, "".join(seen)
     killed = time.monotonic()
     assert leftovers(lab)["active"] in ("active", "activating")
+    # `ddops status` names the tuning left behind, its candidate, and the command that ends it
+    from tests.rollout.test_lab_faults import told
+    tuning_left = [item for item in told(lab, "lab-1") if item["stage"] == "tuning"]
+    assert tuning_left and tuning_left[0]["candidates"] == ["llm-tune.service"]
+    assert tuning_left[0]["next"] == "ddops recover --host lab-1"
     # nothing asks the host: the candidate ends with its lease (EXPIRES_S 90 + the lease's 5 s poll)
     while (left := leftovers(lab))["active"] != "inactive" or left["lease"] != "inactive":
         assert time.monotonic() - killed < 120, left
