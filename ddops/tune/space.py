@@ -169,6 +169,7 @@ def label(overrides: dict) -> str:
         return "as the base profile"
     parts = []
     for key, value in overrides.items():
-        name = key.rsplit(".", 1)[1]
+        section, name = key.rsplit(".", 1)
+        name = key if name == "enabled" else name        # cuda_graph.enabled: the section says what
         parts.append(f"{name}={'unset' if value is None else value}")
     return " ".join(parts)

@@ -169,3 +169,20 @@ def test_a_killed_tuner_leaves_nothing_running_and_a_rerun_resumes(tuning, tmp_p
     assert rerun["measured_before"] == 1 and rerun["started"] == 1
     assert [r["status"] for r in rerun["rows"]].count("skipped") == 0 and rerun["chosen"]
     assert leftovers(lab) == NOTHING_LEFT
+
+
+def test_apply_deploys_the_tuned_profile_as_production_through_the_gate(tuning, tmp_path):
+    lab = tuning
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"speculative.algorithm": ["ddtree"], "speculative.block_size": [4],
+                                     "speculative.ddtree_budget": [8], "speculative.adaptive": [False],
+                                     "memory.max_running_requests": [4]}))
+    tuned = tmp_path / "tn-ddtree-tuned.yaml"
+    doc = lab.json("tune", lab.profile("tn-ddtree"), "--host", "lab-1", "--space", str(space), "--count", "2",
+                   "--max-tokens", "8", "--concurrency", "1", "--out", str(tuned), "--apply", "--yes", expect=0)
+    assert doc["applied"]["result"] == "deployed" and doc["applied"]["history_entry"]
+    from ddops.render import read_header
+    assert read_header(lab.unit("lab-1"))["profile"] == "tn-ddtree-tuned"
+    info = lab.info("lab-1")
+    assert info["speculative_algorithm"] == "DDTREE"
+    assert leftovers(lab) == NOTHING_LEFT
