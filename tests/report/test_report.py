@@ -4,6 +4,7 @@ and opened in a real headless Chromium (the Debian package, driven by Playwright
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -13,12 +14,16 @@ from ddops.report.shadow_page import first_difference
 from tests.report.results import rollout_doc, shadow_doc
 
 CHROMIUM = shutil.which("chromium")
+# A real `ddops tune` result: vLLM candidates on a lab host beside bundled production (docs/tune.md)
+TUNE = Path(__file__).parent / "data" / "tune.json"
+CHARTS = {"shadow": 2, "rollout": 2, "tune": 1}
 
 
 @pytest.fixture
 def reports(tmp_path):
     paths = {}
-    for name, doc in (("shadow", shadow_doc()), ("rollout", rollout_doc(tmp_path / "state"))):
+    for name, doc in (("shadow", shadow_doc()), ("rollout", rollout_doc(tmp_path / "state")),
+                      ("tune", json.loads(TUNE.read_text()))):
         result = tmp_path / f"{name}.json"
         result.write_text(json.dumps(doc))
         printed = CliRunner().invoke(app, ["report", str(result)])
@@ -52,6 +57,14 @@ def test_rollout_page_has_timeline_and_analysis_per_watched_host(reports):
     assert page.count("<svg") == 2  # the timeline and h1's samples (h2, h3 never deployed)
 
 
+def test_tune_page_names_the_choice_the_frontier_and_why_candidates_did_not_start(reports):
+    page = reports["tune"].read_text()
+    assert "Chosen: algorithm=none max_running_requests=16" in page and "0.93x production" in page
+    assert page.count("<svg") == 1       # the throughput/latency frontier
+    # both DFlash candidates, in the candidates table and again with their gate's reason
+    assert page.count("not-started") == 4 and page.count("speculation accepted nothing") == 2
+
+
 def test_first_difference():
     assert first_difference("abc", "abc") is None
     assert first_difference("abcd", "abXd") == 2
@@ -68,7 +81,7 @@ def test_not_a_result_is_bad_input(tmp_path):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian package chromium missing (make setup installs it)")
-@pytest.mark.parametrize("name", ["shadow", "rollout"])
+@pytest.mark.parametrize("name", ["shadow", "rollout", "tune"])
 def test_report_renders_in_headless_chromium(reports, name, tmp_path):
     from playwright.sync_api import sync_playwright
     problems = []
@@ -81,7 +94,7 @@ def test_report_renders_in_headless_chromium(reports, name, tmp_path):
             page.on("request", lambda r: problems.append(f"fetched {r.url}") if not r.url.startswith("file:") else None)
             page.goto(reports[name].as_uri())
             charts = page.locator("figure.chart svg")
-            assert charts.count() == 2
+            assert charts.count() == CHARTS[name]
             for i in range(charts.count()):
                 box = charts.nth(i).bounding_box()
                 assert box and box["width"] > 300 and box["height"] > 100  # drawn, not collapsed
