@@ -171,6 +171,27 @@ def test_a_killed_tuner_leaves_nothing_running_and_a_rerun_resumes(tuning, tmp_p
     assert leftovers(lab) == NOTHING_LEFT
 
 
+def test_ctrl_c_mid_candidate_removes_it_before_the_tuner_exits(tuning, tmp_path):
+    lab = tuning
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"speculative.algorithm": ["ddtree"], "speculative.block_size": [4],
+                                     "speculative.ddtree_budget": [4], "speculative.adaptive": [False],
+                                     "memory.max_running_requests": [4]}))
+    proc = lab.popen("tune", lab.profile("tn-ddtree"), "--host", "lab-1", "--space", str(space), "--count", "2",
+                     "--max-tokens", "32", "--concurrency", "1,2", "--out", str(tmp_path / "tuned.yaml"), "--yes",
+                     "--json-events")
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "concurrency 1:" in line:           # the candidate runs: interrupted in its second level
+            proc.send_signal(signal.SIGINT)
+            break
+    proc.wait(timeout=120)
+    assert proc.returncode != 0, "".join(seen)
+    assert leftovers(lab) == NOTHING_LEFT        # at once: no lease to wait for, nothing to recover
+    assert [item for item in lab.json("status", "--host", "lab-1", expect=0)["interrupted"]] == []
+
+
 def test_apply_deploys_the_tuned_profile_as_production_through_the_gate(tuning, tmp_path):
     lab = tuning
     space = tmp_path / "space.yaml"
