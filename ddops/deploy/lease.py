@@ -51,17 +51,25 @@ def _drop_in() -> str:
             f"[Unit]\nBindsTo={LEASE_UNIT}\nAfter={LEASE_UNIT}\n")
 
 
-def holder_of(remote) -> dict | None:
-    """The lease's holder as its file says, None when there is no lease file."""
-    return _holder(remote.run(f"cat {LEASE_FILE} 2>/dev/null || true", check=False).stdout.strip())
-
-
 def _holder(text: str) -> dict | None:
     try:
         found = json.loads(text) if text else None
     except ValueError:
         return {"command": "unreadable lease file"}
     return found if found is None or isinstance(found, dict) else {"command": "unreadable lease file"}
+
+
+def _read(remote) -> tuple[list[str], dict | None, bool]:
+    """In one round trip: the candidate units (those with the drop-in), the lease file's holder,
+    and whether the lease is live (its unit active, its file touched within EXPIRES_S)."""
+    out = remote.run(f"ls {UNIT_DIR}/*.service.d/{DROP_IN} 2>/dev/null; echo ::; "
+                     f"cat {LEASE_FILE} 2>/dev/null; echo; echo ::; "
+                     f"{systemd.is_active(LEASE_UNIT)} && [ -f {LEASE_FILE} ] && "
+                     f"[ $(( $(date +%s) - $(stat -c %Y {LEASE_FILE}) )) -lt {EXPIRES_S} ] && echo live; true",
+                     check=False).stdout
+    paths, text, live = (out.split("::") + ["", ""])[:3]
+    units = sorted(path.split("/")[-2].removesuffix(".d") for path in paths.split())
+    return units, _holder(text.strip()), live.strip() == "live"
 
 
 def active(remote) -> bool:
@@ -73,7 +81,7 @@ def take(remote, holder: Holder) -> list[str]:
     LeaseHeld when a live tuner holds it."""
     said = settle(remote)
     if active(remote):
-        raise LeaseHeld(f"{remote.host.name}: {describe(holder_of(remote))} tunes on this host now; "
+        raise LeaseHeld(f"{remote.host.name}: {describe(_read(remote)[1])} tunes on this host now; "
                         "try again when it finishes")
     remote.run(f"mkdir -p /run/ddops && printf %s {q(json.dumps(holder.as_dict()))} > {LEASE_FILE}")
     remote.run(systemd.transient(LEASE_UNIT, "ddops tune lease: candidate units live while it does", _LOOP))
@@ -93,35 +101,22 @@ def bind(remote, unit: str) -> None:
 def remove_candidate(remote, unit: str) -> None:
     """Stop a candidate and delete its unit, env file and drop-in (history stays)."""
     unit_path, env_path = unit_paths(unit)
-    remote.run(f"rm -rf {q(UNIT_DIR + '/' + unit + '.d')}; " + systemd.remove(unit, unit_path, env_path),
+    remote.run(f"rm -rf {q(drop_in_path(unit).rsplit('/', 1)[0])}; " + systemd.remove(unit, unit_path, env_path),
                check=False)
 
 
-def candidates_on(remote) -> list[str]:
-    """The units on this host that carry the lease's drop-in."""
-    found = remote.run(f"ls {UNIT_DIR}/*.service.d/{DROP_IN} 2>/dev/null || true", check=False).stdout.split()
-    return sorted(path.split("/")[-2].removesuffix(".d") for path in found)
-
-
-def release(remote) -> None:
-    """The tuner's end: every candidate removed, then the lease."""
-    for unit in candidates_on(remote):
+def release(remote, units: list[str] | None = None) -> None:
+    """The tuner's end: every candidate removed (`units`, else those found), then the lease."""
+    for unit in _read(remote)[0] if units is None else units:
         remove_candidate(remote, unit)
     remote.run(f"rm -f {LEASE_FILE}; {systemd.stop(LEASE_UNIT)} 2>/dev/null; true", check=False)
 
 
 def left(remote) -> tuple[dict | None, list[str]] | None:
     """What a tuner that is gone left (its holder's process is gone from this machine, or its
-    lease expired): (holder, candidate units); None when nothing, or while its tuner runs."""
-    # one round trip for the common case, a host no tuner ever touched
-    listing = remote.run(f"ls {UNIT_DIR}/*.service.d/{DROP_IN} 2>/dev/null; echo ::; "
-                         f"cat {LEASE_FILE} 2>/dev/null; true", check=False).stdout
-    paths, _, text = listing.partition("::")
-    units = sorted(path.split("/")[-2].removesuffix(".d") for path in paths.split())
-    holder = _holder(text.strip())
-    if holder is None and not units:
-        return None
-    if holder is not None and active(remote) and not gone(holder) and _fresh(remote):
+    lease is no longer live): (holder, candidate units); None when nothing, or while it runs."""
+    units, holder, live = _read(remote)
+    if (holder is None and not units) or (live and not gone(holder)):
         return None
     return holder, units
 
@@ -132,14 +127,7 @@ def settle(remote) -> str | None:
     if found is None:
         return None
     holder, units = found
-    release(remote)
+    release(remote, units)
     who = describe(holder) if holder else "a tuner whose lease had ended"
     return (f"ended the tuning left by {who}: " +
             (f"removed candidate unit(s) {', '.join(units)}" if units else "no candidate was running"))
-
-
-def _fresh(remote) -> bool:
-    """The lease file was touched within EXPIRES_S (by the host's clock)."""
-    age = remote.run(f"echo $(( $(date +%s) - $(stat -c %Y {LEASE_FILE} 2>/dev/null || echo 0) ))",
-                     check=False).stdout.strip()
-    return age.lstrip("-").isdigit() and int(age) < EXPIRES_S

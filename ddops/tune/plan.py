@@ -10,9 +10,9 @@ with its reason and never started.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,10 +66,9 @@ class Plan:
     def runnable(self) -> list[Candidate]:
         return [c for c in self.candidates if c.skipped is None]
 
-    def estimate_s(self, start_s: float = START_GUESS_S, per_level_s: float | None = None) -> float:
-        """Start and gate, plus each level's replay (a guess of 1 s a request until measured)."""
-        per_level = per_level_s if per_level_s is not None else len(self.load.prompts)
-        return min(self.trials, len(self.runnable)) * (start_s + per_level * len(self.load.levels))
+    def estimate_s(self) -> float:
+        """A guess: each candidate's start and gate, plus 1 s a request at each level."""
+        return self.trials * (START_GUESS_S + len(self.load.prompts) * len(self.load.levels))
 
     def to_dict(self) -> dict:
         return {"profile": self.base.name, "host": self.host, "unit": self.unit, "port": self.port,
@@ -133,8 +132,9 @@ def plan(profile_name: str, host: str, *, space_file: Path | None, load: Load, o
 def _checked(remote, plan_: Plan, overrides: dict, inventory: Path | None) -> Candidate:
     cid = spaces.candidate_id(overrides)
     stem = f"{plan_.base_file.stem}-tune-{hashlib.sha256(cid.encode()).hexdigest()[:6]}"
-    path = write_profile(plan_.folder / "candidates" / f"{stem}.yaml", str(plan_.base_file.resolve()), overrides,
-                         [f"ddops tune candidate of {plan_.base_file.stem} (study {plan_.study})"])
+    path = plan_.folder / "candidates" / f"{stem}.yaml"
+    write_profile(path, extends_of(plan_.base_file, path), overrides,
+                  [f"ddops tune candidate of {plan_.base_file.stem} (study {plan_.study})"])
     candidate = Candidate(cid, overrides, spaces.label(overrides), path)
     try:
         target = host_changes.load_target(str(path), plan_.host, inventory=inventory, unit_name=plan_.unit,
@@ -163,5 +163,7 @@ def _beside_production(remote, profile) -> list[str]:
     return []
 
 
-def today() -> str:
-    return datetime.date.today().isoformat()
+def extends_of(base: Path, child: Path) -> str:
+    """How `child` names `base` in `extends`: by name beside it, else by a path relative to it."""
+    base, folder = base.resolve(), child.resolve().parent
+    return base.stem if base.parent == folder else os.path.relpath(base, folder)

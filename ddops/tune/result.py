@@ -8,14 +8,14 @@ started), not-run (the budget or the trial count ended first).
 
 from __future__ import annotations
 
+import datetime
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from optuna.trial import TrialState
 
-from ddops.tune.plan import Plan, today, write_profile
+from ddops.tune.plan import Plan, extends_of, write_profile
 from ddops.tune.study import Reference, measured
 
 
@@ -90,7 +90,7 @@ def tuned_file(plan: Plan, out: Path | None) -> Path:
 def write_tuned(plan: Plan, chosen: Row, reference: Reference, out: Path | None) -> Path:
     """The winner as `<base>-tuned.yaml`: extends the base, only the winning values, its
     figures beside production's in the comment."""
-    lines = [f"Tuned by `ddops tune {plan.base_file.stem} --host {plan.host}` on {today()} "
+    lines = [f"Tuned by `ddops tune {plan.base_file.stem} --host {plan.host}` on {datetime.date.today().isoformat()} "
              f"(study {plan.study}, {plan.objective}).",
              f"{chosen.label}: {chosen.objective:.2f}x production ({plan.production_unit}) over "
              f"concurrency {', '.join(map(str, plan.load.levels))}, {len(plan.load.prompts)} prompts x "
@@ -104,12 +104,6 @@ def write_tuned(plan: Plan, chosen: Row, reference: Reference, out: Path | None)
         lines.append(f"  accepted length {chosen.accept_length:.2f} tokens a round")
     path = tuned_file(plan, out)
     return write_profile(path, extends_of(plan.base_file, path), chosen.overrides, lines)
-
-
-def extends_of(base: Path, child: Path) -> str:
-    """How `child` names `base`: by name beside it, else by a path relative to it."""
-    base, folder = base.resolve(), child.resolve().parent
-    return base.stem if base.parent == folder else os.path.relpath(base, folder)
 
 
 def _num(value) -> str:

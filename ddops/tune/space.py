@@ -36,12 +36,6 @@ class Space:
     """Key -> the values tried, in the order given (the method first when it is searched)."""
     keys: dict[str, tuple]
 
-    def size(self) -> int:
-        n = 1
-        for values in self.keys.values():
-            n *= len(values)
-        return n
-
     def to_dict(self) -> dict:
         return {k: list(v) for k, v in self.keys.items()}
 

@@ -75,7 +75,6 @@ def measured(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
 @dataclass
 class Reference:
     """Production measured at each level: the yardstick and the answers candidates must match."""
-    endpoint: Endpoint
     levels: list[Level]
     samples: dict[int, list]
 
@@ -90,7 +89,7 @@ def measure_production(plan: Plan, url: str) -> Reference:
         level, got, _ = run_level(endpoint, plan.load, c)
         levels.append(level)
         samples[c] = got
-    return Reference(endpoint, levels, samples)
+    return Reference(levels, samples)
 
 
 @contextmanager
@@ -163,7 +162,6 @@ class Runner:
         try:
             deployed = host_changes.deploy(remote, candidate.target, f"ddops tune {plan.base.name} ({candidate.label})",
                                            self.progress)
-            trial.set_user_attr("start_s", round(time.monotonic() - began, 1))
             if deployed.code != 0:
                 trial.set_user_attr("failed", f"{deployed.result}: {deployed.message}")
                 self.progress("candidate", f"{candidate.label}: did not start ({deployed.result})")
@@ -175,10 +173,9 @@ class Runner:
 
     def measure(self, trial: optuna.Trial, candidate: Candidate) -> float:
         plan = self.plan
-        endpoint = Endpoint("candidate", candidate.target.spec.base_url, api_key=api_key_of(plan.base))
         levels, ratios, accept = [], [], None
-        with host_changes.dialable(self.remote.host, endpoint.url) as url:
-            endpoint = Endpoint("candidate", url, api_key=endpoint.api_key)
+        with host_changes.dialable(self.remote.host, candidate.target.spec.base_url) as url:
+            endpoint = Endpoint("candidate", url, api_key=api_key_of(plan.base))
             for step, c in enumerate(plan.load.levels):
                 level, _, accept = run_level(endpoint, plan.load, c, self.reference.samples[c])
                 levels.append(level)
