@@ -97,7 +97,11 @@ class Runtime:
     # to a shadow: "tap" = its own tap (PUT /mirror); "request_log" = its request logs, which
     # `service.mirror` turns on, read by the relay ddops installs beside it; None: it cannot.
     mirror_source: Literal["tap", "request_log"] | None = None
-    # Flags whose presence on production's command line leaves its logs unusable to the relay.
+    # request_log: the dialect of those logs, which the relay's parser reads (relay/__main__.py
+    # --format): "vllm" = vLLM's request-logger text lines; "sglang" = SGLang's JSON events.
+    request_log: Literal["vllm", "sglang"] | None = None
+    # Flags whose presence on production's command line leaves its logs unusable to the relay
+    # (cut without a mark, or sent where the relay does not read).
     mirror_refuses: tuple[str, ...] = ()
     # Whether it can be a mirroring shadow (POST /mirror/records, regenerate, compare).
     mirror_sink: bool = False
@@ -175,6 +179,11 @@ SGLANG = Runtime(
         # has, torch_native is its one attention backend (intel_amx needs them).
         Flag("service.device", "--device"),
         Flag("service.device", "--attention-backend", "switch", value="torch_native", when="cpu"),
+        # Request logs for the mirror relay (docs/mirror.md): level 3 logs every id uncut (2 cuts a
+        # list over 2048 to its ends), JSON gives one parseable event per finished request.
+        Flag("service.mirror", "--log-requests", "switch"),
+        Flag("service.mirror", "--log-requests-level", "switch", value="3"),
+        Flag("service.mirror", "--log-requests-format", "switch", value="json"),
     ),
     api_key_via="config_file",
     needs_gpu=True,
@@ -182,6 +191,11 @@ SGLANG = Runtime(
     # 0.5.23's speculative_hook allows DFLASH only on cuda, npu and xpu; 0.5.15 on a CPU loads the
     # draft, then dies in a triton kernel ("0 active drivers"): measured, docs/sglang.md.
     speculates_on=frozenset({"cuda"}),
+    mirror_source="request_log",
+    request_log="sglang",
+    # --log-requests-target sends the logs to files instead of stdout (the journal) when it does
+    # not name stdout; ddops does not read them there.
+    mirror_refuses=("--log-requests-target",),
 )
 
 BUNDLED = Runtime(
@@ -273,6 +287,7 @@ VLLM = Runtime(
     draft_mask_keys=("dflash_config.mask_token_id", "mask_token_id", "dspark_noise_token_id",
                      "pard_token", "ptd_token_id"),
     mirror_source="request_log",
+    request_log="vllm",
     # --max-log-len cuts the logged id lists without a mark: a cut prompt cannot be told
     # from a short one.
     mirror_refuses=("--max-log-len",),

@@ -6,12 +6,14 @@ the bundled runtime's answer with the key and a 401 without it; the rollout bake
 /metrics; every shipped SGLang profile's command line is accepted by the installed SGLang's own
 argument parser; a knowably bad change (DFLASH on a CPU, a missing model, a flag 0.5.15 does not
 define) exits 2 while the running unit keeps its bytes and its start; a change that fails at
-start is reverted byte for byte and the previous SGLang answers again."""
+start is reverted byte for byte and the previous SGLang answers again; SGLang production mirrors
+an openai client's chats to a bundled shadow through its request logs."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 
 import httpx
 import openai
@@ -29,6 +31,9 @@ from tests.ops.helpers import SHIPPED
 pytestmark = [pytest.mark.lab, pytest.mark.smollm]
 
 UNIT, PORT = "stest.service", "30300"
+# Chats an openai client sends SGLang production while it mirrors (every fourth streamed).
+MIRRORED = [f"{ask} {subject}" for ask in ("Describe", "Name two facts about", "Write one line on", "Define")
+            for subject in ("rivers.", "the moon.", "bread.", "a compiler.")]
 PROFILES = HERE / "profiles"
 VERSION = "0.5.15"
 
@@ -167,6 +172,45 @@ def test_a_sglang_change_that_fails_at_start_is_reverted_byte_for_byte(ssite):
         out["diagnosis"]
     assert ssite.unit_bytes() == before_unit and ssite.env_bytes() == before_env
     assert ssite.ask().json()["choices"][0]["message"]["content"] == ssite.bundled_answer   # SGLang again
+
+
+def test_sglang_production_mirrors_its_traffic_to_a_bundled_shadow_through_its_request_logs(ssite):
+    """SGLang as production, opted in (service.mirror: its JSON request logs at level 3); `shadow
+    start --mirror` puts the relay beside it; an openai client's chats (streamed ones too) reach
+    the bundled shadow as records and are regenerated and compared token for token."""
+    code, out = ssite.deploy_json(str(PROFILES / "sglang-mirror.yaml"))
+    assert code == 0, told(out)
+    shadow = ssite.ddops("shadow", "start", "cpu-smollm2-ar", "--host", ssite.name, "--production-unit", UNIT,
+                         "--port", "30310", "--mirror", "--yes", "--json")
+    assert shadow.returncode == 0, shadow.stdout[-3000:] + shadow.stderr[-2000:]
+    try:
+        client = openai.OpenAI(base_url=f"http://{ssite.host.address}:{PORT}/v1", api_key=TEST_API_KEY,
+                               http_client=httpx.Client(trust_env=False), timeout=120)
+        for i, prompt in enumerate(MIRRORED):
+            asked = dict(model=SERVED, temperature=0, max_tokens=16, messages=[{"role": "user", "content": prompt}])
+            if i % 4 == 3:
+                assert "".join(c.choices[0].delta.content or "" for c in
+                               client.chat.completions.create(stream=True, **asked) if c.choices)
+            else:
+                assert client.chat.completions.create(**asked).choices[0].message.content
+        stats = f"http://{ssite.host.address}:30310/mirror/stats"
+        deadline = time.monotonic() + 120     # the shadow compares after production answered
+        while httpx.get(stats, headers={"Authorization": f"Bearer {TEST_API_KEY}"}, trust_env=False,
+                        timeout=30).json()["compared"] < 16 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        compared = ssite.ddops("shadow", "compare", "--mirrored", "--json")
+        doc = json.loads(compared.stdout)
+        comparison = doc["comparison"]
+        mirrored = comparison["mirrored"]
+        assert compared.returncode == 0, json.dumps(comparison)[:3000]    # the default policy: 16, equality 1.0
+        assert (mirrored["requests"], mirrored["by_ids"]) == (16, 16), mirrored
+        assert mirrored["tap"]["relay"] == "sglang_log" and mirrored["tap"]["streamed"] == 4, mirrored
+        assert comparison["token_equality"] >= 0.95, comparison["deterministic"]
+    finally:
+        aborted = ssite.ddops("shadow", "abort", "--yes")
+        assert aborted.returncode == 0, aborted.stdout + aborted.stderr
+    assert ssite.remote.run(f"systemctl is-active {ssite.stem}-mirror-relay.service", check=False).stdout.strip() \
+        != "active"
 
 
 def test_the_pool_and_fraction_sglang_picks_are_the_ones_fit_predicts(ssite):

@@ -22,8 +22,9 @@ def profile(tmp_path, base: str, **service):
 def test_opt_in_renders_the_flag_and_other_runtimes_are_refused(tmp_path):
     assert "--enable-mirror" in command_line(profile(tmp_path, "cpu-ar", mirror=True))
     assert "--enable-mirror" not in command_line(profile(tmp_path, "cpu-ar"))
-    with pytest.raises(ConfigError, match="service.mirror.*runtime sglang has no flag"):
-        profile(tmp_path, "a6000-base", mirror=True)
+    sglang = " ".join(command_line(profile(tmp_path, "cpu-smollm2-sglang", mirror=True)))
+    assert "--log-requests --log-requests-level 3 --log-requests-format json" in sglang
+    assert "--log-requests" not in command_line(profile(tmp_path, "cpu-smollm2-sglang"))
     assert has_sink("bundled") and not has_sink("sglang") and not has_sink("vllm")
     logging = command_line(profile(tmp_path, "cpu-smollm2-vllm", mirror=True))
     assert logging[-5:] == ["--enable-log-requests", "--enable-log-outputs", "--no-enable-log-deltas",
@@ -53,13 +54,27 @@ def test_vllm_production_whose_logs_are_cut_is_refused(tmp_path):
     path.write_text(yaml.safe_dump({"extends": "cpu-smollm2-vllm", "service": {"mirror": True},
                                     "vllm": {"extra_args": ["--max-log-len", "100"]}}))
     unit = render(load_profile(str(path))).unit_text
-    with pytest.raises(BadInput, match="--max-log-len, which cuts the logged token ids"):
+    with pytest.raises(BadInput, match="--max-log-len, which keeps whole request logs from the relay"):
         refuse_unless_mirrorable(load_profile("cpu-ddtree"), Host(name="p1", address="10.0.0.1"), unit, NOWHERE)
 
 
-def test_sglang_production_cannot_mirror(tmp_path):
-    with pytest.raises(BadInput, match="runs sglang, which cannot mirror"):
+def test_sglang_production_mirrors_through_its_json_logs_once_its_profile_opts_in(tmp_path):
+    source = plan(tmp_path, "cpu-smollm2-sglang", mirror=True)
+    assert (source.kind, source.dialect) == ("request_log", "sglang")
+    assert source.model == "/var/lib/ddops/models/smollm2-135m-instruct"
+    with pytest.raises(BadInput, match="does not log its requests.*--log-requests --log-requests-level 3"):
+        plan(tmp_path, "cpu-smollm2-sglang")
+    with pytest.raises(BadInput, match="does not log its requests"):
         plan(tmp_path, "a6000-base")
+
+
+def test_sglang_production_logging_to_files_is_refused(tmp_path):
+    path = tmp_path / "files.yaml"
+    path.write_text(yaml.safe_dump({"extends": "cpu-smollm2-sglang", "service": {"mirror": True},
+                                    "sglang": {"extra_args": ["--log-requests-target", "/var/log/sglang"]}}))
+    unit = render(load_profile(str(path))).unit_text
+    with pytest.raises(BadInput, match="--log-requests-target, which keeps whole request logs from the relay"):
+        refuse_unless_mirrorable(load_profile("cpu-ddtree"), Host(name="p1", address="10.0.0.1"), unit, NOWHERE)
 
 
 def test_a_host_the_inventory_forbids_is_refused_whatever_its_profile_says(tmp_path):

@@ -245,10 +245,10 @@ def test_relay_toward_a_dead_shadow_backs_off_and_counts(tmp_path):
 
 
 def test_relay_unit_keeps_the_key_in_its_env_file():
-    files = relay_unit.render("llm.service", "http://10.0.0.2:30001", 30002, "/models/m", 0.25, "sk-secret")
+    files = relay_unit.render("llm.service", "http://10.0.0.2:30001", 30002, "/models/m", 0.25, "sk-secret", "vllm")
     (unit_path, unit), (env_path, env) = files.items()
     assert unit_path == "/etc/systemd/system/llm-mirror-relay.service"
     assert "ExecStart=/usr/bin/python3 -m relay --unit llm.service --url http://10.0.0.2:30001 --port 30002 " \
-           "--sample 0.25 --model /models/m" in unit
+           "--format vllm --sample 0.25 --model /models/m" in unit
     assert "sk-secret" not in unit and "DDOPS_MIRROR_KEY=sk-secret" in env and env_path in unit
     assert relay_unit.port_for(30000, None) == 30002 and relay_unit.port_for(30000, 30002) == 30003

@@ -63,7 +63,7 @@ def test_relay_unit_follows_a_units_journal_and_sends_its_records(lab_hosts):
             remote.write(f"/etc/systemd/system/{FAKE}", "[Service]\nType=exec\n"
                          "ExecStart=/bin/sh /root/mirror-fake.sh\n")
             files = relay_unit.render(FAKE, f"http://{sink.server_address[0]}:{sink.server_address[1]}", PORT,
-                                      None, 0.5, "lab-relay-key")
+                                      None, 0.5, "lab-relay-key", "vllm")
             name = relay_unit.install(remote, files)
             assert remote.run(f"stat -c %a {relay_unit.ENV_DIR}/{name.removesuffix('.service')}.env").stdout.strip() == "600"
             remote.run(f"rm -f /root/mirror-go && systemctl daemon-reload && systemctl restart {FAKE}")

@@ -41,6 +41,7 @@ class Source:
     """How production's finished requests reach the shadow, as planning found it."""
     kind: str              # the runtime table's mirror_source: "tap" or "request_log"
     model: str | None      # production's model folder (the relay reads its EOS ids there)
+    dialect: str | None = None   # request_log: the runtime table's `request_log`, the relay's --format
 
 
 def refuse_unless_mirrorable(candidate, host, unit_text: str | None, production: Endpoint) -> Source:
@@ -69,7 +70,7 @@ def refuse_unless_mirrorable(candidate, host, unit_text: str | None, production:
     elif not _get(production, "/mirror").get("allowed"):
         raise MirrorUnavailable(f"--mirror: production at {production.url} does not opt in (set "
                                 f"service.mirror: true in its profile and deploy it; docs/mirror.md)")
-    return Source(table.mirror_source, launch.get("model.path"))
+    return Source(table.mirror_source, launch.get("model.path"), table.request_log)
 
 
 def _refuse_unless_logging(table: Runtime, argv: list[str], host: str) -> None:
@@ -84,7 +85,7 @@ def _refuse_unless_logging(table: Runtime, argv: list[str], host: str) -> None:
     cutting = [f for f in table.mirror_refuses if any(a == f or a.startswith(f + "=") for a in argv)]
     if cutting:
         raise MirrorUnavailable(f"--mirror: production on {host} runs with {', '.join(cutting)}, "
-                                f"which cuts the logged token ids without a mark; remove it (docs/mirror.md)")
+                                f"which keeps whole request logs from the relay; remove it (docs/mirror.md)")
 
 
 def _client(endpoint: Endpoint) -> httpx.Client:
@@ -127,7 +128,7 @@ def start_relay(remote, record, source: Source, key: str | None, sample: float) 
     port = relay_unit.port_for(int(record.production_url.rstrip("/").rsplit(":", 1)[1]),
                                record.port if same_host else None)
     relay_unit.install(remote, relay_unit.render(record.production_unit, record.url, port, source.model,
-                                                 sample, key))
+                                                 sample, key, source.dialect))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
     while True:

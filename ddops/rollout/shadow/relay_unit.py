@@ -32,12 +32,13 @@ def port_for(production_port: int, shadow_port: int | None) -> int:
 
 
 def render(production_unit: str, shadow_url: str, port: int, model: str | None,
-           sample: float, key: str | None) -> dict[str, str]:
-    """{path: text} of the relay's unit and env file."""
+           sample: float, key: str | None, dialect: str) -> dict[str, str]:
+    """{path: text} of the relay's unit and env file; `dialect`: production's request logs'
+    (the runtime table's `request_log`)."""
     name = unit_name(production_unit)
     env_path = f"{ENV_DIR}/{name.removesuffix('.service')}.env"
     argv = [PYTHON, "-m", "relay", "--unit", production_unit, "--url", shadow_url, "--port", str(port),
-            "--sample", repr(float(sample))] + (["--model", model] if model else [])
+            "--format", dialect, "--sample", repr(float(sample))] + (["--model", model] if model else [])
     for value in (*argv, key or ""):
         reason = unsafe_text(value)
         if reason:

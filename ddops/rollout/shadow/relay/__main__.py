@@ -1,5 +1,6 @@
-"""`python3 -m relay --unit U --url SHADOW --port P [--model DIR] [--sample F]`: follow the
-unit's journal (or `--log-file`), post each finished request's mirror record to the shadow,
+"""`python3 -m relay --unit U --url SHADOW --port P [--format vllm|sglang] [--model DIR] [--sample F]`:
+follow the unit's journal (or `--log-file`), read its request logs in the runtime's dialect
+(`--format`: the runtime table's `request_log`), post each finished request's mirror record to the shadow,
 serve the counts at http://127.0.0.1:P/mirror. The shadow's key comes from the environment
 (DDOPS_MIRROR_KEY), never argv; the same key guards GET /mirror."""
 
@@ -16,14 +17,17 @@ from pathlib import Path
 
 from .sender import Sender
 from .source import follow_file, follow_journal
+from .sglang_log import Finished
 from .vllm_log import Pairing
 
 KEY_ENV = "DDOPS_MIRROR_KEY"
+# Each dialect's reader: feed(line, cut) -> record | None, and its counts.
+READERS = {"vllm": Pairing, "sglang": Finished}
 
 
 def eos_ids(model: str | None) -> tuple[int, ...]:
-    """The ids vLLM stops on unless a request ignores EOS: `eos_token_id` (an id or a list) of
-    the model's generation_config.json and config.json."""
+    """The ids production stops on unless a request ignores EOS (vLLM and SGLang alike):
+    `eos_token_id` (an id or a list) of the model's generation_config.json and config.json."""
     found: set[int] = set()
     for name in ("generation_config.json", "config.json"):
         path = Path(model or "", name)
@@ -38,8 +42,8 @@ def eos_ids(model: str | None) -> tuple[int, ...]:
 
 
 class Relay:
-    def __init__(self, pairing: Pairing, sender: Sender):
-        self.pairing, self.sender = pairing, sender
+    def __init__(self, pairing, sender: Sender, dialect: str = "vllm"):
+        self.pairing, self.sender, self.dialect = pairing, sender, dialect
         self.lock = threading.Lock()
         self.lines_read = 0      # > 0: journalctl is following; lines logged before then are never seen
 
@@ -54,7 +58,7 @@ class Relay:
     def status(self) -> dict:
         with self.lock:
             counts = dict(self.pairing.counts, lines_read=self.lines_read)
-        return {"allowed": True, "relay": "vllm_log", **self.sender.snapshot(), **counts}
+        return {"allowed": True, "relay": f"{self.dialect}_log", **self.sender.snapshot(), **counts}
 
 
 def serve(relay: Relay, port: int, api_key: str | None) -> ThreadingHTTPServer:
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--log-file", help="a log file to follow instead")
     parser.add_argument("--url", required=True, help="the shadow, http://HOST:PORT")
     parser.add_argument("--port", type=int, required=True, help="loopback port of GET /mirror")
+    parser.add_argument("--format", choices=sorted(READERS), default="vllm", help="the request logs' dialect")
     parser.add_argument("--model", help="production's model folder (its EOS ids)")
     parser.add_argument("--sample", type=float, default=0.0)
     args = parser.parse_args(argv)
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         sender = Sender(args.url, key, args.sample)
     except ValueError as exc:
         parser.error(str(exc))
-    relay = Relay(Pairing(eos_ids(args.model)), sender)
+    relay = Relay(READERS[args.format](eos_ids(args.model)), sender, args.format)
     lines = follow_journal(args.unit) if args.unit else follow_file(args.log_file)
     serve(relay, args.port, key)
     threading.Thread(target=sender.run, daemon=True).start()
