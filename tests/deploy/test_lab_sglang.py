@@ -174,12 +174,49 @@ def test_a_sglang_change_that_fails_at_start_is_reverted_byte_for_byte(ssite):
     assert ssite.ask().json()["choices"][0]["message"]["content"] == ssite.bundled_answer   # SGLang again
 
 
+def test_rollback_moves_the_host_back_to_the_bundled_runtime(ssite):
+    entries = json.loads(ssite.ddops("history", "--host", ssite.name, "--unit", UNIT, "--json").stdout)["entries"]
+    first = entries[0]
+    assert (first["profile"], first["result"]) == ("cpu-smollm2-ar", "passed"), entries
+    back = ssite.ddops("rollback", "--host", ssite.name, "--unit", UNIT, "--to", first["id"], "--yes", "--json")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert b"-m serving" in ssite.unit_bytes() and b"SGLANG_USE_CPU_ENGINE" not in ssite.unit_bytes()
+    assert ssite.ask().json()["choices"][0]["message"]["content"] == ssite.bundled_answer
+
+
+def test_a_rollout_moves_the_host_from_the_bundled_runtime_to_sglang(ssite, tmp_path):
+    """A one-host plan (the canary): SGLang replaces the bundled runtime, the gate passes and the
+    bake judges SGLang's own /metrics; history records the move."""
+    plan = tmp_path / "to-sglang.yaml"
+    plan.write_text(json.dumps({"profile": str(PROFILES / "sglang-mirror.yaml"), "hosts": [ssite.name],
+                                "canary": 1, "bake_s": 5}))
+    done = ssite.ddops("rollout", str(plan), "--yes", "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert json.loads(done.stdout)["status"] == "succeeded", done.stdout[-3000:]
+    assert b"SGLANG_USE_CPU_ENGINE=1" in ssite.unit_bytes() and b"-m serving" not in ssite.unit_bytes()
+    assert ssite.ask().json()["choices"][0]["message"]["content"] == ssite.bundled_answer
+    last = json.loads(ssite.ddops("history", "--host", ssite.name, "--unit", UNIT, "--json").stdout)["entries"][-1]
+    assert (last["profile"], last["result"]) == ("sglang-mirror", "passed"), last
+
+
+def test_the_pool_and_fraction_sglang_picks_are_the_ones_fit_predicts(ssite):
+    """cpu-smollm2-sglang leaves the fraction to SGLang and caps the pool: both are fixed by the
+    host's size, so `ddops fit --host` must name them exactly. An uncapped pool follows the host's
+    free RAM, which other work moves while SGLang starts (by 13% under `make test`): measured on
+    a quiet host by `python -m ddops.lab.bench_sglang_pool` (docs/sglang.md "Memory"). Read from
+    the start the rollout above made (its profile adds only request logging)."""
+    fit = json.loads(ssite.ddops("fit", "cpu-smollm2-sglang", "--host", ssite.name, "--json").stdout)
+    journal = ssite.remote.run(f"journalctl -u {UNIT} -o cat --no-pager -n 400").stdout
+    reported = int(re.findall(r"max_total_num_tokens=(\d+)", journal)[-1])
+    fraction = float(re.findall(r"mem_fraction_static=([0-9.]+)", journal)[-1])
+    assert (fit["kv_pool_tokens"], fit["mem_fraction_static"]) == (reported, fraction), fit
+
+
 def test_sglang_production_mirrors_its_traffic_to_a_bundled_shadow_through_its_request_logs(ssite):
     """SGLang as production, opted in (service.mirror: its JSON request logs at level 3); `shadow
     start --mirror` puts the relay beside it; an openai client's chats (streamed ones too) reach
     the bundled shadow as records and are regenerated and compared token for token."""
-    code, out = ssite.deploy_json(str(PROFILES / "sglang-mirror.yaml"))
-    assert code == 0, told(out)
+    assert b"--log-requests-format json" in ssite.unit_bytes()     # the rollout above deployed it
     shadow = ssite.ddops("shadow", "start", "cpu-smollm2-ar", "--host", ssite.name, "--production-unit", UNIT,
                          "--port", "30310", "--mirror", "--yes", "--json")
     assert shadow.returncode == 0, shadow.stdout[-3000:] + shadow.stderr[-2000:]
@@ -211,27 +248,3 @@ def test_sglang_production_mirrors_its_traffic_to_a_bundled_shadow_through_its_r
         assert aborted.returncode == 0, aborted.stdout + aborted.stderr
     assert ssite.remote.run(f"systemctl is-active {ssite.stem}-mirror-relay.service", check=False).stdout.strip() \
         != "active"
-
-
-def test_the_pool_and_fraction_sglang_picks_are_the_ones_fit_predicts(ssite):
-    """cpu-smollm2-sglang leaves the fraction to SGLang and caps the pool: both are fixed by the
-    host's size, so `ddops fit --host` must name them exactly. An uncapped pool follows the host's
-    free RAM, which other work moves while SGLang starts (by 13% under `make test`): measured on
-    a quiet host by `python -m ddops.lab.bench_sglang_pool` (docs/sglang.md "Memory")."""
-    fit = json.loads(ssite.ddops("fit", "cpu-smollm2-sglang", "--host", ssite.name, "--json").stdout)
-    code, out = ssite.deploy_json("cpu-smollm2-sglang")
-    assert code == 0, told(out)
-    journal = ssite.remote.run(f"journalctl -u {UNIT} -o cat --no-pager -n 400").stdout
-    reported = int(re.findall(r"max_total_num_tokens=(\d+)", journal)[-1])
-    fraction = float(re.findall(r"mem_fraction_static=([0-9.]+)", journal)[-1])
-    assert (fit["kv_pool_tokens"], fit["mem_fraction_static"]) == (reported, fraction), fit
-
-
-def test_rollback_moves_the_host_back_to_the_bundled_runtime(ssite):
-    entries = json.loads(ssite.ddops("history", "--host", ssite.name, "--unit", UNIT, "--json").stdout)["entries"]
-    first = entries[0]
-    assert (first["profile"], first["result"]) == ("cpu-smollm2-ar", "passed"), entries
-    back = ssite.ddops("rollback", "--host", ssite.name, "--unit", UNIT, "--to", first["id"], "--yes", "--json")
-    assert back.returncode == 0, back.stdout + back.stderr
-    assert b"-m serving" in ssite.unit_bytes() and b"SGLANG_USE_CPU_ENGINE" not in ssite.unit_bytes()
-    assert ssite.ask().json()["choices"][0]["message"]["content"] == ssite.bundled_answer
