@@ -11,7 +11,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                                      # downloads browsers); prometheus: promtool and a real server for tests/monitor,
                                      # prometheus-alertmanager: the Alertmanager those alerts reach there
 
-.PHONY: setup apt venv models vllm gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench-shadow-gate bench-tune bench bench-load fuzz abuse test demo release-check clean lab-down
+.PHONY: setup apt venv models vllm sglang-argparse gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench-shadow-gate bench-tune bench bench-load fuzz abuse test demo release-check clean lab-down
 
 setup: apt venv
 
@@ -43,6 +43,24 @@ models: venv
 VLLM_VENV := $(DDOPS_CACHE)/vllm-venv
 vllm: venv
 	$(PY) -m ddops.install.vllm --venv $(VLLM_VENV)
+
+# SGLang 0.5.23 cannot serve on this CPU (its CPU engine needs sgl-kernel's CPU ops, in no registry
+# wheel), but its parser runs: the flag table and every shipped profile declaring 0.5.23 against it,
+# in a 2.3 GB venv built once (CPU torch, the wheel without its CUDA dependencies, what its
+# argument module imports; docs/sglang.md "Flags against the real parser"). Cached, not in make test.
+SGLANG_ARGPARSE_VENV := $(DDOPS_CACHE)/sglang-argparse-0.5.23
+$(SGLANG_ARGPARSE_VENV)/.built: | venv
+	rm -rf $(SGLANG_ARGPARSE_VENV) && $(PYTHON) -m venv $(SGLANG_ARGPARSE_VENV)
+	$(SGLANG_ARGPARSE_VENV)/bin/pip install -q torch==2.13.0
+	$(SGLANG_ARGPARSE_VENV)/bin/pip install -q --no-deps sglang==0.5.23
+	$(SGLANG_ARGPARSE_VENV)/bin/pip install -q numpy orjson psutil pybase64 requests triton packaging pillow \
+	  starlette msgspec pydantic pyzmq tqdm IPython aiohttp huggingface_hub
+	touch $@
+
+sglang-argparse: $(SGLANG_ARGPARSE_VENV)/.built
+	mkdir -p $(DDOPS_CACHE)/bench
+	$(PY) -m ddops.lab.sglang_argparse --version 0.5.23 --python $(SGLANG_ARGPARSE_VENV)/bin/python \
+	  --json $(DDOPS_CACHE)/bench/sglang-argparse-0.5.23.json
 
 # Long jobs, cached, never part of `make test`: train the SmolLM2 drafter on the target's own
 # chat answers (~20 min on 2 cores, resumable: rerun after an interrupt), then benchmark every

@@ -48,8 +48,8 @@ RENAMES: tuple[Rename, ...] = (
 )
 
 _KV_0515 = frozenset({"auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"})
-# 0.5.23's --kv-cache-dtype choices (srt/arg_groups/fields/model.py) still list fp4_e2m1, but its
-# configure_kv_cache_dtype rejects it at start ("deprecated. Use --kv-cache-dtype=fp4_mx_block16").
+# 0.5.23's --kv-cache-dtype choices no longer list fp4_e2m1 (its parser refuses it; fp4_mx_block16
+# replaces it): checked against the released wheel's parser by `make sglang-argparse`.
 _KV_0523 = (_KV_0515 - {"fp4_e2m1"}) | {"mxfp8", "nvfp4", "fp4_mx_block16"}
 KV_DTYPE_RENAMES = {"fp4_e2m1": ("fp4_mx_block16", "0.5.23")}  # old value -> (replacement, rejected since)
 RELEASES: tuple[Release, ...] = (
