@@ -11,7 +11,10 @@ from collections import deque
 from urllib.parse import urlsplit
 
 QUEUE = 256            # records waiting to be sent
-SEND_TIMEOUT_S = 2.0   # connect + send + status line, per record
+# connect + send + status line, per record. Longer than the tap's 2 s: the relay is its own
+# process, outside production's request path, so a slow shadow only delays mirroring; at 2 s a
+# shadow stalled by a loaded machine (a 2-core CI run) lost 7 of 16 records to the backoff.
+SEND_TIMEOUT_S = 10.0
 BACKOFF_S = 1.0        # after a failed send, drop records for this long
 
 
