@@ -49,12 +49,15 @@ def test_vllm_production_mirrors_through_its_logs_once_its_profile_opts_in(tmp_p
         plan(tmp_path, "cpu-smollm2-vllm")
 
 
-def test_vllm_production_whose_logs_are_cut_is_refused(tmp_path):
+@pytest.mark.parametrize("base, section, extra", [
+    ("cpu-smollm2-vllm", "vllm", ["--max-log-len", "100"]),                       # ids cut without a mark
+    ("cpu-smollm2-sglang", "sglang", ["--log-requests-target", "/var/log/sglang"]),   # logs to files, not the journal
+])
+def test_production_whose_logs_the_relay_cannot_read_whole_is_refused(tmp_path, base, section, extra):
     path = tmp_path / "cut.yaml"
-    path.write_text(yaml.safe_dump({"extends": "cpu-smollm2-vllm", "service": {"mirror": True},
-                                    "vllm": {"extra_args": ["--max-log-len", "100"]}}))
+    path.write_text(yaml.safe_dump({"extends": base, "service": {"mirror": True}, section: {"extra_args": extra}}))
     unit = render(load_profile(str(path))).unit_text
-    with pytest.raises(BadInput, match="--max-log-len, which keeps whole request logs from the relay"):
+    with pytest.raises(BadInput, match=f"{extra[0]}, which keeps whole request logs from the relay"):
         refuse_unless_mirrorable(load_profile("cpu-ddtree"), Host(name="p1", address="10.0.0.1"), unit, NOWHERE)
 
 
@@ -66,15 +69,6 @@ def test_sglang_production_mirrors_through_its_json_logs_once_its_profile_opts_i
         plan(tmp_path, "cpu-smollm2-sglang")
     with pytest.raises(BadInput, match="does not log its requests"):
         plan(tmp_path, "a6000-base")
-
-
-def test_sglang_production_logging_to_files_is_refused(tmp_path):
-    path = tmp_path / "files.yaml"
-    path.write_text(yaml.safe_dump({"extends": "cpu-smollm2-sglang", "service": {"mirror": True},
-                                    "sglang": {"extra_args": ["--log-requests-target", "/var/log/sglang"]}}))
-    unit = render(load_profile(str(path))).unit_text
-    with pytest.raises(BadInput, match="--log-requests-target, which keeps whole request logs from the relay"):
-        refuse_unless_mirrorable(load_profile("cpu-ddtree"), Host(name="p1", address="10.0.0.1"), unit, NOWHERE)
 
 
 def test_a_host_the_inventory_forbids_is_refused_whatever_its_profile_says(tmp_path):
