@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from ddops.profile import list_profiles, load_profile
+from ddops.profile.runtimes import RUNTIMES
 from ddops.profile.sglang_versions import (DDTREE_ALGORITHMS, DDTREE_FLAGS, KV_DTYPE_RENAMES, RENAMES, at_least,
                                           flags_for)
 from ddops.render import command_line
@@ -92,7 +93,8 @@ def profile_argvs(version: str, key_file: str) -> dict[str, list[str]]:
     for name in list_profiles():
         profile = load_profile(name)
         declared = profile.sglang_version
-        if profile.runtime != "sglang" or not declared or declared.split("+")[0] != version:
+        # versioned_flags: the runtime table's mark of a runtime whose flags follow a declared version
+        if not RUNTIMES[profile.runtime].versioned_flags or not declared or declared.split("+")[0] != version:
             continue
         argv = command_line(profile)
         argv = argv[argv.index("sglang.launch_server") + 1:]
