@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-MAX_RECORD_IDS = 16384     # as the bundled tap: longer records are not mirrored
+from .record import mirror_record, too_long
 
 _PREFIX = re.compile(r"^\[[^\]]{1,80}\] (?=\{\"timestamp\": )")
 FINISHED = '"event": "request.finished"'
@@ -97,7 +97,7 @@ class Finished:
         if record is None:
             self.counts["skipped_unsupported"] += 1
             return None
-        if len(record["prompt_ids"]) + len(record["answer_ids"]) > MAX_RECORD_IDS:
+        if too_long(record):
             self.counts["skipped_long"] += 1
             return None
         if obj.get("stream"):
@@ -119,13 +119,4 @@ class Finished:
             return None
         if any(obj.get(key, default) != default for key, default in OBJ_DEFAULTS.items()):
             return None
-        top_k = s.get("top_k", -1)
-        stop = s.get("stop") or []
-        # The seed (sampling_seed) is left out: it fixes SGLang's sampler's draws, not the
-        # shadow's, so a seeded answer is compared by distribution, as vLLM's are.
-        stop_ids = set(s.get("stop_token_ids") or ()) | (set() if s.get("ignore_eos") else set(self.eos_ids))
-        return {"prompt_ids": prompt, "max_new_tokens": limit,
-                "sampling": {"temperature": float(s.get("temperature", 1.0)), "top_p": float(s.get("top_p", 1.0)),
-                             "top_k": -1 if top_k in (0, -1) else int(top_k), "seed": None},
-                "stop_strings": [str(x) for x in ([stop] if isinstance(stop, str) else stop)],
-                "stop_ids": sorted(int(i) for i in stop_ids), "answer_ids": answer, "finish_reason": reason}
+        return mirror_record(prompt, limit, s, self.eos_ids, answer, reason, "stop_token_ids")

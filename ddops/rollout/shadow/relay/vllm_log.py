@@ -23,9 +23,10 @@ import re
 import time
 from collections import OrderedDict
 
+from .record import mirror_record, too_long
+
 MAX_PENDING = 1024         # requests whose lines are still arriving
 PENDING_S = 600.0          # a request with no answer logged by then is forgotten (counted)
-MAX_RECORD_IDS = 16384     # as the bundled tap: longer records are not mirrored
 
 _HEAD = re.compile(r"^(?:\(\w+ pid=\d+\) )?(DEBUG|INFO) [\d-]+ [\d:]+ \[[^\]]*request_logger\.py:\d+\] (.*)$")
 _RID = r"([A-Za-z0-9_.:-]{1,200})"
@@ -182,7 +183,7 @@ class Pairing:
         record = self.record(entry, reason) if text is None else self.text_record(entry, text)
         if record is None:
             self.counts["skipped_unsupported"] += 1
-        elif len(record["prompt_ids"]) + len(record.get("answer_ids", record.get("answer_text", ""))) > MAX_RECORD_IDS:
+        elif too_long(record):
             self.counts["skipped_long"] += 1     # a text's characters bound its tokens from above
             return None
         return record
@@ -205,15 +206,7 @@ class Pairing:
             return None
         if any(key in s and s[key] != default for key, default in DEFAULTS.items()):
             return None
-        top_k = s.get("top_k", 0)
-        # The seed is left out: a seed fixes the draws of one runtime's sampler only, and the
-        # shadow's sampler is another's, so a seeded answer of vLLM's is compared by distribution.
-        stop_ids = set(s.get("stop_token_ids") or ()) | (set() if s.get("ignore_eos") else set(self.eos_ids))
-        return {"prompt_ids": prompt, "max_new_tokens": s["max_tokens"],
-                "sampling": {"temperature": float(s.get("temperature", 1.0)), "top_p": float(s.get("top_p", 1.0)),
-                             "top_k": -1 if top_k in (0, -1) else int(top_k), "seed": None},
-                "stop_strings": [str(x) for x in s.get("stop") or ()], "stop_ids": sorted(stop_ids),
-                "answer_ids": answer, "finish_reason": reason}
+        return mirror_record(prompt, s["max_tokens"], s, self.eos_ids, answer, reason, "stop_token_ids")
 
     def _drop(self, rid: str, why: str) -> None:
         self.pending.pop(rid, None)
