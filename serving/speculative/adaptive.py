@@ -97,8 +97,11 @@ def _average(old: float | None, new: float, alpha: float) -> float:
 @dataclass
 class Controller:
     settings: list[Setting]  # ordered by verify rows; with several, settings[0] is plain
-    alpha_tokens: float = 0.4  # weight of the newest trial: acceptance follows the content, and the
-    # same weight up and down keeps the average unbiased (heavier drops read a 1.4-token draft as 1.1)
+    alpha_tokens: float = 0.1  # weight of the newest trial: the same up and down keeps the average
+    # unbiased (heavier drops read a 1.4-token draft as 1.1). A round's accepted length varies widely
+    # (0 or several), and an average of the last few trials (0.4) sits below the mean most of the
+    # time, so the best width was left for plain by chance (0.72-0.79x of it); ~10 trials hold it,
+    # at the price of ~20 rounds to notice content the draft stops predicting
     alpha_cost: float = 0.2  # weight of the newest round in the costs (the machine moves slowly)
     margin: float = 0.05  # a challenger must be this much more valuable to take over
     warmup: int = 2  # measured rounds before a width's cost is trusted
@@ -261,7 +264,10 @@ class Controller:
                     step = min(step, 3 * self.plain_seconds)  # one stall must not make widths look cheap
                 self.plain_seconds = _average(self.plain_seconds, step, self.alpha_cost)
         elif full and setting.rounds > 1 and self.plain_seconds:
-            setting.cost = _average(setting.cost, seconds / self.plain_seconds, self.alpha_cost)
+            # a width's first rounds are averaged alike, as its first trials are: the second round
+            # of a new shape is often still slow, and at alpha it would weigh 80 % of the figure
+            setting.cost = _average(setting.cost, seconds / self.plain_seconds,
+                                    max(self.alpha_cost, 1 / (setting.measured + 1)))
             setting.measured += 1
 
     def observe(self, rows: int, accepted: int) -> None:

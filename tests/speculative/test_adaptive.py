@@ -3,6 +3,8 @@
 win; hysteresis; back to plain as soon as acceptance drops. Fake clocks here (milliseconds);
 the runner's forced (probe) round and a trial over a real drafted tree run on a tiny model."""
 
+import random
+
 import torch
 
 from serving.engine import GenerationRequest, StopRule
@@ -62,9 +64,34 @@ def test_speculation_that_pays_is_chosen_at_the_best_width():
     assert 1 / w.slowdown >= 0.9 * best
 
 
+def test_a_draft_whose_rounds_vary_is_run_at_its_best_width_not_left_by_chance():
+    # a real draft's accepted length varies round to round (here geometric: each next draft
+    # accepted with p 0.5, 1 on average); an average that follows the last few trials sits below
+    # the mean most of the time and left the best width for plain by chance: 0.72-0.79x of the
+    # best fixed width over 1000 rounds at alpha 0.4, 0.97-0.99x at 0.1 (seeds 0-4)
+    rng = random.Random(3)
+
+    def geometric(n):
+        k = 0
+        while k < 15 and rng.random() < 0.5:
+            k += 1
+        return k
+
+    speeds = {}
+    for budget in (None, 1, 2, 4, 8, 16, 32):
+        rng.seed(3)
+        c = tree_controller() if budget is None else Controller([Setting(f"budget {budget}", budget + 1)])
+        w = World(accept=geometric)
+        w.run(c, 1000)
+        speeds[budget] = 1 / w.slowdown
+    best = max(v for b, v in speeds.items() if b)
+    assert best > 1.4 and speeds[None] >= 0.95 * best
+
+
 def test_speculation_that_loses_costs_its_trials_and_little_more():
-    # a weak draft on unseen content: one accepted draft in five rounds, dearer than it gives
-    c, w = tree_controller(), World(accept=lambda n: n % 5 == 0)
+    # a weak draft on unseen content: one accepted draft in eight rounds, dearer than it gives
+    # (budget 1: 1.125 tokens a round for 1.17 plain steps)
+    c, w = tree_controller(), World(accept=lambda n: n % 8 == 0)
     w.run(c, 400)
     assert c.current.label == "plain"
     assert w.slowdown <= 1.03                          # trials: a draft pass (12 %) every 8th round
@@ -95,16 +122,17 @@ def test_a_width_timed_and_found_dear_is_left_and_the_loss_stays_in_budget():
     assert w.slowdown <= 1 + c.explore_share + 0.03
 
 
-def test_back_to_plain_within_a_few_rounds_when_acceptance_drops():
+def test_back_to_plain_within_tens_of_rounds_when_acceptance_drops():
     accepting = {"on": True}
     c, w = tree_controller(), World(accept=lambda n: 3 if accepting["on"] else 0)
     w.run(c, 150)
     assert c.current.label == "budget 4"
     accepting["on"] = False                            # the prompt changed: a list of random words
-    chosen = w.run(c, 20)
-    # via a narrower, cheaper width or not; an unbiased average (as fast up as down) takes ~7 rounds
-    assert chosen.index("plain") <= 8 and c.current.label == "plain"
-    assert chosen[10:].count("plain") >= 9
+    chosen = w.run(c, 60)
+    # via a narrower, cheaper width or not: an average that trusts ~10 trials (alpha 0.1) takes
+    # ~20 rounds to fall from 3 drafts to below what budget 4 costs, and stays there
+    assert chosen.index("plain") <= 25 and c.current.label == "plain"
+    assert chosen[30:].count("plain") >= 29
 
 
 def test_speculation_is_taken_up_again_when_the_content_turns_predictable():
