@@ -142,7 +142,7 @@ def report(measured: dict, args) -> dict:
 def target_kernels(target) -> dict:
     """Which implementation runs each part of a target (hybrids name their linear-attention path;
     every target with a batched decode step, its decode attention: serving.models.decode_attention)."""
-    kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {})}
+    kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {}), **getattr(target, "products", {})}
     if any(isinstance(m, RMSNorm) for m in target.modules()):    # a hybrid's zero-centred norms: torch
         kernels.update(_native_or_torch("rms_norm", norm_kernel.available(target.dtype, target.device)))
     if batched.decodes(target):

@@ -15,7 +15,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from serving.kernels import rms_norm as native_norm
 from serving.models.config import ModelConfig
-from serving.models.cpu_gemm import Linear, head, pack_head, pack_linears
+from serving.models.cpu_gemm import Linear, head, pack_head, pack_linears, small_rows
 from serving.models.kv_cache import KVCache
 from serving.models.rope import apply_rope, rope_tables
 
@@ -126,6 +126,8 @@ class TargetLM(nn.Module):
                                nn.Parameter(torch.empty(config.vocab_size, config.hidden_size, dtype=dtype)))
         self.cos = self.sin = None
         self.register_buffer("lm_head_packed", None, persistent=False)   # the head's oneDNN copy (pack_weights)
+        self.head_min_rows = 1          # the head's products of fewer rows run padded (pack_weights)
+        self.products: dict = {}        # how the products run, for /server_info kernels (pack_weights)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -141,15 +143,28 @@ class TargetLM(nn.Module):
 
     def pack_weights(self) -> int:
         """After loading: the layers' projections in oneDNN's layout on CPU, and a packed copy of
-        the head beside the dense one (serving.models.cpu_gemm); returns the layers packed."""
+        the head beside the dense one (serving.models.cpu_gemm); then whether products of fewer
+        rows run faster padded on this CPU (measured: cpu_gemm.small_rows). Returns the layers packed."""
         self.lm_head_packed = pack_head(self.lm_head_weight)    # a buffer: serving.memory counts it
-        return pack_linears(self)
+        count = pack_linears(self)
+        linears = [m for m in self.modules() if isinstance(m, Linear) and m.packed]
+        products = [(m.weight, m.bias) for m in linears]
+        if self.lm_head_packed is not None:
+            products.append((self.lm_head_packed, None))
+        rows, ms = small_rows(products)
+        for m in linears:
+            m.min_rows = rows
+        self.head_min_rows = rows
+        if ms:
+            self.products = {"products": f"oneDNN packed; fewer than {rows} rows padded to {rows}" if rows > 1
+                             else "oneDNN packed", "products_ms_1_vs_4_rows": [ms[1], ms[max(ms)]]}
+        return count
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(tokens)                     # [T] -> [T, hidden]
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return head(hidden, self.lm_head_weight, self.lm_head_packed).float()  # [T, hidden] -> [T, vocab] fp32
+        return head(hidden, self.lm_head_weight, self.lm_head_packed, self.head_min_rows).float()  # [T, hidden] -> [T, vocab] fp32
 
 
 class CausalLM(TargetLM):

@@ -171,3 +171,42 @@ def test_the_head_runs_on_a_packed_copy_beside_the_dense_table(llama_model):
     torch.testing.assert_close(batch, hidden @ dense.T, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(alone, batch, atol=1e-4, rtol=1e-4)
     assert head_copies("cuda", "float32") == head_copies("cpu", "bfloat16") == 0
+
+
+def test_products_of_few_rows_may_run_padded_and_give_the_same_logits(llama_model):
+    """pack_weights measures once whether this CPU runs products of 1-3 rows faster padded to 4
+    (cpu_gemm.small_rows: on a 2-core AMD EPYC it does, 44.7 against 39.5 ms a SmolLM2 step);
+    either way the rows' logits are the unpadded ones, and /server_info's kernels say which runs
+    with the two passes' milliseconds it was decided on."""
+    from serving import memory
+    from serving.models.cpu_gemm import Linear, product
+    linears = [m for m in llama_model.modules() if isinstance(m, Linear) and m.packed]
+    chosen = {m.min_rows for m in linears} | {llama_model.head_min_rows}
+    assert len(linears) > 0 and len(chosen) == 1
+    report = memory.target_kernels(llama_model)
+    assert report["products"] == ("oneDNN packed; fewer than 4 rows padded to 4" if chosen == {4} else "oneDNN packed")
+    assert len(report["products_ms_1_vs_4_rows"]) == 2
+    layer = linears[0]
+    rows = torch.randn(3, layer.in_features)
+    for m in (1, 2, 3):
+        alone = product(rows[:m], layer.weight, layer.bias, 1)
+        padded = product(rows[:m], layer.weight, layer.bias, 4)
+        assert padded.shape == alone.shape
+        torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5)
+    tokens = PROMPT[:5]
+    try:
+        logits = {}
+        for pad in (1, 4):
+            for m in linears:
+                m.min_rows = pad
+            llama_model.head_min_rows = pad
+            cache = llama_model.new_cache(64)
+            llama_model.forward(tokens[:4], torch.arange(4), cache)
+            cache.commit(4)
+            logits[pad] = llama_model.forward(tokens[4:], torch.arange(4, 5), cache)[0]   # one row: padded or not
+        torch.testing.assert_close(logits[4], logits[1], atol=1e-4, rtol=1e-4)
+        assert logits[4].argmax(-1).tolist() == logits[1].argmax(-1).tolist()
+    finally:
+        for m in linears:
+            m.min_rows = min(chosen)
+        llama_model.head_min_rows = min(chosen)
