@@ -147,18 +147,24 @@ class TargetLM(nn.Module):
         rows run faster padded on this CPU (measured: cpu_gemm.small_rows). Returns the layers packed."""
         self.lm_head_packed = pack_head(self.lm_head_weight)    # a buffer: serving.memory counts it
         count = pack_linears(self)
-        linears = [m for m in self.modules() if isinstance(m, Linear) and m.packed]
-        products = [(m.weight, m.bias) for m in linears]
+        products = [(m.weight, m.bias) for m in self._packed_linears()]
         if self.lm_head_packed is not None:
             products.append((self.lm_head_packed, None))
         rows, ms = small_rows(products)
-        for m in linears:
-            m.min_rows = rows
-        self.head_min_rows = rows
+        self.pad_products(rows)
         if ms:
             self.products = {"products": f"oneDNN packed; fewer than {rows} rows padded to {rows}" if rows > 1
                              else "oneDNN packed", "products_ms_1_vs_4_rows": [ms[1], ms[max(ms)]]}
         return count
+
+    def pad_products(self, rows: int) -> None:
+        """Packed products of fewer than `rows` rows run padded to `rows` (1: never)."""
+        for m in self._packed_linears():
+            m.min_rows = rows
+        self.head_min_rows = rows
+
+    def _packed_linears(self) -> list[Linear]:
+        return [m for m in self.modules() if isinstance(m, Linear) and m.packed]
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(tokens)                     # [T] -> [T, hidden]

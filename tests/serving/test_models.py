@@ -197,9 +197,7 @@ def test_products_of_few_rows_may_run_padded_and_give_the_same_logits(llama_mode
     try:
         logits = {}
         for pad in (1, 4):
-            for m in linears:
-                m.min_rows = pad
-            llama_model.head_min_rows = pad
+            llama_model.pad_products(pad)
             cache = llama_model.new_cache(64)
             llama_model.forward(tokens[:4], torch.arange(4), cache)
             cache.commit(4)
@@ -207,6 +205,4 @@ def test_products_of_few_rows_may_run_padded_and_give_the_same_logits(llama_mode
         torch.testing.assert_close(logits[4], logits[1], atol=1e-4, rtol=1e-4)
         assert logits[4].argmax(-1).tolist() == logits[1].argmax(-1).tolist()
     finally:
-        for m in linears:
-            m.min_rows = min(chosen)
-        llama_model.head_min_rows = min(chosen)
+        llama_model.pad_products(min(chosen))
