@@ -1,13 +1,24 @@
-"""Kill ddops at every point of a host change, and see what is left (docs/deploy.md "Lock,
+"""Fault a host change at every point of it, and see what is left (docs/deploy.md "Lock,
 killed deploys, history"):
 
-    python -m ddops.lab.faults --host lab-1 --commands deploy,switch,shadow-promote,rollback --points 4
+    python -m ddops.lab.faults --host lab-1 --commands deploy,switch,shadow-promote,rollback --points 4 \
+        [--fault kill|drop|freeze] [--hold 45]
 
 For each command: a control run without a fault counts the lines it narrates; then, for each of
 `--points` lines spread over that run, the host is reset (production `cpu-smollm2-ar`, and what the
 command needs: a shadow to promote or abort, a history to roll back), the command is run again and
-killed with SIGKILL once it has printed that line. 20 s later: does production answer, or does
-`ddops status` name what was left? Then the same command is run again: does it end with exit 0,
+faulted once it has printed that line:
+
+  kill    ddops is killed with SIGKILL;
+  drop    the host's link is cut for `--hold` seconds (its veth on the lab bridge set down: packets
+          are lost, no connection is reset), while ddops goes on;
+  freeze  every process of the host is frozen for `--hold` seconds (the cgroup freezer: sshd and
+          the service stop answering, the host's kernel still acknowledges), while ddops goes on.
+
+For drop and freeze the command's own exit code is kept (its meaning: 0 done, 1 reverted, 3 the
+host needs an operator), and whether what it claimed holds. 20 s after the fault (or after the
+command ended): does production answer, or does `ddops status` name what was left? Then the same
+command is run again: does it end with exit 0 (or 2 where there is nothing left to do),
 production answering and nothing left (no change record, no unfinished deploy, no stray unit)?
 Prints one JSON line per case and a summary. Needs `ddops lab up`, and SmolLM2 and the project's
 drafter pushed (`python -m ddops.lab.bench_shadow_gate` pushes them).
@@ -21,7 +32,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -67,17 +80,66 @@ def reset(host: str, needs: str) -> None:
         ddops("deploy", B, "--host", host, "--yes")
 
 
-def narrated(argv: list[str], kill_at: int | None) -> tuple[int, int]:
-    """Run `ddops ARGV` (narration on), SIGKILL it after its `kill_at`-th line; (lines, exit)."""
+def narrated(argv: list[str], at: int | None, fault=None) -> tuple[int, int, str]:
+    """Run `ddops ARGV` (narration on) and fault it after its `at`-th line: SIGKILL it (fault
+    None), or enter `fault` (a context manager) on a thread and let the command go on;
+    (lines, exit, its last lines)."""
     proc = subprocess.Popen([sys.executable, "-m", "ddops", *argv], text=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "300"})
-    lines = 0
-    for _ in proc.stdout:
+    lines, said, held = 0, [], None
+    for line in proc.stdout:
         lines += 1
-        if kill_at is not None and lines >= kill_at:
-            proc.send_signal(signal.SIGKILL)
-            break
-    return lines, proc.wait(timeout=900)
+        said = (said + [line.rstrip()])[-3:]
+        if at is not None and lines == at:
+            if fault is None:
+                proc.send_signal(signal.SIGKILL)
+                break
+            held = _hold(fault)
+    code = proc.wait(timeout=900)
+    if held is not None:
+        held.join()
+    return lines, code, " / ".join(said)
+
+
+def _hold(fault) -> threading.Thread:
+    """Run the fault (a context manager that holds for its time) on its own thread."""
+    def run():
+        with fault():
+            pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@contextmanager
+def link_cut(veth: str, seconds: float):
+    """The host's veth on the lab bridge down for `seconds`: its packets are lost, nothing is reset."""
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        time.sleep(seconds)
+        yield
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+
+
+@contextmanager
+def frozen(netns: str, seconds: float):
+    """Every process of the host (those in its network namespace) in a frozen freezer cgroup
+    (cgroup v1 here) for `seconds`; thawed after, and left in that cgroup (it changes nothing else)."""
+    group = Path("/sys/fs/cgroup/freezer") / f"ddops-fault-{netns}"
+    group.mkdir(exist_ok=True)
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=True).stdout.split()
+    for pid in pids:
+        try:
+            (group / "cgroup.procs").write_text(pid)
+        except OSError:
+            pass        # gone since listed
+    (group / "freezer.state").write_text("FROZEN")
+    try:
+        time.sleep(seconds)
+        yield
+    finally:
+        (group / "freezer.state").write_text("THAWED")
 
 
 def serving(url: str) -> bool:
@@ -95,19 +157,40 @@ def left_on(host: str) -> tuple[list, list]:
     return status.get("interrupted") or [], stray
 
 
-def case(host: str, name: str, argv: list[str], needs: str, point: int, url: str) -> dict:
+def case(host: str, name: str, argv: list[str], needs: str, point: int, url: str, fault=None) -> dict:
     reset(host, needs)
-    lines, code = narrated(argv, point)
-    killed = code == -signal.SIGKILL
+    lines, code, said = narrated(argv, point, fault)
+    hit = code == -signal.SIGKILL if fault is None else lines > point
     time.sleep(20)
     interrupted, _ = left_on(host)
     up = serving(url)
     again = ddops(*argv)
     after, stray = left_on(host)
     converged = again["exit"] in (0, 2) and serving(url) and not after and not stray
-    return {"command": name, "kill_after_line": point, "killed": killed, "serving_20s": up,
-            "told": bool(interrupted), "down_untold": not up and not interrupted,
+    return {"command": name, "fault_after_line": point, "hit": hit, "exit": code, "said": said[-300:],
+            "exit_true": exit_true(code, up, interrupted),
+            "serving_20s": up, "told": bool(interrupted), "down_untold": not up and not interrupted,
             "rerun_exit": again["exit"], "converged": converged, "left": after, "stray": stray}
+
+
+def exit_true(code: int, up: bool, interrupted: list) -> bool:
+    """What the faulted command's exit said holds: 0 done (production answers, nothing left), 1
+    reverted (production answers), 3 or 6 the host needs a look (anything may be left); a killed
+    command says nothing."""
+    if code == 0:
+        return up and not interrupted
+    if code == 1:
+        return up
+    return code in (3, 6, -signal.SIGKILL)
+
+
+def faults(kind: str, host: str, hold: float):
+    """The fault for `kind`, as case() takes it: None for kill, else a context manager factory."""
+    if kind == "kill":
+        return None
+    from ddops.lab.layout import HostSlot, LabLayout
+    slot = HostSlot.of(LabLayout.from_env(), host)
+    return (lambda: link_cut(slot.veth, hold)) if kind == "drop" else (lambda: frozen(slot.netns, hold))
 
 
 def main() -> None:
@@ -115,6 +198,8 @@ def main() -> None:
     parser.add_argument("--host", default="lab-1")
     parser.add_argument("--commands", default=",".join(commands("x")))
     parser.add_argument("--points", type=int, default=5)
+    parser.add_argument("--fault", choices=("kill", "drop", "freeze"), default="kill")
+    parser.add_argument("--hold", type=float, default=45.0, help="seconds a drop or a freeze lasts")
     args = parser.parse_args()
     use_demo_key()
     from ddops.inventory import load_inventory
@@ -123,13 +208,14 @@ def main() -> None:
     for name in args.commands.split(","):
         argv, needs = table[name]
         reset(args.host, needs)
-        total, _ = narrated(argv, None)        # the control run: how many lines it narrates
+        total, _, _ = narrated(argv, None)        # the control run: how many lines it narrates
         points = sorted({max(1, round(total * (i + 1) / (args.points + 1))) for i in range(args.points)})
         for point in points:
-            rows.append(case(args.host, name, argv, needs, point, url))
+            rows.append(case(args.host, name, argv, needs, point, url, faults(args.fault, args.host, args.hold)))
             print(json.dumps(rows[-1]), flush=True)
-    print(json.dumps({"cases": len(rows), "killed": sum(r["killed"] for r in rows),
+    print(json.dumps({"fault": args.fault, "cases": len(rows), "hit": sum(r["hit"] for r in rows),
                       "down_untold": sum(r["down_untold"] for r in rows),
+                      "wrong_exit": sum(not r["exit_true"] for r in rows),
                       "not_converged": sum(not r["converged"] for r in rows),
                       "stray": sum(bool(r["stray"]) for r in rows)}), flush=True)
 
