@@ -21,6 +21,12 @@ Order (each must pass before the next runs):
                 request (/server_info internal_states[0].avg_spec_accept_length) must be above
                 1; for vLLM ("metrics") it is 1 + accepted / drafts from its spec-decode
                 counters. The check's detail names the figure and the rounds it rests on.
+A request after health that fails in transport (refused, reset, closed; not timed out) while the
+unit is still up and has not restarted is tried again for up to RIDE_S: the path to the host
+broke (a dropped link, a frozen SSH tunnel), not the service, and a gate failed by it would
+revert a good change (a 45 s link drop mid-gate did, `python -m ddops.lab.faults --fault drop`,
+2026-12-06). A unit that died or restarted fails the request at once, as a server that crashes
+on its first request must.
 Which of these a runtime answers is its table's capabilities (profile/runtimes.py), carried in
 the GateSpec; nothing here asks a runtime's name.
 The decisions (`check_*`) are pure; `run_gate` does the HTTP and the waiting.
@@ -36,11 +42,13 @@ import httpx
 
 from ddops import server_info, spec_metrics
 from ddops.deploy.facts import UnitState
+from ddops.remote.session import ConnectionLost
 from ddops.profile.launch import read_launch
 from ddops.profile.methods import reported_algorithm
 from ddops.server_info import accept_length, accept_rounds
 
 PROBE_ROUNDS = 4   # a probe's figure is a verdict once it rests on this many rounds, not one lucky one
+RIDE_S = 90.0      # how long a request whose path broke is tried again while its unit stays up
 
 
 @dataclass(frozen=True)
@@ -191,12 +199,40 @@ Watch = Callable[[], UnitState]
 Progress = Callable[[str, str], None]      # (check name, status text)
 
 
+class Riding(httpx.BaseTransport):
+    """Once armed, a request that fails in transport short of its own timeout is sent again
+    (every 2 s, for up to `ride_s` from its first failure) while `alive()` says the unit is up
+    and has not restarted."""
+
+    def __init__(self, alive: Callable[[], bool], ride_s: float = RIDE_S) -> None:
+        self.inner, self.alive, self.ride_s, self.armed = httpx.HTTPTransport(), alive, ride_s, False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        first = None
+        while True:
+            try:
+                return self.inner.handle_request(request)
+            except httpx.TimeoutException:
+                raise                    # no answer in the request's own time: a hang costs no more
+            except httpx.TransportError:
+                first = first or time.monotonic()
+                if not self.armed or time.monotonic() - first >= self.ride_s or not self.alive():
+                    raise
+                time.sleep(2)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def run_gate(spec: GateSpec, watch: Watch, *, api_key: str | None = None,
-             progress: Progress = lambda name, text: None, poll_s: float = 0.5) -> GateReport:
+             progress: Progress = lambda name, text: None, poll_s: float = 0.5,
+             ride_s: float = RIDE_S) -> GateReport:
     report = GateReport()
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     probe: dict = {}
-    with httpx.Client(base_url=spec.base_url, headers=headers, trust_env=False) as client:
+    restarts = watch().restarts
+    riding = Riding(lambda: _still_up(watch, restarts), ride_s)
+    with httpx.Client(base_url=spec.base_url, headers=headers, trust_env=False, transport=riding) as client:
         steps = (("health", lambda: _wait_health(client, spec, watch, progress, poll_s)),)
         if spec.generate_path:
             steps += (("generate", lambda: _health_generate(client, spec, probe)),)
@@ -212,7 +248,17 @@ def run_gate(spec: GateSpec, watch: Watch, *, api_key: str | None = None,
             progress(name, "ok" if ok else "failed")
             if not ok:
                 break
+            riding.armed = True          # the service has answered: a broken path is ridden out
     return report
+
+
+def _still_up(watch: Watch, restarts_before: int) -> bool:
+    """The unit is up and has not restarted, or the watch cannot tell because the same broken
+    path holds its answer (a lost connection: what riding waits out, for RIDE_S at most)."""
+    try:
+        return check_unit(watch(), restarts_before) is None
+    except ConnectionLost:
+        return True
 
 
 def run_health(spec: GateSpec, watch: Watch, progress: Progress = lambda name, text: None,
