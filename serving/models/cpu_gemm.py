@@ -25,8 +25,8 @@ rows. On some CPUs that pays: on a 2-core AMD EPYC (AVX-512, no AMX) oneDNN's 1-
 kernels stream the weights slower than its 4-row one, and SmolLM2's whole forward took 44.7 ms
 at 1 row against 39.5 ms with every product padded to 4 rows (medians of 8 interleaved runs,
 one core; 57.7 ms at 2 rows). Which CPU this is, nothing in its flags says, so `small_rows`
-measures it once at load: a pass over every packed product of the model (each weight streamed
-from memory once, as in a decode step) at 1 row and at 4 rows.
+measures it once at load: a pass over the model's packed products (each weight streamed from
+memory once, as in a decode step; at most 256 MB of them) at 1 row and at 4 rows.
 """
 
 from __future__ import annotations
@@ -84,18 +84,27 @@ def pack_linears(module: nn.Module) -> int:
     return sum(linear.packed for linear in linears)
 
 
-def small_rows(products: list[tuple[torch.Tensor, torch.Tensor | None]], repeats: int = 5) -> tuple[int, dict]:
-    """PAD_ROWS where a pass over every packed product (weight, bias) of a model (each weight read
-    once, from memory, as a decode step reads them) takes less time at PAD_ROWS rows than at 1,
-    by 3 % or more (noise), else 1; and the two passes' median milliseconds. ~12 passes."""
-    if not products:
+def small_rows(products: list[tuple[torch.Tensor, torch.Tensor | None]], repeats: int = 5,
+               stream_bytes: int = 256 << 20) -> tuple[int, dict]:
+    """PAD_ROWS where a pass over a model's packed products (weight, bias) takes less time at
+    PAD_ROWS rows than at 1, by 3 % or more (noise), else 1; and the two passes' median
+    milliseconds. The pass takes products in order up to `stream_bytes` of weights, more than
+    any CPU cache holds, so each weight is read from memory as a decode step reads it, and a
+    large model's load pays no more than a small one's (~12 passes of 256 MB)."""
+    chosen, total = [], 0
+    for w, b in products:
+        if total >= stream_bytes:
+            break
+        chosen.append((w, b))
+        total += w.shape[0] * w.shape[1] * 4            # fp32 (packable)
+    if not chosen:
         return 1, {}
-    inputs = {m: [torch.zeros(m, w.shape[1], dtype=torch.float32) for w, _ in products] for m in (1, PAD_ROWS)}
+    inputs = {m: [torch.zeros(m, w.shape[1], dtype=torch.float32) for w, _ in chosen] for m in (1, PAD_ROWS)}
     seconds: dict[int, list[float]] = {1: [], PAD_ROWS: []}
     for _ in range(repeats + 1):              # interleaved; the first of each primes oneDNN's kernels
         for m in (1, PAD_ROWS):
             began = time.perf_counter()
-            for (w, b), x in zip(products, inputs[m]):
+            for (w, b), x in zip(chosen, inputs[m]):
                 torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
             seconds[m].append(time.perf_counter() - began)
     ms = {m: round(sorted(t[1:])[repeats // 2] * 1000, 2) for m, t in seconds.items()}
