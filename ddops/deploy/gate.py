@@ -42,9 +42,9 @@ import httpx
 
 from ddops import server_info, spec_metrics
 from ddops.deploy.facts import UnitState
-from ddops.remote.session import ConnectionLost
 from ddops.profile.launch import read_launch
 from ddops.profile.methods import reported_algorithm
+from ddops.remote.session import ConnectionLost
 from ddops.server_info import accept_length, accept_rounds
 
 PROBE_ROUNDS = 4   # a probe's figure is a verdict once it rests on this many rounds, not one lucky one
