@@ -1,6 +1,6 @@
 """The adaptive controller: value = tokens per round (from trials, every width at once) over cost
 (round seconds over a plain step's); a width is timed only when its trials promise it could
-win; hysteresis; back to plain as soon as acceptance drops. Fake clocks here (milliseconds);
+win; hysteresis; back to plain within ~20 rounds of acceptance dropping. Fake clocks here (milliseconds);
 the runner's forced (probe) round and a trial over a real drafted tree run on a tiny model."""
 
 import random
