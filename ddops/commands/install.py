@@ -3,6 +3,7 @@ a,b,c or --selector key=value), in parallel with a progress bar per host (ddops.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -83,6 +84,12 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
         _install_peer(installer, host, hosts, selector, inventory, as_json, version)
 
 
+def note(text: str) -> None:
+    """A wheelhouse's first-time notes go to stderr: stdout carries only the result (one JSON
+    document under --json)."""
+    print(text, file=sys.stderr, flush=True)
+
+
 def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
     from ddops.install.many import run_on_hosts
     from ddops.install.bundled import install_runtime as install
@@ -91,7 +98,7 @@ def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
 
     def work():
         targets = pick_hosts(host, hosts, selector, inventory)
-        bundle = build_bundle(LabLayout.from_env().cache_dir.parent)
+        bundle = build_bundle(LabLayout.from_env().cache_dir.parent, log=note)
         return run_on_hosts(targets, lambda remote, tick: install(remote, bundle, log=lambda _: None, progress=tick))
     start = time.monotonic()
     outcomes = work()
@@ -118,7 +125,8 @@ def _install_peer(installer: "Installer", host, hosts, selector, inventory, as_j
     targets = pick_hosts(host, hosts, selector, inventory)
     cache = LabLayout.from_env().cache_dir.parent
     builds = sorted({module.build_for(t.gpu) for t in targets})
-    houses = {build: module.build_wheelhouse(cache, build, *([version] if version else [])) for build in builds}
+    houses = {build: module.build_wheelhouse(cache, build, *([version] if version else []), log=note)
+              for build in builds}
     by_name = {t.name: houses[module.build_for(t.gpu)] for t in targets}
     install = module.install
     start = time.monotonic()
