@@ -34,7 +34,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -82,8 +81,8 @@ def reset(host: str, needs: str) -> None:
 
 def narrated(argv: list[str], at: int | None, fault=None) -> tuple[int, int, str]:
     """Run `ddops ARGV` (narration on) and fault it after its `at`-th line: SIGKILL it (fault
-    None), or enter `fault` (a context manager) on a thread and let the command go on;
-    (lines, exit, its last lines)."""
+    None), or run `fault` (which holds the fault for its time) on a thread and let the command
+    go on; (lines, exit, its last lines)."""
     proc = subprocess.Popen([sys.executable, "-m", "ddops", *argv], text=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "300"})
     lines, said, held = 0, [], None
@@ -94,36 +93,24 @@ def narrated(argv: list[str], at: int | None, fault=None) -> tuple[int, int, str
             if fault is None:
                 proc.send_signal(signal.SIGKILL)
                 break
-            held = _hold(fault)
+            held = threading.Thread(target=fault, daemon=True)
+            held.start()
     code = proc.wait(timeout=900)
     if held is not None:
         held.join()
     return lines, code, " / ".join(said)
 
 
-def _hold(fault) -> threading.Thread:
-    """Run the fault (a context manager that holds for its time) on its own thread."""
-    def run():
-        with fault():
-            pass
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-@contextmanager
-def link_cut(veth: str, seconds: float):
+def link_cut(veth: str, seconds: float) -> None:
     """The host's veth on the lab bridge down for `seconds`: its packets are lost, nothing is reset."""
     subprocess.run(["ip", "link", "set", veth, "down"], check=True)
     try:
         time.sleep(seconds)
-        yield
     finally:
         subprocess.run(["ip", "link", "set", veth, "up"], check=True)
 
 
-@contextmanager
-def frozen(netns: str, seconds: float):
+def frozen(netns: str, seconds: float) -> None:
     """Every process of the host (those in its network namespace) in a frozen freezer cgroup
     (cgroup v1 here) for `seconds`; thawed after, and left in that cgroup (it changes nothing else)."""
     group = Path("/sys/fs/cgroup/freezer") / f"ddops-fault-{netns}"
@@ -137,7 +124,6 @@ def frozen(netns: str, seconds: float):
     (group / "freezer.state").write_text("FROZEN")
     try:
         time.sleep(seconds)
-        yield
     finally:
         (group / "freezer.state").write_text("THAWED")
 
@@ -185,7 +171,7 @@ def exit_true(code: int, up: bool, interrupted: list) -> bool:
 
 
 def faults(kind: str, host: str, hold: float):
-    """The fault for `kind`, as case() takes it: None for kill, else a context manager factory."""
+    """The fault for `kind`, as case() takes it: None for kill, else a callable that holds it."""
     if kind == "kill":
         return None
     from ddops.lab.layout import HostSlot, LabLayout
