@@ -29,6 +29,7 @@ sequence's rows and one state slot. Lossless: every committed token is the targe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -42,15 +43,20 @@ from serving.models.packing import row_slices
 from serving.sampling import PositionalDraws
 from serving.speculative.lane import SpecLane
 
+if TYPE_CHECKING:
+    from serving.models.hybrid_cache import HybridCache
+    from serving.models.kv_cache import KVCache
+    from serving.speculative.dflash import DraftContext
+
 
 @dataclass
 class SequenceState:
     """The runner's state of one running sequence (`Sequence.state`)."""
 
-    cache: object                   # its rows of the pool: a KVCache view (a HybridCache view for hybrids)
+    cache: KVCache | HybridCache    # its rows of the pool (a HybridCache view, with a state slot, for hybrids)
     draws: PositionalDraws
     next: int | None = None         # the last committed token: the next round's input (the bonus)
-    draft: object = None            # its serving.speculative.dflash.DraftContext, with a speculative method
+    draft: DraftContext | None = None   # with a speculative method
     prompt_features: list = field(default_factory=list)   # [n, F] chunks kept for the prefix store
 
 

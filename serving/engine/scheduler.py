@@ -13,17 +13,22 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from serving.engine.events import Delta, Failed, Finished
 from serving.engine.stats import Usage
 from serving.engine.stops import TextAssembler
+
+if TYPE_CHECKING:
+    from serving.engine.batch import SequenceState
+    from serving.engine.engine import GenerationRequest
 
 log = logging.getLogger("serving.engine")
 
 
 @dataclass
 class Sequence:
-    request: object                     # GenerationRequest
+    request: GenerationRequest
     text: TextAssembler
     began: float
     prefilled: int = 0                  # prompt tokens already in the KV cache
@@ -33,7 +38,7 @@ class Sequence:
     accepted: int = 0
     trials: int = 0                     # drafted trees followed to their end (serving.speculative.tree.Trial)
     trial_accepted: int = 0             # drafts those trees' walks accepted, at the method's widest width
-    state: object = None                # the runner's, while admitted (serving.engine.batch.SequenceState)
+    state: SequenceState | None = None  # the runner's, while admitted
 
     @property
     def prompt(self) -> list[int]:
