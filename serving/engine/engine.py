@@ -35,7 +35,8 @@ log = logging.getLogger("serving.engine")
 STOP = object()
 PASSES = 32  # queued requests admitted past a waiting head before it must go first
 
-__all__ = ["Delta", "Engine", "EngineBusy", "Failed", "Finished", "GenerationRequest", "RequestTooLarge", "run_alone"]
+__all__ = ["Delta", "Engine", "EngineBusy", "Failed", "Finished", "GenerationRequest", "RequestTooLarge", "deliver",
+           "run_alone"]
 
 
 class EngineBusy(RuntimeError):
@@ -77,7 +78,7 @@ class Engine:
 
     def start(self) -> "Engine":
         self.runner = self.runner_factory()
-        self.scheduler = Scheduler(self.runner, self.tokenizer, _deliver, self.stats.record, self.chunk_tokens)
+        self.scheduler = Scheduler(self.runner, self.tokenizer, deliver, self.stats.record, self.chunk_tokens)
         self.worker.start()
         return self
 
@@ -122,7 +123,7 @@ class Engine:
             if self.scheduler.running:
                 self.scheduler.step()
             elif head is not None:      # nothing runs and it still does not fit: it never will
-                _deliver(head, Failed("the request does not fit the KV pool"))
+                deliver(head, Failed("the request does not fit the KV pool"))
                 head = None
 
     def _admit(self, head):
@@ -168,7 +169,7 @@ def run_alone(runner: Runner, prompt_ids: list[int], sampling: SamplingParams, r
     a tokenizer the text stays empty and stop strings never match."""
     events: list = []
     request = GenerationRequest(prompt_ids, sampling, rule, events.append)
-    scheduler = Scheduler(runner, tokenizer or _NoText, _deliver, lambda usage: None)
+    scheduler = Scheduler(runner, tokenizer or _NoText, deliver, lambda usage: None)
     if not scheduler.admit(request, request.submitted):
         raise RequestTooLarge(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({rule.max_new_tokens}) "
                               "does not fit the runner's pool")
@@ -177,9 +178,11 @@ def run_alone(runner: Runner, prompt_ids: list[int], sampling: SamplingParams, r
     return events[-1]
 
 
-def _deliver(request: GenerationRequest, event) -> None:
+def deliver(request: GenerationRequest, event) -> None:
+    """Hand `event` to the request's listener, on either side of the process boundary
+    (serving.engine.process: there, cancelling also tells the engine's process)."""
     try:
         request.emit(event)
-    except Exception:  # the listener is gone (closed event loop): stop generating for it
+    except Exception:  # the listener is gone (closed event loop, closed pipe): stop generating for it
         log.debug("dropping event for a request nobody listens to", exc_info=True)
         request.cancelled.set()

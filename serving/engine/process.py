@@ -37,7 +37,7 @@ import signal
 import threading
 from typing import Callable
 
-from serving.engine.engine import EngineBusy, GenerationRequest, RequestTooLarge
+from serving.engine.engine import EngineBusy, GenerationRequest, RequestTooLarge, deliver
 from serving.engine.events import Failed, Finished
 from serving.engine.runner import Snapshot
 from serving.engine.stats import EngineStats
@@ -133,7 +133,7 @@ class EngineProcess:
             while True:
                 message = self.conn.recv()
                 if message[0] == "event":
-                    self._deliver(message[1], message[2])
+                    self._arrived(message[1], message[2])
                 elif message[0] == "snapshot" and message[1] in self.replies:
                     self.replies[message[1]].put(message[2])
         except (EOFError, OSError):
@@ -141,13 +141,13 @@ class EngineProcess:
         with self.lock:
             orphans, self.requests = list(self.requests.values()), {}
         for request in orphans:
-            _emit(request, Failed("the engine process exited"))
+            deliver(request, Failed("the engine process exited"))
         if not self.stopping:
             self.process.join(5)
             log.error("the engine process exited (exit code %s)", self.process.exitcode)
             self.on_exit()
 
-    def _deliver(self, key: int, event) -> None:
+    def _arrived(self, key: int, event) -> None:
         final = isinstance(event, (Finished, Failed))
         with self.lock:
             request = self.requests.pop(key, None) if final else self.requests.get(key)
@@ -155,7 +155,7 @@ class EngineProcess:
             return
         if isinstance(event, Finished):
             self.stats.record(event.usage)
-        _emit(request, event)
+        deliver(request, event)
 
 
 class _Cancel(threading.Event):
@@ -169,13 +169,6 @@ class _Cancel(threading.Event):
         if not self.is_set():
             super().set()
             self.forward()
-
-
-def _emit(request: GenerationRequest, event) -> None:
-    try:
-        request.emit(event)
-    except Exception:   # the listener is gone (closed event loop)
-        log.debug("dropping event for a request nobody listens to", exc_info=True)
 
 
 def _child(conn, build: Callable, logging_setup: tuple[int, str]) -> None:
