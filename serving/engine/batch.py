@@ -7,8 +7,8 @@ verify rows for the whole life of the sequence, the same range of both pools, so
 sequences never run out of room, nothing is ever preempted and nothing is allocated per
 sequence; a request that does not fit yet waits.
 
-Plain decoding: one `batched.decode_step` for all decoding sequences per round (a target
-without one, each sequence through its own forward). Prefill: the next chunk of every
+Plain decoding: one `batched.decode_step` for all decoding sequences per round (every target,
+hybrids included). Prefill: the next chunk of every
 prefilling sequence of a step packed into one `batched.forward` (each chunk's attention is its
 own causal one; chunk boundaries are fixed per prompt), so a burst of new prompts reads the
 weights once, not once per prompt; a target without a packed forward (a hybrid) runs each chunk
@@ -169,10 +169,7 @@ class BatchRunner:
         device = self.target.device
         tokens = torch.tensor([s.state.next for s in seqs], dtype=torch.long, device=device)
         positions = torch.tensor([c.length for c in caches], device=device)
-        if batched.decodes(self.target):
-            return batched.decode_step(self.target, tokens, positions, caches)[0]
-        return torch.cat([self.target.forward(tokens[b:b + 1], positions[b:b + 1], c, last_only=True)[0]
-                          for b, c in enumerate(caches)])
+        return batched.decode_step(self.target, tokens, positions, caches)[0]
 
     def release(self, seq) -> None:
         self.pool.release(seq.state.cache)
