@@ -11,7 +11,7 @@ here) is refused with a JSON 400 and the connection closed, so no bytes after it
 served as a second request (request smuggling). h11 alone reads Content-Length together with
 Transfer-Encoding as chunked, merges repeated equal lengths, folds obsolete continuation lines,
 takes any `HTTP/d.d` as HTTP/1.1, and bounds a header block only while it is incomplete;
-`framing` (serving.server.framing) checks each head before h11 parses it.
+`serving.server.request_heads` checks each head before h11 parses it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from serving.server.framing import FRAMING_ERROR, MAX_HEAD_BYTES, refusal
+from serving.server.request_heads import FRAMING_ERROR, MAX_HEAD_BYTES, refusal
 
 
 def guarded_protocol(headers_s: float, body_s: float, count=None) -> type:
@@ -34,7 +34,7 @@ def guarded_protocol(headers_s: float, body_s: float, count=None) -> type:
 
 
 class StrictConnection(h11.Connection):
-    """h11's server side, refusing a request head that `framing.refusal` finds ambiguous.
+    """h11's server side, refusing a request head that `request_heads.refusal` finds ambiguous.
 
     Checked on the raw bytes, where h11 has not yet merged or dropped anything, and only when
     h11 waits for a request head (their state IDLE), so bodies and pipelining are h11's alone.

@@ -16,7 +16,7 @@ import time
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
-from serving.server.framing import FRAMING_ERROR
+from serving.server.request_heads import FRAMING_ERROR
 from serving.server.protocol import APIError
 
 log = logging.getLogger("serving.server")

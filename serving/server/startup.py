@@ -65,7 +65,7 @@ def serve(args: ServerArgs) -> int:
 
 
 def uvicorn_config(app, args: ServerArgs, count=None) -> uvicorn.Config:
-    """count(path, status) is called for requests refused for their framing (serving.server.framing)."""
+    """count(path, status) is called for requests refused for their framing (serving.server.request_heads)."""
     return uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                           timeout_graceful_shutdown=5, timeout_keep_alive=args.timeout_keep_alive,
                           http=guarded_protocol(args.timeout_request_headers, args.timeout_request_body, count))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from serving.server.framing import MAX_HEAD_BYTES, refusal
+from serving.server.request_heads import MAX_HEAD_BYTES, refusal
 
 POST = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
 
