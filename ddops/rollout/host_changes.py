@@ -166,7 +166,7 @@ def health_of(remote, unit: str, timeout_s: float) -> GateSpec | None:
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class UnitSnapshot:
     """What a unit ran before a change, kept in the switch's result file."""
 
     host: str
@@ -185,17 +185,17 @@ class Snapshot:
         return {k: v for k, v in self.__dict__.items()}
 
 
-def snapshot(remote, unit: str) -> Snapshot:
+def snapshot(remote, unit: str) -> UnitSnapshot:
     """Read once: the unit, its env file and /server_info come from the status reading."""
     read = ops.read_unit(remote, unit)
     status, text = read.status, read.unit_text
     env = (lambda: read.env_text) if env_file_of(text) else (lambda: remote.read_text(unit_paths(unit)[1]))
     entry = _entry_running(remote, unit, text, env) if text is not None else None
-    return Snapshot(remote.host.name, unit, text is not None, status.active, status.profile,
-                    status.hash, entry, status.url, read.server_info, text, time.time())
+    return UnitSnapshot(remote.host.name, unit, text is not None, status.active, status.profile,
+                        status.hash, entry, status.url, read.server_info, text, time.time())
 
 
 # the engine's names are re-exported so rollout code reaches the deploy engine through this module only.
-__all__ = ["NO_UNIT", "LockHeld", "Result", "Snapshot", "api_key_of", "begin_change", "change", "deploy", "dialable",
+__all__ = ["NO_UNIT", "LockHeld", "Result", "UnitSnapshot", "api_key_of", "begin_change", "change", "deploy", "dialable",
            "disable_unit", "health_of", "holding", "plan_of", "load_target", "pick_unit", "refusals", "remove_unit", "rollback", "snapshot",
            "start_unit", "stop_unit", "unit_paths", "unit_state", "unit_status", "units_on", "version_before"]

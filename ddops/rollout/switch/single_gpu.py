@@ -29,7 +29,7 @@ class SwitchReport:
     code: int = exits.OK
     status: str = "switched"  # switched, unchanged, reverted, refused, revert-failed, locked
     detail: str = ""
-    before: host_changes.Snapshot | None = None
+    before: host_changes.UnitSnapshot | None = None
     gpu: gpu.GpuCheck | None = None
     deploy: host_changes.Result | None = None
     steps: list[str] = field(default_factory=list)
