@@ -78,8 +78,8 @@ def plan_of(remote, target):
 def refusals(remote, target) -> list:
     """The planning checks for target on this host, for callers that must change the host
     before they deploy (switch stops the running unit first)."""
-    from ddops.deploy.refusals import refusals as knowable
-    return knowable(remote, target.desired.unit_text, target.profile, target.desired.unit_name)
+    from ddops.deploy.refusals import refusals
+    return refusals(remote, target.desired.unit_text, target.profile, target.desired.unit_name)
 
 
 def version_before(remote, unit: str) -> str | None:
