@@ -1,7 +1,8 @@
 """Memory the runtime holds, measured from its tensors, beside its own prediction from config.json.
 
 Allocation model (the same one ddops.fit uses for this runtime; the rows are
-serving.contract.runtime's rules): every parameter in the runtime dtype, plus the K/V
+serving.contract.runtime's rules, the parameter and cache bytes serving.contract.sizes'): every
+parameter in the runtime dtype, plus the K/V
 preallocated for the server's life. The batch runner holds one target K/V pool over the
 full-attention layers of `--max-total-tokens` rows, resolved at start by `resolve_pool`
 (contract.runtime.pool_rows: max running sequences x (context + verify rows), within a share
@@ -35,8 +36,10 @@ from pathlib import Path
 from torch import nn
 
 from serving import speculative
+from serving.contract import sizes
 from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
                                       pool_rows, prefix_rows, state_slots)
+from serving.contract.sizes import AttentionShape, DeltaNetShape, kv_bytes, linear_state_bytes, model_params
 from serving.kernels import decode_attention as decode_kernel
 from serving.kernels import rms_norm as norm_kernel
 from serving.models import batched
@@ -83,7 +86,7 @@ def layout(args) -> Layout:
     """From config.json (and the draft's), read by the loaders' own parsers."""
     target = read_model_config(Path(args.model_path))
     width = DTYPE_BYTES[args.dtype]
-    params = hybrid_params(target) if target.hybrid else dense_params(target)
+    params = target_params(target)
     params += head_copies(args.device, args.dtype) * target.vocab_size * target.hidden_size
     method = speculative.resolve(args.speculative_algorithm)
     draft, verify = None, 0
@@ -97,7 +100,7 @@ def layout(args) -> Layout:
     draft_row = kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, 1, width) if draft else 0
     linear = len(target.linear_layers)
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)
-    state = slots * linear * linear_state_bytes(target.linear, width) if linear else 0
+    state = slots * linear_state_bytes(_deltanet(target.linear), linear, width) if linear else 0
     per_row = target_row + (draft.feature_width * width if draft else 0)
     prefix = prefix_rows(target.hybrid, args.disable_radix_cache) * per_row
     return Layout(target.hybrid, method.speculative, args.context_length + verify, params * width,
@@ -129,11 +132,6 @@ def predict(args) -> dict:
             "predicted_bytes": L.weights + kv + L.state + L.prefix}
 
 
-def kv_bytes(layers: int, kv_heads: int, head_dim: int, rows: int, width: int) -> int:
-    """K and V of `rows` positions: [layers, kv_heads, rows, head_dim] each."""
-    return layers * kv_heads * head_dim * 2 * rows * width
-
-
 def report(measured: dict, args) -> dict:
     """The runner's measured bytes (RunnerInfo.memory) beside the prediction for `args`."""
     return {**measured, "measured_bytes": sum(measured.values()), **predict(args)}
@@ -155,46 +153,25 @@ def _native_or_torch(part: str, available: tuple[bool, str]) -> dict:
     return {part: "native"} if native else {part: "torch", f"{part}_because": why}
 
 
-def linear_state_bytes(L: LinearAttention, width: int) -> int:
-    """One Gated DeltaNet layer's state: conv (K-1) x channels in the runtime dtype, recurrent fp32."""
-    return (L.conv_kernel - 1) * L.conv_dim * width + L.num_value_heads * L.key_head_dim * L.value_head_dim * 4
-
-
-def hybrid_params(c: ModelConfig) -> int:
-    """Qwen3.5 text parameters: gated attention (q_proj doubled) or Gated DeltaNet, SwiGLU, norms."""
-    hidden, heads, d, kv = c.hidden_size, c.num_attention_heads, c.head_dim, c.num_key_value_heads
-    attention = hidden * heads * d * 3 + 2 * hidden * kv * d + 2 * d
-    L = c.linear
-    linear = (hidden * (L.conv_dim + 2 * L.value_dim + 2 * L.num_value_heads) + L.conv_dim * L.conv_kernel
-              + 2 * L.num_value_heads + L.value_head_dim)
-    mixers = len(c.full_attention_layers) * attention + len(c.linear_layers) * linear
-    embed = c.vocab_size * hidden * (1 if c.tie_word_embeddings else 2)
-    return embed + mixers + c.num_hidden_layers * (3 * hidden * c.intermediate_size + 2 * hidden) + hidden
-
-
-def dense_params(c: ModelConfig) -> int:
-    """Llama / Qwen3 parameter count: embeddings (+ untied head), attention, MLP, norms."""
-    embed = c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2)
-    layer = _layer_params(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                          c.intermediate_size, c.attention_bias, c.qk_norm)
-    return embed + c.num_hidden_layers * layer + c.hidden_size
+def target_params(c: ModelConfig) -> int:
+    """Llama / Qwen3, or a Qwen3.5 hybrid (gated attention beside Gated DeltaNet layers)."""
+    attention = AttentionShape(c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                               gated=c.hybrid, bias=c.attention_bias, qk_norm=c.qk_norm)
+    return model_params(c.vocab_size, c.hidden_size, c.intermediate_size, attention, len(c.full_attention_layers),
+                        c.tie_word_embeddings, _deltanet(c.linear), len(c.linear_layers))
 
 
 def draft_params(c: DraftConfig) -> int:
-    """A DFlash draft: fc over the tapped target layers, its norm, the layers, the final norm."""
-    layer = _layer_params(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
-                          bias=False, qk_norm=True)
-    return c.feature_width * c.hidden_size + c.hidden_size + c.num_layers * layer + c.hidden_size
+    """The runtime's DFlash draft layer has no biases and always norms q and k."""
+    attention = AttentionShape(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, qk_norm=True)
+    return sizes.draft_params(attention, c.intermediate_size, c.num_layers, len(c.target_layer_ids), c.vocab_size,
+                              c.conv_kernel, c.conv_group, c.selector_rank)
 
 
-def _layer_params(hidden: int, heads: int, kv: int, d: int, intermediate: int, bias: bool, qk_norm: bool) -> int:
-    """q, k, v, o projections (+ their biases, + per-head q and k RMSNorm), SwiGLU MLP, two norms."""
-    attention = hidden * heads * d * 2 + 2 * hidden * kv * d
-    if bias:
-        attention += heads * d + 2 * kv * d
-    if qk_norm:
-        attention += 2 * d
-    return attention + 3 * hidden * intermediate + 2 * hidden
+def _deltanet(L: LinearAttention | None) -> DeltaNetShape | None:
+    if L is None:
+        return None
+    return DeltaNetShape(L.num_key_heads, L.num_value_heads, L.key_head_dim, L.value_head_dim, L.conv_kernel)
 
 
 def _config(model_dir: str) -> dict:

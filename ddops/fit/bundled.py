@@ -1,8 +1,9 @@
 """What the bundled runtime (`python -m serving`) allocates for a profile. Pure.
 
 Its allocation model is simple and exact, and its rules are the runtime's own
-(serving.contract.runtime): every parameter in the runtime's dtype; the target's K/V over its
-full-attention layers, one pool sized at start by the runtime's rule (`pool_rows`: max running
+(serving.contract.runtime; the bytes, serving.contract.sizes): every parameter in the runtime's
+dtype; the target's K/V over its full-attention layers, one pool sized at start by the runtime's
+rule (`pool_rows`: max running
 x (context_length + verify_tokens), within --mem-fraction-static of the device's memory less the
 rest, never below one sequence, capped by `--max-total-tokens` when a profile passes it in
 `sglang.extra_args`; the verify rows hold one verify pass past the context); for a target
@@ -34,6 +35,7 @@ from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
 from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies,
                                       kv_rows, one_at_a_time, pool_rows, prefix_rows, state_slots)
+from serving.contract.sizes import kv_bytes, linear_state_bytes
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,11 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
     head = head_copies(device or device_of(profile), dtype) * target.vocab_size * target.hidden_size
     weights = target.weight_bytes(dtype) + int(head * dtype_bytes(dtype)) + (draft.weight_bytes(dtype) if draft else 0)
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
-    state = sequences * linear_state_bytes(target.linear, dtype)
+    state = sequences * _state(target.linear, dtype)
     features = draft.feature_width * dtype_bytes(dtype) if draft else 0
     store_rows = prefix_rows(hybrid, switch_on(profile, "--disable-radix-cache"))
-    prefix = store_rows * (kv_bytes(target.attention, 1, dtype) + int(features))
-    row = kv_bytes(target.attention, 1, dtype) + (kv_bytes(draft.attention, 1, dtype) if draft else 0)
+    prefix = store_rows * (_kv(target.attention, 1, dtype) + int(features))
+    row = _kv(target.attention, 1, dtype) + (_kv(draft.attention, 1, dtype) if draft else 0)
     rule, max_total = None, int_value(profile, POOL_CAP_FLAG)
     if not one_at_a_time(hybrid, speculative):
         fraction = profile.memory.mem_fraction_static or DEFAULT_MEM_FRACTION[device or device_of(profile)]
@@ -117,7 +119,7 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
                               max_total)
     rows = kv_rows(hybrid, speculative, context, verify, max_total)
     draft_rows = draft_kv_rows(hybrid, speculative, context, verify, max_total) if draft else 0
-    kv = kv_bytes(target.attention, rows, dtype) + (kv_bytes(draft.attention, draft_rows, dtype) if draft else 0)
+    kv = _kv(target.attention, rows, dtype) + (_kv(draft.attention, draft_rows, dtype) if draft else 0)
     return BundledMemory(dtype, rows, weights, kv, state, draft_rows, prefix, rule)
 
 
@@ -152,14 +154,9 @@ def bundled_fit(profile: Profile, models: Models, card: GpuKind | None, host_byt
     return BundledFit(memory, card, usable)
 
 
-def kv_bytes(a: Attention, rows: int, dtype: str) -> int:
-    """K and V of `rows` positions over the layers that keep K/V."""
-    return int(a.layers * a.kv_heads * (a.head_dim + a.v_head_dim) * rows * dtype_bytes(dtype))
+def _kv(a: Attention, rows: int, dtype: str) -> int:
+    return kv_bytes(a.layers, a.kv_heads, a.head_dim, rows, dtype_bytes(dtype), a.v_head_dim)
 
 
-def linear_state_bytes(s: LinearState | None, dtype: str) -> int:
-    """One sequence's Gated DeltaNet state: (K-1) x conv channels in `dtype`, Hv x dk x dv in fp32."""
-    if s is None:
-        return 0
-    conv = (s.conv_kernel - 1) * s.conv_dim * dtype_bytes(dtype)
-    return int(s.layers * (conv + s.v_heads * s.k_head_dim * s.v_head_dim * 4))
+def _state(s: LinearState | None, dtype: str) -> int:
+    return linear_state_bytes(s.shape, s.layers, dtype_bytes(dtype)) if s else 0

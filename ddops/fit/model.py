@@ -1,7 +1,8 @@
 """Memory facts of one checkpoint, from its config.json (+ safetensors sizes when present). Pure.
 
 What the planner needs from a model: how many parameters it loads (exactly, from safetensors
-headers, or estimated from the config), the geometry of the layers that keep a KV cache
+headers, or estimated from the config by the runtime's own formulas in
+serving.contract.sizes), the geometry of the layers that keep a KV cache
 (full-attention layers only on hybrids), and the per-request recurrent state of the
 linear-attention (mamba / Gated DeltaNet) layers. DFlash drafts have no embedding or LM head
 of their own: `fc` projects K tapped target layers (K x hidden -> hidden) instead.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from ddops import exits
 from serving.contract.drafts import architecture, draft_arch, draft_value
 from serving.contract.pairing import target_layer_ids
+from serving.contract.sizes import AttentionShape, DeltaNetShape, draft_params, model_params
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
                "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5,
@@ -50,8 +52,12 @@ class LinearState:
     ssm_dtype: str  # the config's mamba_ssm_dtype (SGLang's default for --mamba-ssm-dtype)
 
     @property
+    def shape(self) -> DeltaNetShape:
+        return DeltaNetShape(self.k_heads, self.v_heads, self.k_head_dim, self.v_head_dim, self.conv_kernel)
+
+    @property
     def conv_dim(self) -> int:
-        return 2 * self.k_heads * self.k_head_dim + self.v_heads * self.v_head_dim
+        return self.shape.conv_dim
 
 
 @dataclass(frozen=True)
@@ -161,56 +167,36 @@ def estimate_params(c: dict, kinds: list[str], path: str) -> int:
                               f"headers (weights not found next to config.json)")
     get = _getter(c, path)
     hidden, inter = get("hidden_size"), get("intermediate_size")
-    per_layer = {FULL: _attention_params(c), LINEAR: _linear_params(c, path) if LINEAR in kinds else 0}
-    body = sum(per_layer[kind] + 3 * hidden * inter + 2 * hidden for kind in kinds)
-    if is_draft(c):  # fc over the tapped target layers + its norm + final norm
+    if is_draft(c):
         taps = len((c.get("dflash_config") or {}).get("target_layer_ids") or [0] * len(kinds))
-        return body + taps * hidden * hidden + 2 * hidden + _draft_parts(c, len(kinds), path)
-    embed = get("vocab_size") * hidden
-    return body + embed * (1 if c.get("tie_word_embeddings") else 2) + hidden
+        return _draft_params(c, _attention_shape(c), inter, len(kinds), taps, path)
+    linear = _linear(c, 1, path) if LINEAR in kinds else None
+    return model_params(get("vocab_size"), hidden, inter, _attention_shape(c), kinds.count(FULL),
+                        bool(c.get("tie_word_embeddings")), linear.shape if linear else None, kinds.count(LINEAR))
 
 
-def _draft_parts(c: dict, layers: int, path: str) -> int:
-    """What the draft's architecture adds (serving/contract/drafts.py): per layer two grouped
-    dynamic convs (base_kernel [2, K, H] + kernel_projection [2*K*H/group, H]); a selector's
-    two codebooks [V, rank] and hidden_projection [rank, H]."""
+def _draft_params(c: dict, attention: AttentionShape, inter: int, layers: int, taps: int, path: str) -> int:
+    """With what the draft's architecture adds (serving/contract/drafts.py): DFlash 2's convs and selector."""
     arch = draft_arch(c)
     if arch is None:
         raise ModelFactsError(f"{path}: architectures: {architecture(c)} is not a draft architecture ddops "
                               f"knows (serving/contract/drafts.py)")
-    hidden, extra = int(c["hidden_size"]), 0
     try:
-        if arch.convs:
-            kernel, group = int(draft_value(c, "conv_kernel_size")), int(draft_value(c, "conv_group_size"))
-            extra += layers * 2 * (2 * kernel * hidden + hidden * 2 * kernel * (hidden // group))
-        if arch.selector:
-            rank = int(draft_value(c, "selector_rank"))
-            extra += 2 * int(c["vocab_size"]) * rank + hidden * rank
+        convs = (int(draft_value(c, "conv_kernel_size")), int(draft_value(c, "conv_group_size"))) if arch.convs \
+            else (0, 0)
+        rank = int(draft_value(c, "selector_rank")) if arch.selector else 0
+        return draft_params(attention, inter, layers, taps, int(c["vocab_size"]), *convs, rank)
     except (TypeError, ValueError, ZeroDivisionError) as err:
         raise ModelFactsError(f"{path}: dflash_config conv/selector fields missing or malformed ({err})") from None
-    return extra
 
 
-def _attention_params(c: dict) -> int:
+def _attention_shape(c: dict) -> AttentionShape:
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
-    d = int(c.get("head_dim") or hidden // heads)
-    kv = int(c.get("num_key_value_heads") or heads)
-    gate = 2 if c.get("attn_output_gate", _is_hybrid(c)) else 1  # gated attention doubles q_proj
-    weights = hidden * heads * d * gate + 2 * hidden * kv * d + heads * d * hidden
-    bias = (heads * d + 2 * kv * d) if c.get("attention_bias") else 0
-    qk_norm = 2 * d if c.get("model_type", "").startswith("qwen3") else 0
-    return weights + bias + qk_norm
-
-
-def _linear_params(c: dict, path: str) -> int:
-    s = _linear(c, 1, path)
-    if s is None:
-        return 0
-    key, value = s.k_heads * s.k_head_dim, s.v_heads * s.v_head_dim
-    h = c["hidden_size"]
-    # in_proj_qkvz + in_proj_ba + depthwise conv + A_log/dt_bias + gated norm + out_proj
-    return h * (2 * key + 2 * value) + h * 2 * s.v_heads + s.conv_dim * s.conv_kernel \
-        + 2 * s.v_heads + s.v_head_dim + value * h
+    return AttentionShape(hidden, heads, int(c.get("num_key_value_heads") or heads),
+                          int(c.get("head_dim") or hidden // heads),
+                          gated=bool(c.get("attn_output_gate", _is_hybrid(c))),
+                          bias=bool(c.get("attention_bias")),
+                          qk_norm=c.get("model_type", "").startswith("qwen3"))
 
 
 def _is_hybrid(c: dict) -> bool:

@@ -1,6 +1,6 @@
 """The truth both sides share, stdlib only: what each speculative method needs, the rules
-a draft must meet to run on a target, and the state slots the bundled runtime preallocates
-(`runtime.py`).
+a draft must meet to run on a target, the state slots the bundled runtime preallocates
+(`runtime.py`) and the parameter and cache bytes of its models (`sizes.py`).
 
 `ddops` imports this package and nothing else of `serving` (tests/test_boundaries.py), so the
 capabilities it renders (methods.py, and drafts.py for draft architectures) and gates on and the pairing rules it checks before touching a host are
