@@ -40,12 +40,9 @@ from serving.contract import sizes
 from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
                                       pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import AttentionShape, DeltaNetShape, kv_bytes, linear_state_bytes, model_params
-from serving.kernels import decode_attention as decode_kernel
-from serving.kernels import rms_norm as norm_kernel
-from serving.models import batched
+from serving.kernel_report import target_kernels  # noqa: F401  serving.engine.batch still imports it from here
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache
-from serving.models.llama import RMSNorm
 from serving.speculative.draft_model import DraftConfig
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -135,22 +132,6 @@ def predict(args) -> dict:
 def report(measured: dict, args) -> dict:
     """The runner's measured bytes (RunnerInfo.memory) beside the prediction for `args`."""
     return {**measured, "measured_bytes": sum(measured.values()), **predict(args)}
-
-
-def target_kernels(target) -> dict:
-    """Which implementation runs each part of a target (hybrids name their linear-attention path;
-    every target with a batched decode step, its decode attention: serving.models.decode_attention)."""
-    kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {}), **getattr(target, "products", {})}
-    if any(isinstance(m, RMSNorm) for m in target.modules()):    # a hybrid's zero-centred norms: torch
-        kernels.update(_native_or_torch("rms_norm", norm_kernel.available(target.dtype, target.device)))
-    if batched.decodes(target):
-        kernels.update(_native_or_torch("decode_attention", decode_kernel.available(target.dtype, target.device)))
-    return kernels
-
-
-def _native_or_torch(part: str, available: tuple[bool, str]) -> dict:
-    native, why = available
-    return {part: "native"} if native else {part: "torch", f"{part}_because": why}
 
 
 def target_params(c: ModelConfig) -> int:

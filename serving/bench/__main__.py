@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     from serving.bench.spec import compare, parse_methods, run_methods
-    from serving.memory import target_kernels
+    from serving.kernel_report import target_kernels
     from serving.models import inspect_checkpoint, load_model
     from serving.models.tokenizer import Tokenizer
 

@@ -178,12 +178,12 @@ def test_products_of_few_rows_may_run_padded_and_give_the_same_logits(llama_mode
     (cpu_gemm.small_rows: on a 2-core AMD EPYC it does, 44.7 against 39.5 ms a SmolLM2 step);
     either way the rows' logits are the unpadded ones, and /server_info's kernels say which runs
     with the two passes' milliseconds it was decided on."""
-    from serving import memory
+    from serving.kernel_report import target_kernels
     from serving.models.cpu_gemm import Linear, product
     linears = [m for m in llama_model.modules() if isinstance(m, Linear) and m.packed]
     chosen = {m.min_rows for m in linears} | {llama_model.head_min_rows}
     assert len(linears) > 0 and len(chosen) == 1
-    report = memory.target_kernels(llama_model)
+    report = target_kernels(llama_model)
     assert report["products"] == ("oneDNN packed; fewer than 4 rows padded to 4" if chosen == {4} else "oneDNN packed")
     assert len(report["products_ms_1_vs_4_rows"]) == 2
     layer = linears[0]
