@@ -25,9 +25,6 @@ from ddops import exits
 SCHEMA_VERSION = 1
 
 
-BadInput = exits.BadInput     # refused before touching any host: exit 2 with its one line
-
-
 def must_ask(yes: bool, doing: str, *, machine: bool = False, dry_run: bool = False,
              is_tty: Callable[[], bool] = lambda: sys.stdin.isatty()) -> bool:
     """The one consent rule of every command that changes a host, checked before it connects:
@@ -38,14 +35,14 @@ def must_ask(yes: bool, doing: str, *, machine: bool = False, dry_run: bool = Fa
         return False
     if machine or not is_tty():
         where = "a JSON channel never prompts" if machine else "no terminal to confirm on"
-        raise BadInput(f"refusing to {doing} without --yes: {where}; pass --yes (CI) or --dry-run where there is one")
+        raise exits.BadInput(f"refusing to {doing} without --yes: {where}; pass --yes (CI) or --dry-run where there is one")
     return True
 
 
 def confirm(question: str, ask=lambda q: typer.confirm(q, default=False)) -> None:
     """Ask at the terminal; a no is bad input (exit 2) and nothing changed."""
     if not ask(question):
-        raise BadInput("declined at the prompt; nothing changed")
+        raise exits.BadInput("declined at the prompt; nothing changed")
 
 
 @dataclass

@@ -9,8 +9,9 @@ from typing import Optional
 import typer
 
 from ddops import exits
+from ddops.exits import BadInput
 from ddops.remote import RemoteError, connect
-from ddops.shell import BadInput, print_json
+from ddops.shell import print_json
 
 INVENTORY = typer.Option(None, "--inventory", "-i", help="inventory file")
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ddops import exits
+from ddops.exits import BadInput
 from ddops.deploy import Holder, show
 from ddops.deploy import rollback as rollbacks
 from ddops.deploy import change
@@ -22,7 +23,7 @@ from ddops.deploy import ops
 from ddops.diagnose import diagnose as diagnose_text
 from ddops.inventory import load_inventory
 from ddops.remote import RemoteError, Unreachable, connect
-from ddops.shell import BadInput, confirm, must_ask, print_json
+from ddops.shell import confirm, must_ask, print_json
 
 HOST = typer.Option(..., "--host", help="inventory host name")
 UNIT = typer.Option(None, "--unit", help="unit name (default: the one ddops deployed there)")

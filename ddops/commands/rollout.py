@@ -12,7 +12,8 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from ddops import exits
-from ddops.rollout.output import BadInput, Output
+from ddops.exits import BadInput
+from ddops.rollout.output import Output
 
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Apply without asking (required without a TTY).")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document at the end.")]

@@ -17,9 +17,10 @@ import typer
 from rich.table import Table
 
 from ddops import exits
+from ddops.exits import BadInput
 from ddops.commands.rollout import (DryRun, Events, Host, Inventory, Json, Yes, _connector, _consent,
                                     _output, _progress, _run)
-from ddops.rollout.output import BadInput, Output
+from ddops.rollout.output import Output
 
 
 def register(app: typer.Typer) -> None:

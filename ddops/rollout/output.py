@@ -14,9 +14,8 @@ from typing import Any, Callable
 
 from rich.console import Console
 
-from ddops.shell import BadInput, envelope, must_ask, result_event
-
-__all__ = ["BadInput", "Output", "consent"]
+from ddops.exits import BadInput
+from ddops.shell import envelope, must_ask, result_event
 
 
 class Output:

@@ -114,7 +114,7 @@ class Requirements:
 
 def parse_slo(text: str | None) -> dict[str, float]:
     """`ttft_p99_ms=800,itl_p99_ms=60` -> {"ttft_p99_s": 0.8, "itl_p99_s": 0.06}."""
-    from ddops.shell import BadInput
+    from ddops.exits import BadInput
     if not text:
         return {}
     out = {}

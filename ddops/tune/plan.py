@@ -154,7 +154,7 @@ def _checked(remote, plan_: Plan, overrides: dict, inventory: Path | None) -> Ca
 
 def _beside_production(remote, profile) -> list[str]:
     """A GPU candidate gets only the memory production leaves free (the shadow's rule)."""
-    from ddops.rollout.output import BadInput
+    from ddops.exits import BadInput
     from ddops.rollout.shadow.lifecycle import refuse_unless_fits
     try:
         refuse_unless_fits(remote, profile)

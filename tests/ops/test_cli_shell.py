@@ -155,7 +155,7 @@ def test_a_bug_is_exit_70_never_the_gate_failed_code():
 
 
 def exits_error():
-    from ddops.shell import BadInput
+    from ddops.exits import BadInput
     return BadInput("bad")
 
 

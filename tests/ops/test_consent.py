@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from ddops.shell import BadInput, confirm, must_ask
+from ddops.exits import BadInput
+from ddops.shell import confirm, must_ask
 from tests.fixtures_lab import REPO
 
 TTY, PIPE = (lambda: True), (lambda: False)

@@ -105,7 +105,7 @@ def causes_raised() -> list[tuple[BaseException, int]]:
     from ddops.rollout.fleet.waves import PlanError
     from ddops.rollout.shadow.compare import SettingsError
     from ddops.rollout.shadow.prompts import PromptFileError
-    from ddops.shell import BadInput
+    from ddops.exits import BadInput
     bad = [BadInput("x"), ConfigError(["x"]), OpsError("x"), AdoptError("x"), PreflightError("x"),
            ModelFactsError("x"), PlanError("x"), PromptFileError("x"), SettingsError("x"), NotifyError("x"),
            ReportError("x"), LabUsageError("x"), NotRootError("x"), BadSetup("h: ssh key k: no such file")]

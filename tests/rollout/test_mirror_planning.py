@@ -6,7 +6,7 @@ import yaml
 from ddops.profile import load_profile
 from ddops.profile.yamlfile import ConfigError
 from ddops.inventory import Host
-from ddops.rollout.output import BadInput
+from ddops.exits import BadInput
 from ddops.rollout.shadow.compare import Endpoint
 from ddops.rollout.shadow.mirrored import Mirrored, has_sink, judge_mirrored, refuse_unless_mirrorable
 from ddops.profile.analysis import MirrorRequirement

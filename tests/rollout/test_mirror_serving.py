@@ -164,7 +164,7 @@ def test_start_plans_from_what_production_answers(pair, tmp_path):
     """`shadow start --mirror` asks production's server whether it allows mirroring (exit 2
     before the shadow is deployed otherwise) and refuses a shadow runtime without the sink."""
     from ddops.profile import load_profile
-    from ddops.rollout.output import BadInput
+    from ddops.exits import BadInput
     from ddops.rollout.shadow.compare import Endpoint
     from ddops.rollout.shadow.mirrored import refuse_unless_mirrorable
     from ddops.inventory import Host

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from ddops import exits
-from ddops.rollout.output import BadInput, Output, consent
+from ddops.exits import BadInput
+from ddops.rollout.output import Output, consent
 
 
 def test_json_channel_writes_exactly_one_document():

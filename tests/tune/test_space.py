@@ -10,7 +10,7 @@ from ddops.profile import load_profile
 from ddops.profile.runtimes import RUNTIMES
 from ddops.tune import space as spaces
 from ddops.tune.measure import Level, Requirements, geomean, parse_slo, ratio
-from ddops.shell import BadInput
+from ddops.exits import BadInput
 
 
 def test_the_default_space_is_the_runtime_table_s_tunable_keys():

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.live import Live
 
 from ddops import exits
+from ddops.exits import BadInput
 
 from ddops.rollout.fleet import tables
 from ddops.rollout.fleet.bake import Watcher
@@ -22,7 +23,7 @@ from ddops.rollout.fleet.loop import Rollout, StateFile, resume_or_start
 from ddops.rollout.fleet.notify import Notifier, text_of
 from ddops.rollout.fleet.waves import (PAUSED, RolloutState, exit_code, load_plan, pause_waves,
                                  plan_waves)
-from ddops.rollout.output import BadInput, Output, consent
+from ddops.rollout.output import Output, consent
 from ddops.rollout.records import state_dir
 
 INTERRUPTED = 130  # like a shell's SIGINT status; the state file resumes the rollout

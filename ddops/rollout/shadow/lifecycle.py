@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddops import exits, systemd
+from ddops.exits import BadInput
 from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
 from ddops.profile import load_profile
 from ddops.profile.schema import RolloutSpec
 from ddops.rollout import host_changes
-from ddops.rollout.output import BadInput
 from ddops.rollout.records import (ShadowRecord, clear_shadow, load_shadow, save_result,
                                   save_shadow, shadow_file)
 from ddops.rollout.shadow import mirrored

@@ -18,8 +18,7 @@ import httpx
 from ddops.rollout.host_changes import dialable, unit_argv
 from ddops.profile.launch import read_launch
 from ddops.profile.runtimes import RUNTIMES, Runtime
-from ddops.exits import Unreachable
-from ddops.rollout.output import BadInput
+from ddops.exits import BadInput, Unreachable
 from ddops.rollout.shadow.compare import Endpoint
 from ddops.rollout.shadow.judge import Check, Verdict
 

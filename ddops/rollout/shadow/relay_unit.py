@@ -11,8 +11,8 @@ from pathlib import Path
 import jinja2
 
 from ddops import __version__, systemd
+from ddops.exits import BadInput
 from ddops.render import ENV_DIR, UNIT_DIR, templates_dir
-from ddops.rollout.output import BadInput
 from ddops.unitsyntax import env_value, exec_word, setting, unsafe_text
 
 PACKAGE = Path(__file__).resolve().parent / "relay"

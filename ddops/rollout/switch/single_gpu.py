@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddops import exits, systemd
+from ddops.exits import BadInput
 from ddops.rollout import host_changes
-from ddops.rollout.output import BadInput
 from ddops.rollout.switch import gpu
 
 SHADOW_SUFFIX = "-shadow.service"
