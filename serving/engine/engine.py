@@ -98,12 +98,18 @@ class Engine:
         return Snapshot(self.info(), self.running, self.queue.qsize(), self.runner.max_running, os.getpid())
 
     def submit(self, request: GenerationRequest) -> None:
+        """Admit `request`: RequestTooLarge if it can never fit, EngineBusy while the queue is full."""
         if self.runner is not None and not self.runner.fits(len(request.prompt_ids), request.rule.max_new_tokens):
             raise RequestTooLarge.of(request)
         try:
             self.queue.put_nowait(request)
         except queue.Full:
             raise EngineBusy(f"request queue full ({self.queue.maxsize} waiting)") from None
+
+    def enqueue(self, request: GenerationRequest) -> None:
+        """Queue a request admitted already: the engine process's parent admits with the same
+        limits (serving.engine.process), and this engine's queue then has no bound of its own."""
+        self.queue.put(request)
 
     def generate(self, prompt_ids, sampling: SamplingParams, rule: StopRule, timeout: float = 120.0):
         """Blocking helper: the `Finished` (or `Failed`) event of one request."""

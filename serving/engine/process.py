@@ -11,18 +11,19 @@ reason.
 `EngineProcess` starts `build` (a picklable zero-argument callable returning a started
 `Engine`) in a spawned child and speaks to it over one pipe:
 
-    parent -> child   ("submit", id, prompt_ids, sampling, rule, probe, submitted)
+    parent -> child   ("submit", id, GenerationRequest without its listener: emit, cancelled)
                       ("cancel", id)  ("snapshot", call)  ("stop",)
     child -> parent   ("ready", Snapshot) or ("failed", message) once, then
                       ("event", id, Delta | Finished | Failed)  ("snapshot", call, Snapshot)
 
-Admission limits are the parent's, so a refusal is still an exception at `submit`: the
-largest sequence the runner can hold (`RunnerInfo.max_sequence_tokens`) and the number of
-requests in flight (queued plus running). `perf_counter` is the system's monotonic clock on
-Linux, so a request's arrival time means the same on both sides. The child ignores SIGINT and
-SIGTERM, so a server's graceful shutdown lets running requests finish; it exits when the parent
-says stop or its end of the pipe closes (the parent died). If the child dies, every request in
-flight fails and `on_exit` is called (the server stops: systemd restarts it).
+Admission is the parent's alone, so a refusal is still an exception at `submit`: the largest
+sequence the runner can hold (`RunnerInfo.max_sequence_tokens`, the runner's `fits`) and the
+number of requests in flight (queued plus running); the child queues what it is sent.
+`perf_counter` is the system's monotonic clock on Linux, so a request's arrival time means the
+same on both sides. The child ignores SIGINT and SIGTERM, so a server's graceful shutdown lets
+running requests finish; it exits when the parent says stop or its end of the pipe closes (the
+parent died). If the child dies, every request in flight fails and `on_exit` is called (the
+server stops: systemd restarts it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import os
 import queue
 import signal
 import threading
+from dataclasses import replace
 from typing import Callable
 
 from serving.engine.engine import EngineBusy, GenerationRequest, RequestTooLarge, deliver
@@ -102,8 +104,7 @@ class EngineProcess:
             self.requests[key] = request
         already = request.cancelled.is_set()
         request.cancelled = _Cancel(lambda: self._cancel(key))
-        self._send(("submit", key, request.prompt_ids, request.sampling, request.rule, request.probe,
-                    request.submitted))
+        self._send(("submit", key, replace(request, emit=None, cancelled=None)))   # its listener stays here
         if already:
             request.cancelled.set()
 
@@ -203,13 +204,9 @@ def _child(conn, build: Callable, logging_setup: tuple[int, str]) -> None:
             message = conn.recv()
             kind = message[0]
             if kind == "submit":
-                key, prompt, sampling, rule, probe, submitted = message[1:]
+                key, sent = message[1:]
                 cancels[key] = threading.Event()
-                request = GenerationRequest(prompt, sampling, rule, emitter(key), cancels[key], submitted, probe)
-                try:
-                    engine.submit(request)
-                except (EngineBusy, RequestTooLarge) as e:   # the parent's limits make these rare races
-                    request.emit(Failed(str(e)))
+                engine.enqueue(replace(sent, emit=emitter(key), cancelled=cancels[key]))
             elif kind == "cancel":
                 event = cancels.get(message[1])
                 if event is not None:
