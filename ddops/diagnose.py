@@ -204,11 +204,6 @@ def diagnose(journal: str) -> list[Finding]:
     return findings
 
 
-def primary(journal: str) -> Finding | None:
-    found = diagnose(journal)
-    return found[0] if found else None
-
-
 def _first_match(regex: re.Pattern, text: str) -> re.Match | None:
     for line in text.splitlines():
         match = regex.search(line)

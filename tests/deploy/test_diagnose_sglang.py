@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ddops.diagnose import diagnose, primary
+from ddops.diagnose import diagnose
 
 JOURNALS_DIR = Path(__file__).parent / "journals" / "sglang"
 
@@ -24,8 +24,8 @@ JOURNALS = [
 @pytest.mark.parametrize("name,cause,evidence,next_step,others", JOURNALS, ids=[j[0] for j in JOURNALS])
 def test_each_sglang_failure_is_named_with_its_next_step(name, cause, evidence, next_step, others):
     text = (JOURNALS_DIR / f"{name}.log").read_text()
-    finding = primary(text)
-    assert finding is not None and finding.cause == cause, finding
+    finding = diagnose(text)[0]
+    assert finding.cause == cause, finding
     assert evidence in finding.evidence and finding.evidence in text, finding.evidence
     assert next_step in finding.next_step, finding.next_step
     assert {f.cause for f in diagnose(text)} - {cause} <= others

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ddops.diagnose import diagnose, primary
+from ddops.diagnose import diagnose
 
 JOURNALS_DIR = Path(__file__).parent / "journals" / "vllm"
 
@@ -35,8 +35,8 @@ def journal(name: str) -> str:
 @pytest.mark.parametrize("name,cause,summary,next_step", JOURNALS, ids=[j[0] for j in JOURNALS])
 def test_each_vllm_failure_is_named_with_its_next_step(name, cause, summary, next_step):
     text = journal(name)
-    finding = primary(text)
-    assert finding is not None and finding.cause == cause, finding
+    finding = diagnose(text)[0]
+    assert finding.cause == cause, finding
     assert all(part in finding.summary for part in summary), finding.summary
     assert all(part in finding.next_step for part in next_step), finding.next_step
     assert finding.evidence in text
