@@ -91,11 +91,6 @@ def setting_value(unit_text: str, key: str) -> str | None:
     return values[-1] if values else None
 
 
-def unsetting(raw: str) -> str:
-    """A plain setting's value as systemd reads it (specifiers resolved: only `%%` is ours)."""
-    return raw.replace("%%", "%")
-
-
 def split_exec(raw: str) -> list[str]:
     """ExecStart='s words as the process receives them (`$$` -> `$`; `${NAME}` left as is)."""
     text = raw.lstrip("-@:+!").replace("%%", "%")

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from ddops.profile import Profile
 from ddops.render import RenderError, command_line, render
-from ddops.unitsyntax import parse_env, setting_value, split_exec, unsafe_text, unsetting
+from ddops.unitsyntax import parse_env, setting_value, split_exec, unsafe_text
 
 # (field, where the value goes in the profile); the path fields get a leading "/".
 FIELDS = ("model.path", "speculative.draft_model_path", "service.working_dir", "service.python",
@@ -81,13 +81,18 @@ def _compare(profile: Profile, rendered, secrets: dict) -> str:
     if argv != command_line(profile):
         return f"ExecStart read back as {argv!r}"
     service = profile.service
-    if unsetting(setting_value(unit, "WorkingDirectory") or "") != service.working_dir:
+    if plain_setting(setting_value(unit, "WorkingDirectory") or "") != service.working_dir:
         return "WorkingDirectory= differs"
     if split_exec_paths(setting_value(unit, "ReadWritePaths") or "") != [service.working_dir]:
         return "ReadWritePaths= differs"
     if parse_env(rendered.env_text) != {**service.environment, **secrets}:
         return "env file differs"
     return "same"
+
+
+def plain_setting(raw: str) -> str:
+    """A plain setting's value as systemd reads it (specifiers resolved: only `%%` is ours)."""
+    return raw.replace("%%", "%")
 
 
 def split_exec_paths(raw: str) -> list[str]:
