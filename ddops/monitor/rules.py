@@ -17,8 +17,7 @@ under one `ddops:*` name:
                                  accepts): the bundled runtime's histogram of it per request,
                                  vLLM's 1 + accepted / drafts, SGLang's gauge averaged
 
-A runtime that cannot tell a figure gets no rule for it (`UNTOLD` names them), never a made-up
-series. Alerts read only `ddops:*` and `up`.
+A runtime that cannot tell a figure has no part in its rule, never a made-up series. Alerts read only `ddops:*` and `up`.
 """
 
 from __future__ import annotations
@@ -96,12 +95,6 @@ def recording(runtime: str, series: Series) -> list[Rule]:
 
 def _increase(selector: str) -> str:
     return f"sum by ({BY}) (increase({selector}[{MIRROR_WINDOW}]))"
-
-
-def untold() -> dict[str, list[str]]:
-    """runtime -> the ddops:* series it has no rule for (its metrics cannot tell them)."""
-    every = {r.record for rt, s in SERIES.items() for r in recording(rt, s)}
-    return {rt: sorted(every - {r.record for r in recording(rt, s)}) for rt, s in SERIES.items()}
 
 
 def alert(name: str, expr: str, for_: str, summary: str, severity: str = "warning") -> dict:
