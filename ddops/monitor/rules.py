@@ -17,7 +17,8 @@ under one `ddops:*` name:
                                  accepts): the bundled runtime's histogram of it per request,
                                  vLLM's 1 + accepted / drafts, SGLang's gauge averaged
 
-A runtime that cannot tell a figure has no part in its rule, never a made-up series. Alerts read only `ddops:*` and `up`.
+A runtime that cannot tell a figure has no part in its rule, never a made-up series. Alerts
+read only `ddops:*` and `up`.
 """
 
 from __future__ import annotations
