@@ -52,11 +52,6 @@ def script(*questions: str) -> str:
     return "; ".join(questions)
 
 
-def frame(name: str, body: bytes | None) -> str:
-    """The line `parse_line` reads back as (name, body): what the shell snippets above print."""
-    return f"{_b64(name)} " + ("-" if body is None else "+" + base64.b64encode(body).decode())
-
-
 def parse_line(line: str) -> tuple[str, bytes | None]:
     name, sep, body = line.strip().partition(" ")
     try:

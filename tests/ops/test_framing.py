@@ -58,11 +58,6 @@ def test_a_line_that_is_not_a_frame_is_refused_not_guessed(line):
         framing.parse_line(line)
 
 
-def test_frame_and_parse_line_agree():
-    for body in (None, b"", NASTY):
-        assert framing.parse_line(framing.frame("n @@", body)) == ("n @@", body)
-
-
 def test_a_history_with_at_signs_in_every_field_lists_back_exactly(tmp_path, monkeypatch):
     monkeypatch.setattr(history, "history_dir", lambda unit: f"{tmp_path}/history/{unit}")
     odd = "@@ +-\n@@"
