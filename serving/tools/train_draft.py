@@ -71,11 +71,6 @@ def block_hidden(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: t
     return model.norm(x[:, 1:])
 
 
-def block_logits(model: DFlashDraftModel, target, tokens, feats, anchors) -> torch.Tensor:
-    """Draft logits [m, B-1, V]; equal to what DFlashDrafter.propose gives round by round."""
-    return target.lm_head(block_hidden(model, target, tokens, feats, anchors))
-
-
 def block_loss(model: DFlashDraftModel, target, tokens: torch.Tensor, feats: torch.Tensor,
                picks: torch.Tensor, anchors: torch.Tensor, negatives: int = 0,
                gen: torch.Generator | None = None) -> torch.Tensor:
