@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddops.deploy.desired import env_value, gate_spec
+from ddops.deploy.desired import api_key_of, gate_spec
 from ddops.deploy.facts import UnitState
 from ddops.deploy.gate import run_gate
 from ddops.profile import list_profiles, load_profile
@@ -76,7 +76,7 @@ def gate_on_rendered(name: str, target, draft, tmp_path) -> None:
     rendered = render(profile, secrets=resolve_secrets(profile))   # the key, as deploy writes it
     flags = without(runtime_flags(rendered.argv), LOCAL_FLAGS)
     flags += ["--speculative-draft-model-path", str(draft)]
-    key = env_value(rendered.env_text, "DDOPS_API_KEY")
+    key = api_key_of(rendered.env_text)
     server = ServerProcess(target, tmp_path / "server.log", *flags, api_key=key)
     argv = ["python", "-m", "serving", "--model-path", str(target),
             "--host", "127.0.0.1", "--port", str(server.port), *flags]

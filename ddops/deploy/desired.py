@@ -66,11 +66,6 @@ def _profile_settings(profile) -> dict:
             "top_p": profile.smoke.top_p}
 
 
-def env_value(env_text: str | None, key: str) -> str | None:
-    """A value of an env file as systemd hands it to the service (the one reader, unitsyntax)."""
-    return parse_env(env_text or "").get(key)
-
-
 def env_file_of(unit_text: str | None) -> str | None:
     """The path of the unit's EnvironmentFile= (its optional `-` dropped), None when it names none."""
     for line in (unit_text or "").splitlines():

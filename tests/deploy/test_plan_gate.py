@@ -4,7 +4,7 @@ import json
 
 import httpx
 
-from ddops.deploy.desired import env_value, unit_argv
+from ddops.deploy.desired import api_key_of, unit_argv
 from ddops.deploy.facts import Facts, UnitState, facts_of
 from ddops.deploy.gate import (GateSpec, _acceptance, check_acceptance, check_server_info, check_smoke,
                                check_unit, endpoint)
@@ -140,7 +140,7 @@ def test_endpoint_from_the_command_line():
     assert argv[:3] == ["/opt/ddops/venv/bin/python", "-m", "serving"]
     assert endpoint(argv, "10.0.0.5") == "http://10.0.0.5:30001"
     assert endpoint(["x", "--host", "10.1.1.1"], "10.0.0.5") == "http://10.1.1.1:30000"
-    assert env_value(ENV, "DDOPS_API_KEY") == "sk-very-secret"
+    assert api_key_of(ENV) == "sk-very-secret"
 
 
 def test_history_ids_grow():
