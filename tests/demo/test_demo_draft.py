@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from ddops.deploy import demo
+from ddops.commands import demo
 from ddops.profile.loader import load_profile
 from serving.tools.drafter.__main__ import parse
 

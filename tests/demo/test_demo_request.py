@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddops.deploy import demo, show
+from ddops.commands import demo
+from ddops.deploy import show
 from tests.deploy.models import tiny_pair
 from tests.server_process import ServerProcess
 
