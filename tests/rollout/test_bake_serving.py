@@ -74,7 +74,9 @@ def test_healthy_host_passes_and_every_sample_is_recorded(servers):
     verdicts = watcher.bake(["healthy"], [])
     assert verdicts == {"healthy": {"status": "passed", "passed": True, "reasons": []}}
     samples = [d for _, kind, d in records if kind == "sample"]
-    assert len(samples) == 4 and all(s["window"]["error_ratio"] in (0.0, None) for s in samples)
+    assert len(samples) == 4 and samples[-1]["window"]["requests"] >= SPEC.min_requests
+    # no errors; a window no probe has finished in yet has no ratio (scrape.py): the first, on a slow machine
+    assert [s["window"]["error_ratio"] for s in samples] == [0.0 if s["window"]["requests"] else None for s in samples]
 
 
 def test_malformed_fault_setting_stops_the_runtime_with_one_line(tmp_path_factory):
