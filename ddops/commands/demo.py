@@ -159,6 +159,9 @@ def ask(base_url: str, model: str, key: str | None) -> None:
                        f"draft's average accepted length {accept:.2f}"
                        f"{f' over {rounds} rounds' if rounds else ''}, "
                        f"{server_info.throughput(info) or 0:.1f} tokens/s")
+    if setting == "plain":
+        show.console.print("    (its trials found a verify round dearer than the tokens it gains on this host: "
+                           "a better draft, `make drafter`, or a GPU, where a round costs about one step, pays)")
 
 
 def register(app: typer.Typer) -> None:
