@@ -17,18 +17,18 @@ from rich.table import Table
 
 from ddops import exits
 from ddops.commands.profiles import DebugOpt, InventoryOpt, JsonOpt, ProfilesDir, out
-from ddops.fit import (GpuKind, Models, find_gpu, fit_profile, gpu_from_gib, host_gpu, local_reader,
-                       needs_gpu, read_models, remote_reader)
-from ddops.fit.profile_fit import cpu_device, free_at_load, predict, sizes_from_host_memory
-from ddops.fit.bundled import bundled_fit
-from ddops.fit.host_memory import read_host_memory, read_node_memory
+from ddops.fit import (GpuKind, Models, find_gpu, gpu_from_gib, host_gpu, local_reader, needs_gpu, read_models,
+                       remote_reader)
+from ddops.fit.bundled import BundledFit
 from ddops.fit.gpus import known_names
+from ddops.fit.memory_models import Prediction, host_memory_reader, predict, sizes_from_host_memory
 from ddops.fit.model import ModelFactsError
 from ddops.fit.runtime_version import FlagCheck, check_flags, installed_version
-from ddops.fit.shape import bounded_window, kv_head_notes, tp_problems
+from ddops.fit.shape import bounded_window, kv_head_notes
 from ddops.fit.start_rules import target_refusals
-from ddops.profile.extra_args import memory_warnings
 from ddops.fit.verdict import Assessment, gib
+from ddops.fit.vllm_fit import VllmAssessment
+from ddops.profile.extra_args import memory_warnings
 from ddops.inventory import load_inventory
 from ddops.draft_pairing import PreflightError
 from ddops.profile import RUNTIMES, ConfigError, load_profile
@@ -66,35 +66,23 @@ def cmd_fit(profile: Annotated[str, typer.Argument(help="Profile name or YAML pa
     if sizes_from_host_memory(resolved) and (target_host is None or models is not None):
         raise ConfigError([f"fit {resolved.name}: SGLang's CPU engine sizes its pool from the host's free RAM "
                            "when it starts: pass --host NAME (without --models)"])
-    loaded, flags, host_bytes = _models(resolved, target_host, models)
+    loaded, flags, memory = _models(resolved, target_host, models)
     refused = target_refusals(resolved, loaded.target)
     if refused:
         raise ConfigError([f"fit {resolved.name}: sglang.extra_args {line}" for line in refused])
-    if RUNTIMES[resolved.runtime].memory_model == "exact":
-        _report_exact(resolved, loaded, card if needs_gpu(resolved) else None, host_bytes, as_json)
-    bad_tp = tp_problems(loaded.target, loaded.draft, tp or resolved.model.tp_size)
-    if bad_tp:
-        raise ConfigError([f"fit {resolved.name}: {line}" for line in bad_tp])
-    if RUNTIMES[resolved.runtime].memory_model == "blocks":
-        _report_blocks(resolved, predict(resolved, card, loaded, tp), as_json)
-    if sizes_from_host_memory(resolved):
-        if host_bytes is None:
-            raise ConfigError([f"fit {resolved.name}: {target_host.name}: /proc/meminfo could not be read"])
-        assessment = fit_profile(resolved, cpu_device(host_bytes), loaded, tp, available=free_at_load(host_bytes))
-    else:
-        assessment = fit_profile(resolved, card, loaded, tp)
-    notes = kv_head_notes(loaded.target, loaded.draft) + memory_warnings(resolved)
-    ok = assessment.verdict.fits and not (flags and flags.problems)
-    code = EXIT_FITS if ok else EXIT_DOES_NOT_FIT
-    if as_json:
-        print_json(code, meaning=MEANING[code], **as_dict(resolved.name, assessment, loaded),
-                   sglang=_flags_dict(flags), notes=notes)
-    else:
-        _print(resolved.name, assessment, loaded)
-        _print_flags(flags)
-        for line in notes:
-            out.print(f"  note: {line}", markup=False, style="yellow")
+    if sizes_from_host_memory(resolved) and memory is None:
+        raise ConfigError([f"fit {resolved.name}: {target_host.name}: /proc/meminfo could not be read"])
+    prediction = predict(resolved, card, loaded, tp, memory)
+    if prediction.shape_refused:
+        raise ConfigError([f"fit {resolved.name}: {line}" for line in prediction.reasons])
+    code = exit_code(prediction, flags)
+    REPORTS[type(prediction.assessment)](resolved, prediction.assessment, loaded, flags, code, as_json)
     raise typer.Exit(code)
+
+
+def exit_code(prediction: Prediction, flags: FlagCheck | None) -> int:
+    """The one mapping: fits (and every rendered flag is one the host's SGLang knows) or not."""
+    return EXIT_FITS if prediction.fits and not (flags and flags.problems) else EXIT_DOES_NOT_FIT
 
 
 def _gpu(kind: str | None, memory_gib: float | None, host) -> GpuKind | None:
@@ -111,18 +99,15 @@ def _gpu(kind: str | None, memory_gib: float | None, host) -> GpuKind | None:
     return host_gpu(host) if host is not None else None
 
 
-def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck | None, int | None]:
+def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck | None, object]:
     """The checkpoints' facts; on a host also its SGLang version against the rendered flags, and
     for a runtime that sizes its pool from the host's memory (the bundled one on CPU), that memory."""
     try:
         if host is not None and models_dir is None:
             with connect(host) as remote:
                 models = read_models(profile, remote_reader(remote))
-                memory = None
-                if RUNTIMES[profile.runtime].memory_model == "exact" and not needs_gpu(profile):
-                    memory = read_host_memory(remote, profile.service.unit)
-                elif sizes_from_host_memory(profile):
-                    memory = read_node_memory(remote, profile.service.unit)
+                read_memory = host_memory_reader(profile)
+                memory = read_memory(remote, profile.service.unit) if read_memory else None
                 if not RUNTIMES[profile.runtime].versioned_flags:
                     return models, None, memory
                 return models, check_flags(profile, installed_version(remote, profile.service.python)), memory
@@ -130,6 +115,19 @@ def _models(profile, host, models_dir: Path | None) -> tuple[Models, FlagCheck |
     except (PreflightError, ModelFactsError) as exc:    # an unreachable host escapes: exit 6
         where = f"on {host.name}" if host is not None and models_dir is None else "locally"
         raise ConfigError([f"fit: cannot read the model configs {where}: {exc}"]) from None
+
+
+def _report_pools(profile, a: Assessment, models: Models, flags: FlagCheck | None, code: int, as_json: bool) -> None:
+    """SGLang: its pools per GPU, the verdict, the host's SGLang against the rendered flags."""
+    notes = kv_head_notes(models.target, models.draft) + memory_warnings(profile)
+    if as_json:
+        print_json(code, meaning=MEANING[code], **as_dict(profile.name, a, models), sglang=_flags_dict(flags),
+                   notes=notes)
+        return
+    _print(profile.name, a, models)
+    _print_flags(flags)
+    for line in notes:
+        out.print(f"  note: {line}", markup=False, style="yellow")
 
 
 def as_dict(name: str, a: Assessment, models: Models) -> dict:
@@ -221,28 +219,26 @@ def _rows(s, p, models: Models) -> list[tuple[str, str]]:
                    ("minimum viable (weights only)", f"{p.min_viable:.3f}")]
 
 
-def _report_exact(profile, models: Models, card: GpuKind | None, host_bytes: int | None, as_json: bool) -> None:
+def _report_exact(profile, fit: BundledFit, models: Models, flags: FlagCheck | None, code: int,
+                  as_json: bool) -> None:
     """A runtime that preallocates everything: the total against the card (or no GPU at all)."""
-    verdict = bundled_fit(profile, models, card, host_bytes)
-    predicted, fits = verdict.memory, verdict.fits
-    where = f"{card.name} ({gib(verdict.usable_bytes)} usable)" if card else "CPU (host memory, not checked)"
-    code = EXIT_FITS if fits else EXIT_DOES_NOT_FIT
+    predicted, card = fit.memory, fit.card
+    where = f"{card.name} ({gib(fit.usable_bytes)} usable)" if card else "CPU (host memory, not checked)"
     if as_json:
-        print_json(code, meaning=MEANING[code], profile=profile.name, runtime=profile.runtime, fits=fits,
+        print_json(code, meaning=MEANING[code], profile=profile.name, runtime=profile.runtime, fits=fit.fits,
                    gpu=card.name if card else None, memory=predicted.as_dict())
-    else:
-        out.print(f"fit {profile.name}: {profile.runtime} runtime on {where} will allocate "
-                  f"{gib(predicted.predicted_bytes)}: weights {gib(predicted.weights_bytes)} in "
-                  f"{predicted.dtype}, KV cache {gib(predicted.kv_cache_bytes)} for "
-                  f"{predicted.kv_slots:,} slots"
-                  + (f" (+ the draft's {predicted.draft_kv_slots:,})" if predicted.draft_kv_slots else "")
-                  + (f", linear-attention state {gib(predicted.state_cache_bytes)}" if predicted.state_cache_bytes else "")
-                  + (f", prefix cache {gib(predicted.prefix_cache_bytes)}" if predicted.prefix_cache_bytes else ""),
-                  markup=False)
-        if predicted.pool:
-            out.print(f"  pool: {pool_rule_line(predicted.pool, predicted.kv_slots)}", markup=False)
-        out.print("[green]fits[/]" if fits else "[red]does not fit[/]")
-    raise typer.Exit(code)
+        return
+    out.print(f"fit {profile.name}: {profile.runtime} runtime on {where} will allocate "
+              f"{gib(predicted.predicted_bytes)}: weights {gib(predicted.weights_bytes)} in "
+              f"{predicted.dtype}, KV cache {gib(predicted.kv_cache_bytes)} for "
+              f"{predicted.kv_slots:,} slots"
+              + (f" (+ the draft's {predicted.draft_kv_slots:,})" if predicted.draft_kv_slots else "")
+              + (f", linear-attention state {gib(predicted.state_cache_bytes)}" if predicted.state_cache_bytes else "")
+              + (f", prefix cache {gib(predicted.prefix_cache_bytes)}" if predicted.prefix_cache_bytes else ""),
+              markup=False)
+    if predicted.pool:
+        out.print(f"  pool: {pool_rule_line(predicted.pool, predicted.kv_slots)}", markup=False)
+    out.print("[green]fits[/]" if fit.fits else "[red]does not fit[/]")
 
 
 def pool_rule_line(rule, rows: int) -> str:
@@ -259,19 +255,18 @@ def pool_rule_line(rule, rows: int) -> str:
     return line
 
 
-def _report_blocks(profile, a, as_json: bool) -> None:
+def _report_blocks(profile, a: VllmAssessment, models: Models, flags: FlagCheck | None, code: int,
+                   as_json: bool) -> None:
     """vLLM: its KV budget in blocks (estimates labelled), then the verdict."""
     s, p, v = a.setup, a.plan, a.verdict
-    code = EXIT_FITS if v.fits else EXIT_DOES_NOT_FIT
     if as_json:
         print_json(code, meaning=MEANING[code], profile=profile.name, runtime=profile.runtime,
                    fits=v.fits, headline=v.headline, reasons=list(v.reasons), warnings=list(v.warnings),
                    suggestions=list(v.suggestions), **_blocks_dict(s, p))
-        raise typer.Exit(code)
+        return
     where = f"{s.tp} x {s.gpu.name} ({s.gpu.memory_mib:,} MiB each)" if s.gpu else "CPU"
     out.print(f"fit {profile.name}: vLLM on {where}", style="bold", markup=False)
     _print_table_and_verdict("per GPU" if s.gpu else "KV cache", _block_rows(s, p), v)
-    raise typer.Exit(code)
 
 
 def _block_rows(s, p) -> list[tuple[str, str]]:
@@ -307,3 +302,7 @@ def _blocks_dict(s, p) -> dict:
                 "one_request": p.needed},
             "layers": [{"kind": b.kind, "layers": b.layers, "page_bytes": b.page, "pages_per_request": b.per_request}
                        for b in p.buckets]}
+
+
+# what `predict` returned -> how it is shown (the command prints; the fit module decided)
+REPORTS = {BundledFit: _report_exact, VllmAssessment: _report_blocks, Assessment: _report_pools}

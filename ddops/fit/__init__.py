@@ -6,7 +6,8 @@ Public API:
   Setup, plan(setup, target, draft) -> Pools            per-GPU arithmetic (pure)
   assess(setup, target, draft) -> Assessment            pools + Verdict (fits, reasons, suggestions)
   fit_profile(profile, gpu, models), read_models(profile, reader), local_reader(), remote_reader()
-  bundled_prediction(...)                               what the bundled runtime will allocate
+  bundled.bundled_fit(...)                              what the bundled runtime will allocate
+  memory_models.predict(profile, card, models) -> Prediction   by the runtime's memory model: fits?
 """
 
 from ddops.fit.gpus import GPU_KINDS, GpuKind, find_gpu, gpu_from_gib

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddops.fit.memory_models import checked_on, host_memory_reader, predict, sizes_from_host_memory
 from ddops.fit.model import ModelFactsError
-from ddops.fit.profile_fit import (Reader, cpu_device, fit_profile, free_at_load, host_gpu, needs_gpu, predict, read_models,
-                                   sizes_from_host_memory)
-from ddops.fit.shape import tp_problems
+from ddops.fit.profile_fit import Reader, cpu_device, host_gpu, needs_gpu, read_models, remote_reader
 from ddops.inventory import Host
 from ddops.checkpoint import PreflightError
-from ddops.profile import RUNTIMES, Profile
+from ddops.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -32,29 +31,15 @@ class FitCheck:
                 f"(`ddops fit {profile} --host {self.host}` shows the numbers)")
 
 
-def applies(profile: Profile, host: Host) -> bool:
-    """A GPU memory model fit predicts (SGLang's pools, vLLM's blocks) on a host that declares
-    enough GPUs for the profile; or vLLM's CPU build, whose K/V is the space its profile sets
-    (VLLM_CPU_KVCACHE_SPACE), on any host."""
-    model = RUNTIMES[profile.runtime].memory_model
-    if not needs_gpu(profile):
-        return model == "blocks"
-    return (model in ("pools", "blocks")
-            and host.gpu is not None and host.gpu.count >= profile.model.tp_size)
-
-
 def check_host(profile: Profile, host: Host, read: Reader) -> FitCheck | None:
-    """None when the check does not apply; raises PreflightError/ModelFactsError when unreadable."""
-    if not applies(profile, host):
+    """None when the check does not apply (memory_models.checked_on); raises
+    PreflightError/ModelFactsError when unreadable."""
+    if not checked_on(profile, host):
         return None
     gpu = host_gpu(host) if needs_gpu(profile) else None
-    models = read_models(profile, read)
     where = f"{profile.model.tp_size} x {gpu.name}" if gpu else "CPU"
-    bad_tp = tp_problems(models.target, models.draft, profile.model.tp_size)
-    if bad_tp:
-        return FitCheck(host.name, where, False, tuple(bad_tp))
-    verdict = predict(profile, gpu, models).verdict
-    return FitCheck(host.name, where, verdict.fits, verdict.reasons)
+    prediction = predict(profile, gpu, read_models(profile, read))
+    return FitCheck(host.name, where, prediction.fits, prediction.reasons)
 
 
 def check_hosts(profile: Profile, hosts: list[Host], read: Reader) -> tuple[list[FitCheck], list[str]]:
@@ -62,7 +47,7 @@ def check_hosts(profile: Profile, hosts: list[Host], read: Reader) -> tuple[list
     checks, notes, seen = [], [], set()
     for host in hosts:
         key = (host.gpu.kind, host.gpu.memory_gb) if host.gpu else None
-        if key in seen or not applies(profile, host):
+        if key in seen or not checked_on(profile, host):
             continue
         seen.add(key)
         try:
@@ -78,7 +63,6 @@ def check_on_host(profile: Profile, host: Host, remote, unit: str | None = None)
     runtime that sizes its pool from the host's RAM, that RAM as it is now, with what `unit` (the
     one the deploy replaces) holds counted as free. None when it does not apply or the configs
     cannot be read there (preflight's concern)."""
-    from ddops.fit.profile_fit import remote_reader
     try:
         if sizes_from_host_memory(profile):
             return _check_host_memory(profile, host, remote, unit or profile.service.unit)
@@ -88,12 +72,8 @@ def check_on_host(profile: Profile, host: Host, remote, unit: str | None = None)
 
 
 def _check_host_memory(profile: Profile, host: Host, remote, unit: str) -> FitCheck | None:
-    from ddops.fit.host_memory import read_node_memory
-    from ddops.fit.profile_fit import remote_reader
-    memory = read_node_memory(remote, unit)
+    memory = host_memory_reader(profile)(remote, unit)
     if memory is None:
         return None
-    device = cpu_device(memory)
-    verdict = fit_profile(profile, device, read_models(profile, remote_reader(remote)),
-                          available=free_at_load(memory)).verdict
-    return FitCheck(host.name, device.name, verdict.fits, verdict.reasons)
+    prediction = predict(profile, None, read_models(profile, remote_reader(remote)), memory=memory)
+    return FitCheck(host.name, cpu_device(memory).name, prediction.fits, prediction.reasons)

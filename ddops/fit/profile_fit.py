@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddops.fit import vllm_fit
 from ddops.fit.gpus import MIB, GpuKind, find_gpu, gpu_from_gib
 from ddops.fit.memory import Setup
 from ddops.fit.model import ModelFacts
@@ -79,11 +78,6 @@ def fit_profile(profile: Profile, gpu: GpuKind, models: Models, tp: int | None =
     return assess(setup_for(profile, gpu, models, tp, available), models.target, models.draft)
 
 
-def sizes_from_host_memory(profile: Profile) -> bool:
-    """SGLang's pools on a CPU: sized from the host's RAM as it is at start (docs/sglang.md)."""
-    return RUNTIMES[profile.runtime].memory_model == "pools" and not needs_gpu(profile)
-
-
 # What SGLang 0.5.15's CPU engine holds before it measures the memory free for its weights:
 # its HTTP/tokenizer, detokenizer and scheduler processes, each importing torch. Measured as
 # MemAvailable at ddops's read less the "Load weight begin. avail mem" it logs: 1.20-1.41 GiB
@@ -99,14 +93,6 @@ def free_at_load(memory) -> int:
 def cpu_device(memory) -> GpuKind:
     """A CPU host's NUMA node as the pool arithmetic's device (host_memory.NodeMemory)."""
     return GpuKind(f"CPU ({memory.nodes} NUMA node{'s' if memory.nodes > 1 else ''})", memory.total // MIB)
-
-
-def predict(profile: Profile, gpu: GpuKind | None, models: Models, tp: int | None = None):
-    """The assessment by the runtime's memory model: vLLM's KV blocks, or SGLang's pools."""
-    if RUNTIMES[profile.runtime].memory_model == "blocks":
-        setup = vllm_fit.setup_for(profile, gpu, models.target, models.draft, tp)
-        return vllm_fit.assess(setup, models.target, models.draft)
-    return fit_profile(profile, gpu, models, tp)
 
 
 def host_gpu(host: Host) -> GpuKind | None:

@@ -11,6 +11,7 @@ change with exit 2 before a host is touched.
 
 from __future__ import annotations
 
+from ddops.fit.memory_models import MEMORY_MODELS
 from ddops.fit.model import ModelFacts
 from ddops.fit.profile_fit import Reader
 from ddops.profile import RUNTIMES, Profile, Runtime
@@ -23,7 +24,7 @@ POOL_FLAG = POOL_CAP_FLAG
 
 def applies(runtime: Runtime, speculative: bool, max_total_tokens: int | None) -> bool:
     """Whether the target's facts are needed to decide (read them only then)."""
-    return runtime.memory_model == "exact" and speculative and max_total_tokens is not None
+    return MEMORY_MODELS[runtime.memory_model].contract_start_rules and speculative and max_total_tokens is not None
 
 
 def refused(runtime: Runtime, target: ModelFacts, speculative: bool, max_total_tokens: int | None) -> list[str]:

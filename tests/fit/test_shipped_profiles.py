@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddops.fit import host_gpu, local_reader, needs_gpu, read_models
-from ddops.fit.profile_fit import predict
+from ddops.fit.memory_models import predict
 from ddops.inventory import load_inventory
 from ddops.profile import list_profiles, load_profile
 from tests.fit.conftest import CONFIGS
@@ -29,7 +29,7 @@ def test_shipped_profile_fits_its_hosts(name):
     models = read_models(profile, local_reader(CONFIGS))
     for host in HOSTS:
         assert profile.model.tp_size <= host.gpu.count
-        result = predict(profile, host_gpu(host), models)
+        result = predict(profile, host_gpu(host), models).assessment
         assert result.verdict.fits, (host.name, result.verdict.reasons)
         assert result.one_request_fits
         assert result.full_length_requests >= profile.memory.max_running_requests
@@ -38,5 +38,5 @@ def test_shipped_profile_fits_its_hosts(name):
 @pytest.mark.parametrize("name", GPU_PROFILES)
 def test_shipped_profile_does_not_fit_one_card(name):
     profile = load_profile(name, REPO / "profiles")
-    result = predict(profile, host_gpu(HOSTS[0]), read_models(profile, local_reader(CONFIGS)), tp=1)
+    result = predict(profile, host_gpu(HOSTS[0]), read_models(profile, local_reader(CONFIGS)), tp=1).assessment
     assert not result.verdict.fits and "weights alone" in result.verdict.reasons[0]

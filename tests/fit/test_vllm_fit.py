@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from ddops.cli import app
 from ddops.fit import find_gpu, local_reader, read_models
-from ddops.fit.profile_fit import predict
+from ddops.fit.memory_models import predict
 from ddops.fit.vllm_fit import assess, setup_for
 from ddops.fit.vllm_memory import VllmSetup, capture_sizes, group_size, kv_buckets, plan, state_page_bytes
 from ddops.profile import load_profile
@@ -122,7 +122,7 @@ def test_cpu_kv_space_sizes_the_cache_and_refuses_too_small():
 @pytest.mark.parametrize("name", ["cpu-smollm2-vllm", "cpu-smollm2-vllm-dflash"])
 def test_shipped_cpu_profiles_fit_their_kv_space(name):
     profile = load_profile(name, PROFILES)
-    result = predict(profile, None, read_models(profile, local_reader(CONFIGS)))
+    result = predict(profile, None, read_models(profile, local_reader(CONFIGS))).assessment
     assert result.verdict.fits and result.one_request_fits
     assert result.plan.available == 1 << 30  # VLLM_CPU_KVCACHE_SPACE: "1"
     # SmolLM2-135M in fp32: 3 KV heads x (64 + 64) x 4 B = 1,536 B a token and layer, 46,080 B
@@ -136,7 +136,7 @@ def test_shipped_a6000_profile_reads_its_flags():
     models = read_models(profile, local_reader(CONFIGS))
     s = setup_for(profile, A6000, models.target, models.draft)
     assert (s.utilization, s.max_model_len, s.batched_tokens, s.speculative_tokens) == (0.9, 32768, 4096, 15)
-    a = predict(profile, A6000, models)
+    a = predict(profile, A6000, models).assessment
     assert a.verdict.fits and a.plan.block_size == 864 and a.full_length_requests == 4
 
 
