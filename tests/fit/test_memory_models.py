@@ -48,3 +48,15 @@ def test_the_bundled_runtime_has_no_shape_rules():
     profile = load_profile("cpu-smollm2-ar", PROFILES)
     prediction = predict(profile, None, read_models(profile, local_reader(CONFIGS)), tp=7)
     assert isinstance(prediction.assessment, BundledFit) and not prediction.shape_refused
+
+
+@pytest.mark.parametrize("name, kind", [("a6000-base", Assessment), ("a6000-vllm", VllmAssessment)])
+def test_a_shadow_beside_production_is_judged_by_its_own_runtimes_arithmetic(name, kind):
+    """What production leaves free (8 GiB of an A6000) holds neither 27B shadow; each is refused
+    with its own runtime's reasons (the shadow's check once used SGLang's pools for every runtime)."""
+    from ddops.rollout.shadow.lifecycle import fits_beside
+    profile = load_profile(name, PROFILES)
+    models = read_models(profile, local_reader(CONFIGS))
+    beside = fits_beside(profile, 8 * 1024, models, "lab-1")
+    assert isinstance(beside.assessment, kind) and not beside.fits and beside.reasons
+    assert predict(profile, A6000, models).fits

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ddops import exits, systemd
 from ddops.exits import BadInput
-from ddops.fit import fit_profile, gpu_from_gib, needs_gpu, read_models, remote_reader
+from ddops.fit import gpu_from_gib, needs_gpu, read_models, remote_reader
+from ddops.fit.memory_models import predict
 from ddops.profile import load_profile
 from ddops.profile.schema import RolloutSpec
 from ddops.rollout import host_changes
@@ -157,18 +158,22 @@ def production_of(remote, unit: str):
 
 
 def refuse_unless_fits(remote, profile) -> None:
-    """A shadow beside production gets only the GPU memory production leaves free (SGLang
-    sizes its pools from the free memory at start): plan the shadow on exactly that."""
+    """A shadow beside production gets only the GPU memory production leaves free: plan the
+    shadow on exactly that, by its runtime's own memory model."""
     if not needs_gpu(profile):
         return
     free = free_mib(remote)
     if free is None:
         return  # no nvidia-smi: nothing to measure; the gate still catches a failed start
-    card = gpu_from_gib(free / 1024, f"{free} MiB left free by production on {remote.host.name}")
-    verdict = fit_profile(profile, card, read_models(profile, remote_reader(remote))).verdict
-    if not verdict.fits:
+    prediction = fits_beside(profile, free, read_models(profile, remote_reader(remote)), remote.host.name)
+    if not prediction.fits:
         raise BadInput(f"{profile.name} does not fit beside production on {remote.host.name}: "
-                       f"{'; '.join(verdict.reasons)}; run the shadow on another host (--host)")
+                       f"{'; '.join(prediction.reasons)}; run the shadow on another host (--host)")
+
+
+def fits_beside(profile, free: int, models, host: str):
+    """The profile's prediction on a card of the `free` MiB production leaves (ddops.fit.memory_models)."""
+    return predict(profile, gpu_from_gib(free / 1024, f"{free} MiB left free by production on {host}"), models)
 
 
 @dataclass(frozen=True)
