@@ -330,7 +330,7 @@ def _remove_relay(record: ShadowRecord, connect) -> None:
     """The mirror relay beside production goes with its shadow (it would only back off)."""
     if record.tap_url:
         from ddops.rollout.shadow import relay_unit
-        with connect(record.production_host) as remote:
+        with connect(record.production_host) as remote, host_changes.holding(remote, "ddops shadow (the relay removed)"):
             relay_unit.remove(remote, record.production_unit)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from ddops.rollout.host_changes import dialable, unit_argv
+from ddops.rollout.host_changes import dialable, holding, unit_argv
 from ddops.profile.launch import read_launch
 from ddops.profile.runtimes import RUNTIMES, Runtime
 from ddops.exits import BadInput, Unreachable
@@ -126,8 +126,9 @@ def start_relay(remote, record, source: Source, key: str | None, sample: float) 
     same_host = record.host == record.production_host
     port = relay_unit.port_for(int(record.production_url.rstrip("/").rsplit(":", 1)[1]),
                                record.port if same_host else None)
-    relay_unit.install(remote, relay_unit.render(record.production_unit, record.url, port, source.model,
-                                                 sample, key, source.dialect))
+    files = relay_unit.render(record.production_unit, record.url, port, source.model, sample, key, source.dialect)
+    with holding(remote, "ddops shadow start --mirror (the relay beside production)"):
+        relay_unit.install(remote, files)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
     while True:
