@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ddops.install.bundled import MARKER
 from ddops.inventory import load_inventory
 from ddops.remote import connect
 from tests.fixtures_lab import REPO, ddops, lab_env, lab_skip_reason
@@ -42,10 +43,14 @@ def test_bare_host_has_no_runtime_until_install_runtime_puts_it_there(bare_lab):
         assert "--model-path" in help_text
         assert remote.run("/opt/ddops/venv/bin/python -c 'import torch; print(torch.__version__)'",
                           timeout=120).stdout.startswith("2.13.0")
+        installed_sources = remote.read_text(MARKER)
     again = ddops(ENV, "install-runtime", "--host", "bare-1", timeout=600)
-    # No dependency wheel travels again; the project wheel only when the sources changed meanwhile.
+    # No dependency wheel travels again; the project wheel only when the sources changed meanwhile
+    # (the host's marker holds the digest of the sources installed last).
     assert again.returncode == 0 and "dependencies already installed" in again.stdout
-    assert "ddops already current" in again.stdout or "ddops installed" in again.stdout
+    with connect(bare_lab) as remote:
+        changed = remote.read_text(MARKER) != installed_sources
+    assert ("ddops installed" if changed else "ddops already current") in again.stdout
 
 
 def test_lab_up_recovers_a_host_whose_supervisor_was_killed(bare_lab):
