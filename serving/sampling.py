@@ -1,4 +1,5 @@
-"""SamplingParams and the logits -> probabilities -> token path (shared with serving.speculative).
+"""SamplingParams and the logits -> probabilities -> token path: every token the engine draws,
+plain or speculative, is a sequence's `PositionalDraws.choose`.
 
 Greedy is temperature 0 (below MIN_TEMPERATURE: the T -> 0 limit, since float32 cannot
 divide logits by a denormal temperature without inf/nan probabilities). Filtering order follows common servers: temperature, then top-k,
@@ -63,18 +64,6 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_probs = sorted_probs.masked_fill(drop, 0.0)
     kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
     return kept / kept.sum(-1, keepdim=True)
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """probs [N, vocab] -> LongTensor [N] drawn with `generator`."""
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """logits [N, vocab] -> LongTensor [N]: argmax when greedy, otherwise a filtered sample."""
-    if params.greedy:
-        return logits.argmax(-1)
-    return sample(logits_to_probs(logits, params), generator)
 
 
 class PositionalDraws:

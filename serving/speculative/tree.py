@@ -168,18 +168,3 @@ class Trial:
     def accepted(self, rows: int) -> int:
         """Drafts a tree of the first `rows` rows would have accepted so far (path rows ascend)."""
         return sum(r < rows for r in self.path)
-
-
-def surrogate(tree: Tree, logp_of: dict[tuple[int, int], float]) -> float:
-    """Expected accepted drafts under the factorised draft: sum of path probabilities.
-
-    logp_of[(depth, token)] = log q_depth(token). Used by tests and the benchmark.
-    """
-    import math
-
-    path_logp = [0.0] * len(tree)
-    total = 0.0
-    for i in range(1, len(tree)):
-        path_logp[i] = path_logp[tree.parents[i]] + logp_of[(tree.depths[i], tree.tokens[i])]
-        total += math.exp(path_logp[i])
-    return total

@@ -1,11 +1,12 @@
-"""logits -> probs -> token: temperature, top-k, top-p, seeded reproducibility."""
+"""logits -> probs -> token: temperature, top-k, top-p, seeded reproducibility, through the
+sequence's positional draws every engine token comes from."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from serving.sampling import SamplingParams, choose, logits_to_probs, sample
+from serving.sampling import PositionalDraws, SamplingParams, logits_to_probs
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
 
@@ -13,7 +14,7 @@ LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
 def test_greedy_is_one_hot_at_argmax():
     probs = logits_to_probs(LOGITS, SamplingParams(temperature=0))
     assert probs.tolist() == [[1.0, 0, 0, 0, 0, 0]]
-    assert choose(LOGITS, SamplingParams(temperature=0), None).tolist() == [0]
+    assert PositionalDraws(0).choose(LOGITS, SamplingParams(temperature=0), [0]).tolist() == [0]
     assert SamplingParams(top_k=1).greedy
 
 
@@ -39,14 +40,15 @@ def test_top_p_keeps_the_smallest_prefix_reaching_p():
 
 def test_seeded_sampling_is_reproducible_and_seed_dependent():
     params = SamplingParams(temperature=1.0)
-    probs = logits_to_probs(LOGITS.repeat(64, 1), params)
-    draws = [sample(probs, torch.Generator().manual_seed(s)).tolist() for s in (7, 7, 8)]
+    positions = range(64)
+    draws = [PositionalDraws(s).choose(LOGITS.repeat(64, 1), params, positions).tolist() for s in (7, 7, 8)]
     assert draws[0] == draws[1] and draws[0] != draws[2]
 
 
 def test_samples_follow_the_distribution():
-    probs = logits_to_probs(LOGITS, SamplingParams(temperature=1.0, top_k=4))
-    draws = sample(probs.repeat(20000, 1), torch.Generator().manual_seed(0))
+    params = SamplingParams(temperature=1.0, top_k=4)
+    probs = logits_to_probs(LOGITS, params)
+    draws = PositionalDraws(0).choose(LOGITS.repeat(20000, 1), params, range(20000))
     freq = torch.bincount(draws, minlength=6).float() / 20000
     assert freq[4:].sum() == 0
     torch.testing.assert_close(freq, probs[0], atol=0.015, rtol=0)
@@ -63,4 +65,4 @@ def test_vanishing_temperature_or_top_p_gives_the_argmax(temperature, top_p):
     params = SamplingParams(temperature=temperature, top_p=top_p)
     probs = logits_to_probs(LOGITS, params)
     assert torch.isfinite(probs).all() and probs.tolist() == [[1.0, 0, 0, 0, 0, 0]]
-    assert choose(LOGITS, params, torch.Generator().manual_seed(0)).tolist() == [0]
+    assert PositionalDraws(0).choose(LOGITS, params, [0]).tolist() == [0]

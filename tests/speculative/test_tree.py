@@ -7,10 +7,21 @@ import torch
 from serving.models import KVCache
 from serving.speculative.chain import ChainVerifier
 from serving.speculative.ddtree import TreeVerifier
-from serving.speculative.tree import chain_tree, heap_tree, surrogate, visibility, walk
+from serving.speculative.tree import Tree, chain_tree, heap_tree, visibility, walk
 
 A, B, C, X, Y, Z = 10, 11, 12, 20, 21, 22
 ROOT = 99
+
+
+def surrogate(tree: Tree, logp_of: dict[tuple[int, int], float]) -> float:
+    """Expected accepted drafts under the factorised draft: sum of path probabilities;
+    logp_of[(depth, token)] = log q_depth(token)."""
+    path_logp = [0.0] * len(tree)
+    total = 0.0
+    for i in range(1, len(tree)):
+        path_logp[i] = path_logp[tree.parents[i]] + logp_of[(tree.depths[i], tree.tokens[i])]
+        total += math.exp(path_logp[i])
+    return total
 
 
 def unit_tree(budget=4):
