@@ -40,7 +40,6 @@ from serving.contract import sizes
 from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
                                       pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import AttentionShape, DeltaNetShape, kv_bytes, linear_state_bytes, model_params
-from serving.kernel_report import target_kernels  # noqa: F401  serving.engine.batch still imports it from here
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache
 from serving.speculative.draft_model import DraftConfig

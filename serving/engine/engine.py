@@ -20,11 +20,9 @@ import logging
 import os
 import queue
 import threading
-import time
-from dataclasses import dataclass, field
 from typing import Callable
 
-from serving.engine.events import Delta, Failed, Finished
+from serving.engine.events import Delta, Failed, Finished, GenerationRequest
 from serving.engine.runner import Runner, RunnerInfo, Snapshot
 from serving.engine.scheduler import Scheduler
 from serving.engine.stats import EngineStats
@@ -50,17 +48,6 @@ class RequestTooLarge(ValueError):
     def of(cls, request) -> "RequestTooLarge":
         return cls(f"prompt ({len(request.prompt_ids)} tokens) + max_tokens "
                    f"({request.rule.max_new_tokens}) exceeds the KV pool")
-
-
-@dataclass
-class GenerationRequest:
-    prompt_ids: list[int]
-    sampling: SamplingParams
-    rule: StopRule
-    emit: Callable[[object], None]
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    submitted: float = field(default_factory=time.perf_counter)   # TTFT counts from here: the HTTP arrival
-    probe: bool = False  # /health_generate: its rounds verify the widest setting whatever is preferred
 
 
 class Engine:

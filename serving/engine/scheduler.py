@@ -15,13 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from serving.engine.events import Delta, Failed, Finished
+from serving.engine.events import Delta, Failed, Finished, GenerationRequest
 from serving.engine.stats import Usage
 from serving.engine.stops import TextAssembler
 
 if TYPE_CHECKING:
     from serving.engine.batch import SequenceState
-    from serving.engine.engine import GenerationRequest
 
 log = logging.getLogger("serving.engine")
 
