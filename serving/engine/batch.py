@@ -11,8 +11,8 @@ Plain decoding: one `batched.decode_step` for all decoding sequences per round (
 hybrids included). Prefill: the next chunk of every
 prefilling sequence of a step packed into one `batched.forward` (each chunk's attention is its
 own causal one; chunk boundaries are fixed per prompt), so a burst of new prompts reads the
-weights once, not once per prompt; a target without a packed forward (a hybrid) runs each chunk
-through its own forward. A prompt's blocks that an earlier prompt already computed (a chat
+weights once, not once per prompt (a hybrid runs each chunk through its own forward in turn,
+inside it). A prompt's blocks that an earlier prompt already computed (a chat
 template's system prompt) are copied from the serving.engine.prefix_cache instead (dense
 targets; its store is preallocated at start; none with --disable-radix-cache).
 Each sequence samples with its own `PositionalDraws`, seeded from the request's seed (or the
@@ -38,6 +38,7 @@ from serving.contract.runtime import DEFAULT_MAX_RUNNING, kv_rows, one_at_a_time
 from serving.engine.hybrid_pool import pool_for
 from serving.engine.prefix_cache import BLOCK, PrefixCache
 from serving.engine.runner import RunnerInfo
+from serving.kernel_report import target_kernels
 from serving.models import batched
 from serving.models.packing import row_slices
 from serving.sampling import PositionalDraws
@@ -75,7 +76,7 @@ class BatchRunner:
         self.prefix = (PrefixCache.for_model(target.config, target.dtype, target.device, width)
                        if prefix_cache and batched.supports(target) else None)     # hybrids: state, not rows
         self.default_seed, self.sequences = seed, 0
-        self.kernels = memory.target_kernels(target)     # chosen (a native one built and probed) at start
+        self.kernels = target_kernels(target)     # chosen (a native one built and probed) at start
 
     @property
     def server_args(self) -> dict:
@@ -110,7 +111,7 @@ class BatchRunner:
                 self._reuse(seq)
         spans = [(s.prefilled, min(len(s.prompt), s.prefilled + chunk)) for s in seqs]
         rows = row_slices(e - b for b, e in spans)                  # each chunk's rows of the pass
-        logits, hidden = self._prompt_pass(seqs, spans, rows)
+        logits, hidden = self._prompt_pass(seqs, spans)
         out = []
         for i, (seq, (b, e), own) in enumerate(zip(seqs, spans, rows)):
             seq.state.cache.commit(e - b)
@@ -136,18 +137,14 @@ class BatchRunner:
             self.spec.record(seq, features)
             seq.state.prompt_features = [features]
 
-    def _prompt_pass(self, seqs, spans, rows: list[slice]):
+    def _prompt_pass(self, seqs, spans):
         """logits [B, vocab] of each chunk's last row, captured features [N, F] (or None)."""
         device, capture = self.target.device, self.spec.layers if self.spec else ()
-        chunks = [torch.tensor(s.prompt[b:e], dtype=torch.long, device=device) for s, (b, e) in zip(seqs, spans)]
-        positions = [torch.arange(b, e, device=device) for b, e in spans]
-        if not batched.supports(self.target):      # hybrids: each chunk through the one-sequence forward
-            outs = [self.target.forward(t, p, s.state.cache, capture=capture, last_only=True)
-                    for t, p, s in zip(chunks, positions, seqs)]
-            return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs]) if capture else None
-        last = torch.tensor([r.stop - 1 for r in rows], device=device)         # each chunk's last row
-        return batched.forward(self.target, torch.cat(chunks), torch.cat(positions), [s.state.cache for s in seqs],
-                               [r.stop - r.start for r in rows], capture=capture, logit_rows=last)
+        tokens = torch.tensor([t for s, (b, e) in zip(seqs, spans) for t in s.prompt[b:e]], dtype=torch.long,
+                              device=device)
+        positions = torch.cat([torch.arange(b, e, device=device) for b, e in spans])
+        return batched.forward(self.target, tokens, positions, [s.state.cache for s in seqs],
+                               [e - b for b, e in spans], capture=capture, last_only=True)
 
     def decode(self, seqs) -> list[list[int]]:
         if self.spec:

@@ -9,8 +9,8 @@ the native kernel over the pool's rows in place, else one gather and SDPA call f
 one sequence without the kernel attends on its own KV view). Each cache is marked
 `advanced`; the caller commits its K/V row with `commit(1)`, as for a dense cache
 (serving.engine.batch).
-Prefill chunks of a hybrid are not packed: the batch runner runs each through its own
-`HybridLM.forward` (serving.engine.batch), keeping its chunked or by-depth form.
+Prefill chunks and trees of a hybrid are not packed: `HybridLM.forward_packed` runs each
+sequence's through its own `HybridLM.forward`, keeping its chunked or by-depth form.
 """
 
 from __future__ import annotations

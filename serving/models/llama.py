@@ -1,12 +1,20 @@
 """One decoder for LlamaForCausalLM and Qwen3ForCausalLM (Qwen3 = Llama + per-head q/k RMSNorm).
 
-Batch size 1, no padding: every activation is [T, ...] for T new tokens. q/k/v and gate/up
-projections are fused at load time (fewer kernel launches per token). GQA attention keeps K/V
-unexpanded: the query heads of one KV head are folded into the row axis, so the cache is
-read once per KV head.
+One forward, over the rows of many sequences packed back to back ([N] = sum of each sequence's
+T_b rows: one decode token, a prefill chunk, or a speculative tree); one sequence is a batch of
+one. Every projection, norm and MLP runs once over [N, hidden], no padding; attention runs per
+sequence on its own KV cache with that sequence's own mask (none for one row, causal for a
+chunk or a chain, the ancestor-only tree mask for a tree): the block-diagonal mask of the whole
+batch without ever building it, so each row's attention numerics are its sequence's alone. A
+plain decode step (one row each, caches of one pool) attends in one call per layer
+(serving.models.decode_attention). q/k/v and gate/up projections are fused at load time (fewer
+kernel launches per token). GQA attention keeps K/V unexpanded: the query heads of one KV head
+are folded into the row axis, so the cache is read once per KV head.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +24,9 @@ from torch.nn.attention.bias import causal_lower_right
 from serving.kernels import rms_norm as native_norm
 from serving.models.config import ModelConfig
 from serving.models.cpu_gemm import PAD_ROWS, Linear, head, pack_head, pack_linears, small_rows
+from serving.models.decode_attention import DecodeRows
 from serving.models.kv_cache import KVCache
+from serving.models.packing import row_slices
 from serving.models.rope import apply_rope, rope_tables
 
 
@@ -58,10 +68,16 @@ class Attention(nn.Module):
         q, k = self.q_norm(qkv[:, :H * D].view(T, H, D)), self.k_norm(qkv[:, H * D:(H + KV) * D].view(T, KV, D))
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, mask):
-        q, k, v = self.project(x, cos, sin)
-        keys, values = cache.write(layer, k.transpose(0, 1), v.transpose(0, 1))  # [KV, L, D]
-        return self.o_proj(attend(q, keys, values, mask))
+    def forward(self, x, rows: PackedRows, layer: int):
+        """x [N, hidden], the packed rows -> [N, hidden]; each sequence's K/V written to its own cache."""
+        q, k, v = self.project(x, rows.cos, rows.sin)
+        if rows.decode is not None:
+            return self.o_proj(rows.decode.attend(layer, q, k, v))
+        out = torch.empty(x.shape[0], self.heads * self.head_dim, dtype=x.dtype, device=x.device)
+        for cache, own, mask in zip(rows.caches, rows.slices, rows.masks):
+            keys, values = cache.write(layer, k[own].transpose(0, 1), v[own].transpose(0, 1))  # [KV, L, D]
+            out[own] = attend(q[own], keys, values, mask)
+        return self.o_proj(out)
 
 
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
@@ -105,9 +121,21 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, dtype)
         self.mlp = MLP(c, dtype)
 
-    def forward(self, x, cos, sin, cache, layer, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, mask)
+    def forward(self, x, rows: PackedRows, layer: int):
+        x = x + self.self_attn(self.input_layernorm(x), rows, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """What every layer of one forward shares: the packed rows' RoPE and each sequence's part."""
+
+    cos: torch.Tensor                   # [N, rotary_dim]
+    sin: torch.Tensor
+    caches: list[KVCache]               # caches[b]: sequence b's
+    slices: list[slice]                 # sequence b's rows of the N
+    masks: list                         # its attention_mask (None, CAUSAL or bool [G * T_b, L_b])
+    decode: DecodeRows | None           # a plain decode step: one attention call per layer
 
 
 class TargetLM(nn.Module):
@@ -183,21 +211,40 @@ class CausalLM(TargetLM):
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache.for_model(self.config, capacity, self.dtype, self.device)
 
-    @torch.inference_mode()
     def forward(self, tokens, positions, cache: KVCache, tree_mask=None, capture=(), last_only=False):
-        """tokens, positions [T]; returns logits [T or 1, vocab] fp32 and hidden [T, len(capture) * H] or None."""
-        x = self.embed(tokens)
-        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        mask = attention_mask(tokens.shape[0], cache.length, tree_mask, self.config.kv_groups, x.device)
+        """One sequence, a batch of one: tokens, positions [T]; returns logits [T or 1, vocab] fp32
+        and hidden [T, len(capture) * H] or None."""
+        return self.forward_packed(tokens, positions, [cache], [tokens.shape[0]], [tree_mask], capture, last_only)
+
+    @torch.inference_mode()
+    def forward_packed(self, tokens, positions, caches: list[KVCache], counts: list[int], tree_masks=None,
+                       capture=(), last_only=False):
+        """tokens, positions [N]: counts[b] rows of sequence b, in order; caches[b] its KV cache;
+        tree_masks[b] a bool [T_b, T_b] ancestor mask, or None (causal rows).
+
+        Writes each sequence's K/V at caches[b].length without committing. Returns logits
+        [N, vocab] fp32 (last_only: [B, vocab], each sequence's last row) and hidden
+        [N, len(capture) * H] or None.
+        """
+        x = self.embed(tokens)                                            # [N, hidden]
+        groups, masks = self.config.kv_groups, tree_masks or [None] * len(caches)
+        masks = [attention_mask(n, c.length, m, groups, x.device) for n, c, m in zip(counts, caches, masks)]
+        one_row = all(n == 1 for n in counts) and all(m is None for m in masks)
+        rows = PackedRows(self.cos.index_select(0, positions), self.sin.index_select(0, positions), caches,
+                          row_slices(counts), masks, DecodeRows.plan(caches, x.device) if one_row else None)
         captured = {}
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i, mask)
+            x = layer(x, rows, i)
             if i in capture:
                 captured[i] = x
         hidden = torch.cat([captured[i] for i in capture], dim=-1) if capture else None
         if last_only:
-            x = x[-1:]
+            x = x.index_select(0, torch.tensor([r.stop - 1 for r in rows.slices], device=x.device))
         return self.lm_head(self.norm(x)), hidden
+
+    def decode_step(self, tokens, positions, caches: list[KVCache], capture=()):
+        """tokens, positions [B] (one new token per sequence) -> logits [B, vocab], hidden [B, ...] or None."""
+        return self.forward_packed(tokens, positions, caches, [1] * len(caches), capture=capture)
 
 
 CAUSAL = "causal"  # mask marker: plain causal attention over the cache and the new rows

@@ -1,6 +1,9 @@
-"""HybridLM: the Qwen3.5/3.6 text model (Gated DeltaNet + gated full attention), batch size 1.
+"""HybridLM: the Qwen3.5/3.6 text model (Gated DeltaNet + gated full attention).
 
-Same interface as `CausalLM` (docs/contracts.md section 3), with a HybridCache. Layer i is
+Same interface as `CausalLM` (docs/contracts.md section 3), with a HybridCache. Its forward is
+one sequence's (its chunked or by-depth state form is per sequence): a packed forward runs each
+sequence through it in turn, and a plain decode step of many sequences is one step for all
+(serving.models.hybrid_batched). Layer i is
 `linear_attention` (GatedDeltaNet) or `full_attention` (GatedAttention) per config.layer_types;
 both are followed by the SwiGLU MLP. Every RMSNorm outside the DeltaNet output is zero-centred
 (y = x_hat * (1 + w)). Tree rows (tree_mask) reach the linear layers as a tree too: each row's
@@ -16,11 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from serving.models.config import ModelConfig
-from serving.models import gdn_kernels, gdn_ops
+from serving.models import gdn_kernels, gdn_ops, hybrid_batched
 from serving.models.gated_deltanet import GatedDeltaNet
 from serving.models.hybrid_cache import HybridCache
 from serving.models.linear_rows import plan_rows
 from serving.models.llama import MLP, TargetLM, attend, attention_mask
+from serving.models.packing import row_slices
 from serving.models.rope import apply_rope
 
 class ZeroCentredRMSNorm(nn.Module):
@@ -139,3 +143,16 @@ class HybridLM(TargetLM):
         if last_only:
             x = x[-1:]
         return self.lm_head(self.norm(x)), hidden
+
+    def forward_packed(self, tokens, positions, caches: list[HybridCache], counts: list[int], tree_masks=None,
+                       capture=(), last_only=False):
+        """As `CausalLM.forward_packed`, each sequence through its own forward in turn."""
+        masks = tree_masks or [None] * len(caches)
+        outs = [self.forward(tokens[own], positions[own], cache, mask, capture, last_only)
+                for own, cache, mask in zip(row_slices(counts), caches, masks)]
+        return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs]) if capture else None
+
+    def decode_step(self, tokens, positions, caches: list[HybridCache], capture=()):
+        """tokens, positions [B] (one new token per sequence) -> logits [B, vocab], hidden [B, ...] or None;
+        every cache a view of one HybridPool."""
+        return hybrid_batched.decode_step(self, tokens, positions, caches, capture)

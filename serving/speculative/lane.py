@@ -4,8 +4,8 @@ One round for B sequences: the controller for B's batch-size bucket picks the se
 decoding or a verify width); one batched draft pass proposes a block for every sequence that
 drafts (serving.speculative.dflash); each sequence's verifier plans its own tree; one
 target forward runs all trees packed back to back, each under its own ancestor mask over its
-own slice of the KV pool (serving.models.batched.forward; a target without a packed forward, a
-hybrid, verifies each tree through its own forward); then, per sequence, the walk, KV
+own slice of the KV pool (serving.models.batched.forward; a hybrid verifies each tree through
+its own forward in turn); then, per sequence, the walk, KV
 compaction and the accepted rows' features queued for its draft context.
 
 Draft K/V: one pool of the target pool's rows over the draft's layers, allocated with the
@@ -240,14 +240,8 @@ class SpecLane:
                                [c.length + d for tree, c in zip(trees, caches) for d in tree.depths]],
                               dtype=torch.long, device=device)                  # [2, N]: tokens, positions
         masks = [None if tree.is_chain else visibility(tree, device) for tree in trees]
-        counts = [len(t) for t in trees]
-        if batched.supports(self.target) and all(n == 1 for n in counts):   # a plain round: the plain step
-            return batched.decode_step(self.target, packed[0], packed[1], caches, capture=self.layers)
-        if batched.supports(self.target):
-            return batched.forward(self.target, packed[0], packed[1], caches, counts, masks, capture=self.layers)
-        outs = [self.target.forward(packed[0, rows], packed[1, rows], cache, tree_mask=mask, capture=self.layers)
-                for rows, cache, mask in zip(row_slices(counts), caches, masks)]
-        return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+        return batched.forward(self.target, packed[0], packed[1], caches, [len(t) for t in trees], masks,
+                               capture=self.layers)
 
     @staticmethod
     def _choices(seqs, trees: list[Tree], logits: torch.Tensor, slices: list[slice]) -> list[int]:

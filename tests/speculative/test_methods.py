@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Recorder:
-    """The real target, with every forward's `capture` argument written down."""
+    """The real target, with every forward's `capture` argument written down (the runner's
+    forwards: a packed forward, a plain decode step; serving.models.batched)."""
 
     def __init__(self, target):
         self.target, self.captures = target, []
@@ -23,9 +24,13 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self.target, name)
 
-    def forward(self, *args, capture=(), **kw):
+    def forward_packed(self, *args, capture=(), **kw):
         self.captures.append(tuple(capture))
-        return self.target.forward(*args, capture=capture, **kw)
+        return self.target.forward_packed(*args, capture=capture, **kw)
+
+    def decode_step(self, *args, capture=(), **kw):
+        self.captures.append(tuple(capture))
+        return self.target.decode_step(*args, capture=capture, **kw)
 
 
 @pytest.mark.parametrize("spelling, name", [("DDTREE", "ddtree"), ("dflash", "dflash"), ("DFlash", "dflash"),
