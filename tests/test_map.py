@@ -1,7 +1,8 @@
 """docs/architecture.md against the code: its ops table's import order (every import of `ddops/`,
 lazy ones included, goes to the importer's own row or a row below), no package cycles in `ddops`
 or `serving` at any level, the files each table row names exist in that row's folders, rollouts
-reach the deploy engine through one module, and Rich is imported only where the page says."""
+reach the deploy engine through one module, Rich is imported only where the page says, every
+file of `serving` is named in its runtime row, and the opening names every shared contract module."""
 
 from __future__ import annotations
 
@@ -158,3 +159,38 @@ def test_rich_is_imported_only_where_the_page_says():
 def test_remote_is_the_only_package_that_imports_fabric_and_paramiko():
     """The `remote/` row's claim: the SSH boundary is one package."""
     assert [f for f in importers_of("fabric") + importers_of("paramiko") if not f.startswith("ddops/remote/")] == []
+
+
+def serving_row_of(path: Path) -> int | None:
+    """Index of the runtime row that holds the serving file `path`: its folder's row, or the row
+    naming it when it sits at the top of `serving/`."""
+    for index, (names, _) in enumerate(SERVING_ROWS):
+        for unit in unit_paths("serving", names):
+            if path == unit or (unit.is_dir() and unit in path.parents):
+                return index
+    return None
+
+
+def serving_files() -> list[Path]:
+    return sorted(p for p in (REPO / "serving").rglob("*") if p.suffix in (".py", ".c") and p.name != "__init__.py")
+
+
+def test_every_serving_file_has_its_row():
+    assert [str(p.relative_to(REPO)) for p in serving_files() if serving_row_of(p) is None] == []
+
+
+def test_every_file_of_the_runtime_is_named_in_its_row():
+    """A folder's row names each of its files, so a newcomer finds every job from the page."""
+    unnamed = []
+    for path in serving_files():
+        index = serving_row_of(path)
+        names, job = SERVING_ROWS[index] if index is not None else ([], "")
+        if path.name not in TICKED.findall(job) and path.name not in names:
+            unnamed.append(str(path.relative_to(REPO)))
+    assert unnamed == []
+
+
+def test_the_opening_names_every_shared_contract_module():
+    opening = PAGE[:PAGE.index("\n## ")]
+    modules = sorted(p.name for p in (REPO / "serving/contract").glob("*.py") if p.name != "__init__.py")
+    assert modules and [m for m in modules if f"`{m}`" not in opening] == []
