@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class SequenceState:
-    """The runner's state of one running sequence (`Sequence.state`)."""
+    """The runner's state of one running sequence (`RunningSequence.state`)."""
 
     cache: KVCache | HybridCache    # its rows of the pool (a HybridCache view, with a state slot, for hybrids)
     draws: PositionalDraws

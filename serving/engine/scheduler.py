@@ -26,7 +26,7 @@ log = logging.getLogger("serving.engine")
 
 
 @dataclass
-class Sequence:
+class RunningSequence:
     request: GenerationRequest
     text: TextAssembler
     began: float
@@ -52,13 +52,13 @@ class Scheduler:
     def __init__(self, runner, tokenizer, deliver, record, chunk_tokens: int = 512):
         self.runner, self.tokenizer, self.chunk_tokens = runner, tokenizer, chunk_tokens
         self.deliver, self.record = deliver, record      # (request, event) -> None; (usage) -> None
-        self.running: list[Sequence] = []
+        self.running: list[RunningSequence] = []
 
     def admit(self, request, began: float) -> bool:
         """Start `request` now if the runner has room; False leaves it waiting."""
         if len(self.running) >= self.runner.max_running:
             return False
-        seq = Sequence(request, TextAssembler(request.rule, self.tokenizer.decode), began)
+        seq = RunningSequence(request, TextAssembler(request.rule, self.tokenizer.decode), began)
         if not self.runner.admit(seq):
             return False
         self.running.append(seq)
@@ -95,14 +95,14 @@ class Scheduler:
                 seq.started, seq.ttft = True, time.perf_counter() - seq.began
                 self._emit(seq, tokens)
 
-    def _prefill_alone(self, seq: Sequence) -> list[int]:
+    def _prefill_alone(self, seq: RunningSequence) -> list[int]:
         try:
             return self.runner.prefill([seq], self.chunk_tokens)[0]
         except Exception as e:
             self._fail(seq, e)
             return []
 
-    def _decode(self, seqs: list[Sequence]) -> None:
+    def _decode(self, seqs: list[RunningSequence]) -> None:
         try:
             rounds = self.runner.decode(seqs)
         except Exception as e:
@@ -113,13 +113,13 @@ class Scheduler:
             seq.rounds, seq.accepted = seq.rounds + 1, seq.accepted + len(tokens)
             self._emit(seq, tokens)
 
-    def _emit(self, seq: Sequence, tokens: list[int]) -> None:
+    def _emit(self, seq: RunningSequence, tokens: list[int]) -> None:
         before = len(seq.text.ids)
         delta = seq.text.feed(tokens)
         if delta:
             self.deliver(seq.request, Delta(delta, tuple(seq.text.ids[before:])))
 
-    def _finish(self, seq: Sequence) -> None:
+    def _finish(self, seq: RunningSequence) -> None:
         self._leave(seq)
         usage = Usage(len(seq.prompt), len(seq.text.ids), seq.rounds, seq.accepted,
                       seq.ttft, time.perf_counter() - seq.began, seq.trials, seq.trial_accepted)
@@ -127,12 +127,12 @@ class Scheduler:
         self.deliver(seq.request, Finished(seq.text.text, tuple(seq.text.ids),
                                            seq.text.finish_reason or "abort", usage))
 
-    def _fail(self, seq: Sequence, error: Exception) -> None:
+    def _fail(self, seq: RunningSequence, error: Exception) -> None:
         log.error("generation failed", exc_info=error)
         self._leave(seq)
         self.deliver(seq.request, Failed(f"generation failed: {error}"))
 
-    def _leave(self, seq: Sequence) -> None:
+    def _leave(self, seq: RunningSequence) -> None:
         if seq in self.running:
             self.running.remove(seq)
             self.runner.release(seq)
