@@ -149,9 +149,7 @@ def draft_params(c: DraftConfig) -> int:
 
 
 def _deltanet(L: LinearAttention | None) -> DeltaNetShape | None:
-    if L is None:
-        return None
-    return DeltaNetShape(L.num_key_heads, L.num_value_heads, L.key_head_dim, L.value_head_dim, L.conv_kernel)
+    return None if L is None else L.shape
 
 
 def _config(model_dir: str) -> dict:

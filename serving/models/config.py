@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.contract.sizes import DeltaNetShape
+
 # architecture name -> whether the attention applies RMSNorm to q and k per head
 ARCHITECTURES = {"LlamaForCausalLM": False, "Qwen3ForCausalLM": True,
                  "Qwen3_5ForCausalLM": True, "Qwen3_5ForConditionalGeneration": True}
@@ -53,13 +55,19 @@ class LinearAttention:
     conv_kernel: int
 
     @property
+    def shape(self) -> DeltaNetShape:
+        """The same shapes as the contract's byte arithmetic reads them (serving.contract.sizes)."""
+        return DeltaNetShape(self.num_key_heads, self.num_value_heads, self.key_head_dim, self.value_head_dim,
+                             self.conv_kernel)
+
+    @property
     def conv_dim(self) -> int:
         """Channels through the causal conv: q | k | v."""
-        return 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+        return self.shape.conv_dim
 
     @property
     def value_dim(self) -> int:
-        return self.num_value_heads * self.value_head_dim
+        return self.shape.value_dim
 
 
 @dataclass(frozen=True)
