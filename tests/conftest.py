@@ -20,24 +20,32 @@ os.environ.setdefault("DDOPS_STATE", tempfile.mkdtemp(prefix="ddops-test-state-"
 # a machine-wide resource form one group, run in one worker one after another: the lab hosts
 # (systemd-nspawn containers, one bridge and fixed unit ports per lab) and the one vLLM a
 # machine holds at a time (tests/vllm_server.py's lock: a worker waiting on it would idle).
+# The lab files of the peer runtimes (SGLang's and vLLM's installs, a quarter of the lab's time)
+# are a group of their own: the worker that runs them brings up a lab of its own
+# (tests/fixtures_lab.py session_lab), so they run beside the other lab files.
 # The controller schedules from node ids alone, so a file's group is read from its text; the
 # collected items (markers and fixtures) must agree, or collection stops.
 LAB_FIXTURES = {"lab_hosts", "deploy_lab", "bare_lab", "ops_lab"}
 VLLM_FILES = {"test_vllm_across.py", "test_vllm_draft.py"}
+PEER_LAB_FILES = {"test_lab_sglang.py", "test_lab_vllm.py"}
+
+
+def lab_group(name: str) -> str:
+    return "lab-peers" if name in PEER_LAB_FILES else "lab"
 
 
 def file_group(path: str) -> str | None:
-    """The machine-wide resource a test file's tests share ("lab", "vllm"), or None."""
+    """The machine-wide resource a test file's tests share ("lab", "lab-peers", "vllm"), or None."""
     name = Path(path).name
     if "pytest.mark.lab" in (REPO / path).read_text(errors="replace"):
-        return "lab"
+        return lab_group(name)
     return "vllm" if name in VLLM_FILES else None
 
 
 def item_group(item) -> str | None:
     fixtures = set(getattr(item, "fixturenames", ()))
     if item.get_closest_marker("lab") or LAB_FIXTURES & fixtures:
-        return "lab"
+        return lab_group(item.path.name)
     return "vllm" if "vllm_server" in fixtures or item.path.name in VLLM_FILES else None
 
 

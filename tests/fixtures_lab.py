@@ -54,14 +54,24 @@ class Lab:
         return load_inventory(self.inventory).hosts[name]
 
 
+def session_lab() -> tuple[str, int]:
+    """This test process's lab name prefix and subnet octet. DDOPS_TEST_LAB / DDOPS_TEST_LAB_SUBNET
+    let two test sessions (two checkouts) run side by side; within a session each pytest-xdist
+    worker that runs lab tests has a lab of its own (tests/conftest.py: the peer runtimes' lab
+    files are a group of their own, so they run beside the other lab files), 20 subnets apart."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    name = os.environ.get("DDOPS_TEST_LAB", "ddtst") + (str(worker) if worker else "")
+    return name, int(os.environ.get("DDOPS_TEST_LAB_SUBNET", "1")) + 20 * worker
+
+
 @pytest.fixture(scope="session")
 def lab_hosts() -> Lab:
     reason = lab_skip_reason()
     if reason:
         pytest.skip(reason)
     count = int(os.environ.get("DDOPS_TEST_LAB_HOSTS", "2"))
-    # DDOPS_TEST_LAB / DDOPS_TEST_LAB_SUBNET let two test sessions (two checkouts) run side by side.
-    env = lab_env(os.environ.get("DDOPS_TEST_LAB", "ddtst"), os.environ.get("DDOPS_TEST_LAB_SUBNET", "1"))
+    name, subnet = session_lab()
+    env = lab_env(name, str(subnet))
     up = ddops(env, "lab", "up", "-n", str(count), timeout=1800)
     if up.returncode != 0:
         ddops(env, "lab", "down")

@@ -2,12 +2,11 @@
 `ops` user whose sudo asks for a password, reachable only through a bastion (ProxyJump), and
 named by Host aliases of an ssh_config. Deploy, rollback and a 2-host rollout go through it.
 
-Its own lab (prefix and /24 derived from DDOPS_TEST_LAB / DDOPS_TEST_LAB_SUBNET, +10)."""
+Its own lab (prefix and /24 derived from the session's lab, tests/fixtures_lab.py session_lab, +10)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 
 from ddops.inventory import Host, load_inventory
 from ddops.remote import RemoteError, connect
-from tests.fixtures_lab import Lab, ddops, lab_env, lab_skip_reason
+from tests.fixtures_lab import Lab, ddops, lab_env, lab_skip_reason, session_lab
 from tests.rollout.lab_models import build
 
 pytestmark = pytest.mark.lab
@@ -28,8 +27,8 @@ def ops_lab(cache_dir, tmp_path_factory) -> Lab:
     reason = lab_skip_reason()
     if reason:
         pytest.skip(reason)
-    name = os.environ.get("DDOPS_TEST_LAB", "ddtst")[:7] + "b"
-    env = lab_env(name, str(int(os.environ.get("DDOPS_TEST_LAB_SUBNET", "1")) + 10))
+    lab, subnet = session_lab()
+    env = lab_env(lab[:7] + "b", str(subnet + 10))
     up = ddops(env, "lab", "up", "-n", "2", "--bastion", timeout=1800)
     if up.returncode != 0:
         ddops(env, "lab", "down")
