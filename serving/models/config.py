@@ -7,6 +7,7 @@ Supports `LlamaForCausalLM`, `Qwen3ForCausalLM` and the hybrid Qwen3.5/3.6 text 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -54,9 +55,10 @@ class LinearAttention:
     value_head_dim: int
     conv_kernel: int
 
-    @property
+    @functools.cached_property
     def shape(self) -> DeltaNetShape:
-        """The same shapes as the contract's byte arithmetic reads them (serving.contract.sizes)."""
+        """The same shapes as the contract's byte arithmetic reads them (serving.contract.sizes);
+        built once, as every Gated DeltaNet layer's forward reads value_dim."""
         return DeltaNetShape(self.num_key_heads, self.num_value_heads, self.key_head_dim, self.value_head_dim,
                              self.conv_kernel)
 
