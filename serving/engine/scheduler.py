@@ -36,7 +36,8 @@ class RunningSequence:
     rounds: int = 0
     accepted: int = 0
     trials: int = 0                     # drafted trees followed to their end (serving.speculative.tree.Trial)
-    trial_accepted: int = 0             # drafts those trees' walks accepted, at the method's widest width
+    trial_accepted: float = 0.0         # drafts those trees' walks accepted, at the method's widest width
+    trial_weight: float = 0.0           # those trees, each weighted by the tokens its window stands for
     state: SequenceState | None = None  # the runner's, while admitted
 
     @property
@@ -122,7 +123,8 @@ class Scheduler:
     def _finish(self, seq: RunningSequence) -> None:
         self._leave(seq)
         usage = Usage(len(seq.prompt), len(seq.text.ids), seq.rounds, seq.accepted,
-                      seq.ttft, time.perf_counter() - seq.began, seq.trials, seq.trial_accepted)
+                      seq.ttft, time.perf_counter() - seq.began, seq.trials, seq.trial_accepted,
+                      seq.trial_weight)
         self.record(usage)
         self.deliver(seq.request, Finished(seq.text.text, tuple(seq.text.ids),
                                            seq.text.finish_reason or "abort", usage))

@@ -14,8 +14,9 @@ class Usage:
     accepted: int            # tokens those rounds committed
     ttft_s: float
     total_s: float
-    trials: int = 0          # rounds of the method's widest width its drafts stood in (verified or not)
-    trial_accepted: int = 0  # drafts those rounds accepted
+    trials: int = 0          # measured rounds of the method's widest width (verified or not)
+    trial_accepted: float = 0.0  # drafts those rounds accepted, each round weighted as below
+    trial_weight: float = 0.0    # those rounds, each weighted by the tokens its window stands for
 
     @property
     def accept_length(self) -> float:
@@ -26,7 +27,7 @@ class Usage:
     def draft_accept_length(self) -> float | None:
         """Tokens per round of the method's widest width, bonus included: what its draft accepts,
         whatever its rounds ran (None before a whole-block round ended)."""
-        return 1.0 + self.trial_accepted / self.trials if self.trials else None
+        return 1.0 + self.trial_accepted / self.trial_weight if self.trial_weight else None
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -41,7 +42,8 @@ class EngineStats:
         self.rounds = 0
         self.accepted = 0
         self.trials = 0
-        self.trial_accepted = 0
+        self.trial_accepted = 0.0
+        self.trial_weight = 0.0
         self.last_gen_throughput = 0.0
 
     def record(self, usage: Usage) -> None:
@@ -51,6 +53,7 @@ class EngineStats:
             self.accepted += usage.accepted
             self.trials += usage.trials
             self.trial_accepted += usage.trial_accepted
+            self.trial_weight += usage.trial_weight
             if usage.completion_tokens > 1:
                 self.last_gen_throughput = usage.decode_tokens_per_s
 
@@ -59,8 +62,8 @@ class EngineStats:
         """Tokens per round of the method's widest width since start: what the draft accepts,
         whether the adaptive controller verified those rounds or ran plain beside them (a fixed
         method's are its own rounds). Before any, tokens per round as run."""
-        if self.trials:
-            return 1.0 + self.trial_accepted / self.trials
+        if self.trial_weight:
+            return 1.0 + self.trial_accepted / self.trial_weight
         return self.accepted / self.rounds if self.rounds else 1.0
 
     def snapshot(self) -> dict:

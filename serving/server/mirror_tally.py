@@ -97,7 +97,8 @@ class Tally:
     rounds: int = 0
     accepted: int = 0         # tokens the shadow's decoder rounds committed
     trials: int = 0           # the shadow's drafted trees followed to their end (Usage.trials)
-    trial_accepted: int = 0   # drafts their walks accepted at the method's widest width
+    trial_accepted: float = 0.0   # drafts their walks accepted at the method's widest width (weighted)
+    trial_weight: float = 0.0     # their weights (Usage.trial_weight)
     tokens: int = 0
     seconds: float = 0.0      # the shadow's total generation time over `tokens`
     ttft: deque = field(default_factory=lambda: deque(maxlen=WINDOW))
@@ -138,6 +139,7 @@ class Tally:
         self.accepted += usage.accepted
         self.trials += usage.trials
         self.trial_accepted += usage.trial_accepted
+        self.trial_weight += usage.trial_weight
         self.tokens += usage.completion_tokens
         self.seconds += usage.total_s
         self.ttft.append(usage.ttft_s)
@@ -153,8 +155,8 @@ class Tally:
         width commits, from the shadow's trials, so an adaptive shadow that ran plain rounds still
         says what its draft would accept; without trials (a plain shadow, or answers too short to
         finish one), tokens per round as run."""
-        if self.trials:
-            return 1.0 + self.trial_accepted / self.trials
+        if self.trial_weight:
+            return 1.0 + self.trial_accepted / self.trial_weight
         return self.accepted / self.rounds if self.rounds else None
 
     def to_dict(self) -> dict:

@@ -15,11 +15,20 @@ commits the most tokens per plain step's worth of time, its value
   where a fixed run of it would start a round (its chain): at T=0 a width's counted trials are
   exactly the rounds a fixed run of it makes over the same tokens. Where a round starts is not
   independent of what it accepts: trials started at every position read a draft at 4.1 tokens
-  a round where its fixed rounds realize 2.1, and trials started where a narrower verified
-  width's rounds start read 4.0. Every speculative round drafts; while plain decoding runs,
-  trial windows of `trial_window` consecutive rounds draft without verifying (each a draft
-  pass; a window's first trial starts the chains), one window every `trial_gap` rounds, every
-  `quiet_trial_gap` once several windows in a row found no width near paying.
+  a round where its fixed rounds realize 2.1. So a chain goes on only through rounds whose end
+  its bonus had to be: a plain round's one token, or a round that verified that width.
+- Measuring windows: every `trial_gap` tokens of a sequence (`quiet_trial_gap` once several in
+  a row found no width near paying; while a width runs, as rarely as keeps the widest's dearer
+  rounds under `measure_share`, at most `measure_gap`), whatever the content, `trial_window`
+  tokens run as the window's: while plain runs they draft without verifying (every width's
+  chain goes on through them), while a width runs they verify the widest. What the server says
+  its draft accepts (the widest width's tokens a round) comes from the widest's rounds that
+  start in a window after its first `burn_in` tokens, each weighted by the tokens its window
+  stands for: a sample of the content drawn as a fixed run's rounds are. Rounds the controller
+  chose are not such a sample (it runs a width while the content suits it), nor are rounds a
+  window's first trial starts wherever it opened (where the draft does well, one round eats the
+  window). On 128 prompts the tiny test pair's figure read 2.46-2.90, mean 2.63, for the 2.57 a
+  fixed run of budget 16 realizes; counted from the rounds the controller chose, 1.6 to 4.0.
 - Cost depends on the machine (rows per verify pass, the draft pass, the load). A width's
   cost is measured by running it: its round seconds over the moving average of plain steps.
   Both sides slow down alike under load, so the ratio holds where raw tokens/s would not.
@@ -108,9 +117,12 @@ class Controller:
     explore_share: float = 0.03  # most of the round time lost to rounds off the current setting
     explore_gap: int = 1  # fewest rounds between two exploring rounds
     allowance: float = 4.0  # plain steps' worth of loss the budget starts with
-    trial_window: int = 8  # while plain runs, this many rounds in a row draft trials ...
-    trial_gap: int = 64  # ... one window in this many rounds ...
-    quiet_trial_gap: int = 128  # ... this many once `min_trials` windows in a row found no width near paying
+    trial_window: int = 16  # a measuring window spans this many tokens (a sequence's) ...
+    burn_in: int = 8  # ... of which the rounds that start in the first this many count for no figure ...
+    trial_gap: int = 64  # ... and one opens every this many while plain runs ...
+    quiet_trial_gap: int = 128  # ... this many once `min_trials` windows in a row found no width near paying ...
+    measure_gap: int = 1024  # ... and at most this many while a width runs (its windows verify the widest) ...
+    measure_share: float = 0.015  # ... as often as keeps what those dearer rounds cost under this share
     min_trials: int = 3  # trials before a width's acceptance may send the controller to time it
     plain_gap: int = 32  # while a width runs, a plain step is re-timed this often
     retime_gap: int = 256  # a width not run for this many rounds may be timed again (the load moved)
@@ -123,8 +135,12 @@ class Controller:
     trial: bool = False  # the round just chosen drafts (for a trial) even if it verifies nothing
     current: Setting = field(init=False)
     trying: Setting | None = None  # a width being timed
-    last_trial: int = 0  # round the last trial window opened
-    window_end: int = 0  # rounds before this one are in the open window
+    measuring: bool = False  # the round just chosen is a window's: its trials say what the draft accepts
+    position: float = 0.0  # tokens committed per sequence so far (the batch's mean)
+    credit: float = 1.0  # windows owed (the first opens at once): each token adds 1 / its gap
+    window_end: float = 0.0  # the open window lasts until this position
+    window_weight: float = 1.0  # the tokens the open window stands for, in trial gaps
+    windows: int = 0  # windows opened so far (the open one's number)
     hopeless: int = 0  # windows in a row opened while no width was near paying
     last_exploration: int = 0
 
@@ -142,35 +158,62 @@ class Controller:
     def choose(self) -> Setting:
         """The setting for the next round; `trial` says whether a plain round drafts."""
         self.round += 1
-        self.trial = False
-        if self.fixed:
+        self.trial = self.measuring = False
+        if self.fixed:      # every round is one the operator chose: each measures the draft
+            self.measuring = True
             return self.current
         if self.churn:
             self.trial = True
             return min(self.settings, key=lambda s: s.last_round)
         if self.base.rounds < 2:  # a plain step is the unit of cost: time one first (the first primes)
             return self.base
-        if self.trying is not None and self.trying.measured < self.warmup and self._can_explore():
+        if self.trying is not None and (self.trying.measured >= self.warmup or not self._can_explore()):
+            self.trying = None
+        if self.trying is None:
+            self._settle()
+        if self.position < self.window_end or self._opens_window():
+            return self._measure()
+        if self.trying is not None:
             return self._explore(self.trying)
-        self.trying = None
-        self._settle()
         if not self.current.plain and self.round - self.base.last_round >= self.plain_gap:
             return self._explore(self.base)
         pick = self._promising()
         if pick is not None:
             self.trying = pick
             return self._explore(pick)
-        if self.current.plain:
-            self._window()
         return self.current
 
-    def _window(self) -> None:
-        """While plain runs, trials come in windows of consecutive rounds, so each width's
-        trials chain (one round's bonus is the next one's root) as its fixed rounds would."""
-        if self.round >= self.window_end and self.round - self.last_trial >= self._trial_gap():
-            self.last_trial, self.window_end = self.round, self.round + self.trial_window
+    def _opens_window(self) -> bool:
+        """Windows open on tokens alone, before anything the controller would pick, so where
+        they fall does not follow the content. Each token committed owes 1 / the gap of the
+        setting it ran under (`credit`); a window opens when a whole one is owed and weighs that
+        gap (`window_weight`, in trial gaps): where windows are sparser (nothing near paying, a
+        dear widest) each stands for more tokens, so no stretch of content counts more than its
+        share. (Weighing a window by the tokens since the last one gave a stretch of plain
+        rounds the weight of the width's window that ended it: SmolLM2's draft read 1.66 for 1.34.)"""
+        if self.credit < 1.0:
+            return False
+        self.credit -= 1.0
+        self.window_weight, self.windows = self._trial_gap() / self.trial_gap, self.windows + 1
+        self.window_end = self.position + self.trial_window
+        if self.current.plain:
             self.hopeless = 0 if self._near() > 1.0 else self.hopeless + 1
-        self.trial = self.round < self.window_end
+        return True
+
+    def _measure(self) -> Setting:
+        """A window's round. Its trials say what the draft accepts (the server's figure), because
+        windows sample the content as a fixed run's rounds do; the rounds the controller picks
+        do not: it runs a width while the content suits it (a width it ran read 3.6-4.0 tokens
+        a round where a fixed run of it realized 2.3-2.5), and it leaves plain where the draft
+        does well (windows opened only while plain ran read the widest at 1.8 for 2.5). While
+        plain runs a window's rounds draft without verifying, so every width's trials chain
+        through them (one round's bonus is the next one's root); while a width runs they verify
+        the widest, whose rounds chain through the window."""
+        self.measuring = True
+        if self.current.plain:
+            self.trial = True
+            return self.current
+        return self.settings[-1]
 
     def value(self, setting: Setting) -> float | None:
         """Tokens per plain step's time (plain: 1); None until both factors are measured."""
@@ -199,9 +242,18 @@ class Controller:
         each one's draft pass is most of what speculation costs)."""
         if min((s.trials for s in self.settings if not s.plain), default=0) < self.min_trials:
             return self.trial_window       # windows back to back
-        if self._near() > 1.0:
-            return max(2, self.trial_gap // 2)
+        if not self.current.plain:
+            return self._measure_gap()
         return self.quiet_trial_gap if self.hopeless >= self.min_trials else self.trial_gap
+
+    def _measure_gap(self) -> float:
+        """While a width runs, a window verifies the widest instead: as often as the plain
+        windows where that costs nearly nothing (a GPU's verify pass), less often where the
+        widest is dearer than the width running, so its extra cost stays under `measure_share`
+        of the time (windows weigh by their gap, so this spares time, not correctness)."""
+        widest = self.settings[-1]
+        extra = max(0.0, (widest.cost or self.floor(widest)) / (self.current.cost or 1.0) - 1.0)
+        return min(self.measure_gap, max(self.trial_gap, self.trial_window * extra / self.measure_share))
 
     def _settle(self) -> None:
         """Move to the most valuable measured setting if it beats the current one by `margin`."""
@@ -246,13 +298,15 @@ class Controller:
         return max(0.0, seconds - tokens * self.plain_seconds / here)
 
     def record(self, setting: Setting, tokens: int, seconds: float, full: bool = True,
-               draft_seconds: float = 0.0) -> None:
-        """A finished round: tokens committed (bonus included), its wall time, and of that the
-        draft pass's. `full`: every sequence could draft the setting's whole depth; a round cut
+               draft_seconds: float = 0.0, sequences: int = 1) -> None:
+        """A finished round: tokens committed (bonus included) by its `sequences`, its wall time,
+        and of that the draft pass's. `full`: every sequence could draft the setting's whole depth; a round cut
         short by a request's last tokens costs what it cost but says nothing of the setting."""
         if setting is not self.current and not self.churn:
             self.exploring += self._lost(tokens, seconds)
         self.spent += seconds
+        self.position += tokens / sequences
+        self.credit += tokens / sequences / self._trial_gap()
         setting.rounds += 1
         setting.last_round = self.round
         if draft_seconds > 0:

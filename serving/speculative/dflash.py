@@ -47,6 +47,7 @@ class DraftContext:
         self.trials: list = []                         # the adaptive controller's trees in flight (lane.py)
         self.chained: set[int] = set()                 # widths whose last trial round ended at the next root
         self.fresh = True                              # its first decoder round: where every width's run starts
+        self.window, self.window_tokens = 0, 0         # the controller's window it is in, tokens since it opened
 
     @property
     def length(self) -> int:

@@ -85,6 +85,23 @@ def drafts_cut(block: int, room: int) -> bool:
     return room < block
 
 
+def counts_for(context, controller: Controller, forced: bool) -> float:
+    """What the widest width's trial drafted on this sequence now counts for in what the server
+    says its draft accepts: a forced round's (a probe's) or a fixed setting's once; an adaptive
+    one's only inside a window, after its burn-in, with the window's weight. A window's first
+    trial starts the widest's chain wherever the window opened, and its round would eat the
+    window where the draft does well (a window read the draft at 1.5-1.9 tokens a round where
+    budget 16 realizes 2.6); rounds that start after a burn-in of tokens the content does not
+    choose sample it as a fixed run's rounds do (Controller._measure)."""
+    if forced or controller.fixed:
+        return 1.0
+    if not controller.measuring:
+        return 0.0
+    if context.window != controller.windows:
+        context.window, context.window_tokens = controller.windows, 0
+    return controller.window_weight if context.window_tokens >= controller.burn_in else 0.0
+
+
 def bucket(batch: int) -> int:
     """The smallest power of two >= batch: 1, 2, 4 (3-4), 8 (5-8), ..."""
     return 1 << (batch - 1).bit_length()
@@ -140,6 +157,7 @@ class SpecLane:
         controller = self.last = self.controller(len(seqs))
         probes = [s.request.probe for s in seqs]    # /health_generate: what the draft accepts, verified
         setting = controller.settings[-1] if any(probes) else controller.choose()
+        weights = [counts_for(s.state.draft, controller, any(probes)) for s in seqs]
         widest = controller.settings[-1].rows    # the tree planned: every width verifies its first rows
         block = self.drafter.needs.draft_tokens
         # measured unless more than a quarter of the sequences had their drafts cut short by their
@@ -157,7 +175,7 @@ class SpecLane:
         drafts = self._draft(seqs) if drafting else {}
         t1 = time.perf_counter()
         trees = self._plan(seqs, drafts, widest)
-        self._try(seqs, trees, short, controller)
+        self._try(seqs, trees, short, controller, weights)
         trees = [tree.prefix(min(setting.rows, s.state.cache.capacity - s.state.cache.length))
                  for s, tree in zip(seqs, trees)]
         t2 = time.perf_counter()
@@ -167,12 +185,12 @@ class SpecLane:
         choices = self._choices(seqs, trees, logits, slices)
         committed = [self._accept(seq, tree, choices[rows], hidden[rows])
                      for seq, tree, rows in zip(seqs, trees, slices)]
-        self._score(seqs, committed, widest)
+        self._score(seqs, committed, widest, setting.rows)
         if setting.rows == 1:
             self.drafter.absorb([s.state.draft for s in seqs if s.state.draft.pending_rows >= ABSORB_ROWS])
         t4 = time.perf_counter()
         controller.record(setting, sum(map(len, committed)), t4 - t0 - caught, full,
-                          t1 - t0 - caught if drafts else 0.0)
+                          t1 - t0 - caught if drafts else 0.0, len(seqs))
         self.times.add(len(seqs), sum(map(len, committed)), t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         return committed
 
@@ -201,35 +219,43 @@ class SpecLane:
                 else chain_tree(s.state.next, []) for i, s in enumerate(seqs)]
 
     @staticmethod
-    def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller) -> None:
+    def _try(seqs, trees: list[Tree], cut: list[bool], controller: Controller, weights: list[float]) -> None:
         """A trial of each drafted tree for every width whose last round on its sequence has
         ended, unless its sequence's last tokens cut the draft short; it counts for the widths
-        whose last round ended right here (serving.speculative.tree.Trial)."""
+        whose last round ended right here (serving.speculative.tree.Trial), and on the sequence
+        with its weight (`counts_for`)."""
         rows = [s.rows for s in controller.settings if not s.plain]
-        for seq, tree, short in zip(seqs, trees, cut):
+        for seq, tree, short, weight in zip(seqs, trees, cut, weights):
             context = seq.state.draft
             due = set(rows).difference(*(t.open for t in context.trials))
             if len(tree) > 1 and due and not short:
                 chained = due if context.fresh else context.chained & due
-                context.trials.append(Trial(tree, due, controller, chained))
+                context.trials.append(Trial(tree, due, controller, chained, weight))
             context.chained, context.fresh = set(), False      # a chain not continued here is broken
 
     @staticmethod
-    def _score(seqs, committed: list[list[int]], widest: int) -> None:
+    def _score(seqs, committed: list[list[int]], widest: int, verified: int) -> None:
         """Follow every running trial along the round's committed tokens; each counted width's
         round that ends is reported to the controller that drafted it, and the widest width's on
-        the sequence too (what its draft accepts, whatever its rounds ran)."""
+        the sequence too (what its draft accepts, whatever its rounds ran). A width's chain goes
+        on only where its bonus had to end the round: a plain round's one token, or a round that
+        verified that width. Where another width's round happened to end at its bonus, going on
+        would pick its next rounds by how this one fared against that width's (a budget-16 draft
+        that realizes 2.5 a round read 1.6 behind narrower rounds)."""
         for seq, tokens in zip(seqs, committed):
             context = seq.state.draft
+            context.window_tokens += len(tokens)
             for trial in context.trials:
                 for rows, accepted, here in trial.feed(tokens):
-                    if here:                                  # its bonus is the next round's root
+                    if here and verified in (1, rows):        # its bonus is the next round's root
                         context.chained.add(rows)
                     if rows not in trial.chained:
                         continue
                     trial.owner.observe(rows, accepted)
-                    if rows == widest:
-                        seq.trials, seq.trial_accepted = seq.trials + 1, seq.trial_accepted + accepted
+                    if rows == widest and trial.weight:
+                        seq.trials += 1
+                        seq.trial_accepted += trial.weight * accepted
+                        seq.trial_weight += trial.weight
             context.trials[:] = [t for t in context.trials if not t.done]
 
     def _verify(self, seqs, trees: list[Tree]):

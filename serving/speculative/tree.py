@@ -138,8 +138,11 @@ class Trial:
     argmax; with positional draws they are the samples a verify pass would draw, so each width's
     walk is exactly the one its verify would take."""
 
-    def __init__(self, tree: Tree, widths: Sequence[int], owner=None, chained: Sequence[int] = ()):
-        self.tree, self.owner = tree, owner
+    def __init__(self, tree: Tree, widths: Sequence[int], owner=None, chained: Sequence[int] = (),
+                 weight: float = 1.0):
+        # weight: what its widest round counts for in the server's figure (0: drafted outside
+        # a measuring window; serving.speculative.adaptive.Controller._measure)
+        self.tree, self.owner, self.weight = tree, owner, weight
         self.open = sorted(widths)                  # widths (verify rows) whose round has not ended
         self.chained = frozenset(chained)           # of those, the ones whose chain it continues
         self.row, self.path = 0, []                 # path: accepted rows, root excluded (ascending)

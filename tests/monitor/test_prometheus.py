@@ -36,8 +36,9 @@ def test_a_unit_becomes_a_target_labelled_by_what_it_runs():
 
 
 def query(base: str, promql: str) -> list[dict]:
-    body = httpx.get(base + "/api/v1/query", params={"query": promql}, timeout=5).json()
-    return body["data"]["result"]
+    response = httpx.get(base + "/api/v1/query", params={"query": promql}, timeout=5)
+    response.raise_for_status()    # 503 "Service Unavailable" while it starts (seen in CI): wait_for retries
+    return response.json()["data"]["result"]
 
 
 def wait_for(base: str, promql: str, seconds: float = 90) -> list[dict]:

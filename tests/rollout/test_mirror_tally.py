@@ -40,7 +40,7 @@ def test_the_shadows_accepted_length_is_its_drafts_from_trials_when_it_ran_plain
     would accept on this traffic: the rounds as run are tokens_per_round."""
     tally = Tally()
     plain_rounds = Usage(prompt_tokens=4, completion_tokens=9, rounds=8, accepted=8, ttft_s=0.01,
-                         total_s=0.03, trials=4, trial_accepted=6)
+                         total_s=0.03, trials=4, trial_accepted=6, trial_weight=4)
     tally.add(True, (1,) * 9, "length", (1,) * 9, "length", plain_rounds)
     shadow = tally.to_dict()["shadow"]
     assert shadow["accept_length"] == 2.5 and shadow["tokens_per_round"] == 1.0 and shadow["trials"] == 4

@@ -103,13 +103,17 @@ def test_adaptive_server_reports_its_choice_and_the_probe_forces_speculation(ada
 
 
 def test_the_served_default_path_reports_what_its_draft_accepts(tiny_dirs, distilled_drafts, tmp_path):
-    """Adaptive (the default) and a fixed budget, each its own server, the same completions at
-    T=0: the adaptive one reports its draft's acceptance at budget 16 from its trials, whatever
-    widths it verified, and its /health_generate verifies budget 16 every round, so both
-    servers' probes are the same rounds, to the token. (Before, the adaptive server's trials
-    read about 1.0 where the fixed one realized 1.4, and the gate reverted it.)"""
-    prompts = ["def fibonacci(n):", "1, 2, 3, 4,", "The quick brown fox", "import numpy as np",
-               "Once upon a time", "SELECT * FROM", "Dear Sir or Madam,", "<html><body>"]
+    """Adaptive (the default) and a fixed budget, each its own server, the same 128 completions at
+    T=0 (this tiny target answers ~20 tokens a millisecond): what the adaptive one says its draft
+    accepts at budget 16, from its measuring windows whatever widths it verified, is what the
+    fixed one realizes, within the windows' sampling error; and its /health_generate verifies
+    budget 16 every round, so both servers' probes are the same rounds, to the token. (Before,
+    the adaptive server's trials read about 1.0 where the fixed one realized 1.4 and the gate
+    reverted it; then, counted where the controller's own choices put them, 1.6 to 4.0 where
+    the fixed one realized 2.5: it runs a width while the content suits it.)"""
+    base = ["def fibonacci(n):", "1, 2, 3, 4,", "The quick brown fox", "import numpy as np",
+            "Once upon a time", "SELECT * FROM", "Dear Sir or Madam,", "<html><body>"]
+    prompts = [f"{b} {i}" for i in range(16) for b in base]
     figures = {}
     for mode in ("on", "off"):
         server = ServerProcess(tiny_dirs["llama"], tmp_path / f"adaptive-{mode}.log", "--speculative-algorithm",
@@ -117,21 +121,19 @@ def test_the_served_default_path_reports_what_its_draft_accepts(tiny_dirs, disti
                                "--speculative-ddtree-budget", "16", "--speculative-adaptive", mode,
                                "--health-generate-interval", "0").wait_ready()
         try:
-            for prompt in prompts:
-                body = {"model": "llama", "prompt": prompt, "max_tokens": 96, "temperature": 0}
-                assert httpx.post(server.url + "/v1/completions", json=body, timeout=60).status_code == 200
-            state = httpx.get(server.url + "/server_info", timeout=10).json()["internal_states"][0]
-            probe = httpx.get(server.url + "/health_generate", timeout=60).json()
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                for prompt in prompts:
+                    body = {"model": "llama", "prompt": prompt, "max_tokens": 96, "temperature": 0}
+                    assert client.post("/v1/completions", json=body).status_code == 200
+                state = client.get("/server_info").json()["internal_states"][0]
+                probe = client.get("/health_generate").json()
         finally:
             server.stop()
         figures[mode] = state["avg_spec_accept_length"], state["spec_accept_rounds"], state["avg_tokens_per_round"]
         assert probe["spec_rounds"] >= 4 and probe["accept_length"] > 1.0     # the gate's verdict: passes
         figures[mode + " probe"] = probe["tokens"], probe["accept_length"], probe["spec_rounds"]
     assert figures["on probe"] == figures["off probe"]
-    (adaptive, rounds, as_run), (fixed, fixed_rounds, fixed_as_run) = figures["on"], figures["off"]
-    assert fixed > 1.3 and abs(fixed - fixed_as_run) < 0.1        # a fixed run's trials are its rounds
-    # the adaptive one's budget-16 trials start where budget 16's last round ended, as the fixed
-    # one's rounds do, but only where the rounds it verified (narrower here) let that chain go
-    # on; on this tiny target's periodic text that still reads high, never near 1. How many
-    # trial rounds it runs follows the speeds it measures (a loaded CI machine: fewer, 26 seen)
-    assert rounds >= 16 and adaptive > 1.3 and adaptive > as_run, figures
+    (adaptive, rounds, _), (fixed, fixed_rounds, fixed_as_run) = figures["on"], figures["off"]
+    assert fixed > 2.0 and abs(fixed - fixed_as_run) < 0.1        # a fixed run's trials are its rounds
+    # ~300-470 window rounds: 2.46-2.90 measured in six runs for a fixed 2.57 (mean 2.63)
+    assert rounds >= 100 and abs(adaptive - fixed) < 0.25 * fixed, figures
