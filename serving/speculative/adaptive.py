@@ -27,8 +27,9 @@ commits the most tokens per plain step's worth of time, its value
   stands for: a sample of the content drawn as a fixed run's rounds are. Rounds the controller
   chose are not such a sample (it runs a width while the content suits it), nor are rounds a
   window's first trial starts wherever it opened (where the draft does well, one round eats the
-  window). On 128 prompts the tiny test pair's figure read 2.46-2.90, mean 2.63, for the 2.57 a
-  fixed run of budget 16 realizes; counted from the rounds the controller chose, 1.6 to 4.0.
+  window). Each answer's first round counts as well (serving.speculative.lane.counts_for). On
+  128 prompts the tiny test pair's figure read 2.34-2.68 for the 2.57 a fixed run of budget 16
+  realizes; counted from the rounds the controller chose, 1.6 to 4.0.
 - Cost depends on the machine (rows per verify pass, the draft pass, the load). A width's
   cost is measured by running it: its round seconds over the moving average of plain steps.
   Both sides slow down alike under load, so the ratio holds where raw tokens/s would not.
@@ -237,9 +238,10 @@ class Controller:
                    default=0.0)
 
     def _trial_gap(self) -> int:
-        """Trials more often until a few have scored the content, or while a width is close;
-        less often while they keep finding none close (on content the draft cannot predict,
-        each one's draft pass is most of what speculation costs)."""
+        """Windows back to back until a few trials have scored the content; less often while
+        they keep finding no width close (on content the draft cannot predict, each one's draft
+        passes are most of what speculation costs), and while a width runs as `_measure_gap`
+        says. Each window weighs its gap, so a sparser stretch still counts for its tokens."""
         if min((s.trials for s in self.settings if not s.plain), default=0) < self.min_trials:
             return self.trial_window       # windows back to back
         if not self.current.plain:
@@ -300,8 +302,9 @@ class Controller:
     def record(self, setting: Setting, tokens: int, seconds: float, full: bool = True,
                draft_seconds: float = 0.0, sequences: int = 1) -> None:
         """A finished round: tokens committed (bonus included) by its `sequences`, its wall time,
-        and of that the draft pass's. `full`: every sequence could draft the setting's whole depth; a round cut
-        short by a request's last tokens costs what it cost but says nothing of the setting."""
+        and of that the draft pass's. `full`: every sequence could draft the setting's whole
+        depth; a round cut short by a request's last tokens costs what it cost but says nothing
+        of the setting."""
         if setting is not self.current and not self.churn:
             self.exploring += self._lost(tokens, seconds)
         self.spent += seconds

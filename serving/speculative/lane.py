@@ -88,13 +88,18 @@ def drafts_cut(block: int, room: int) -> bool:
 def counts_for(context, controller: Controller, forced: bool) -> float:
     """What the widest width's trial drafted on this sequence now counts for in what the server
     says its draft accepts: a forced round's (a probe's) or a fixed setting's once; an adaptive
-    one's only inside a window, after its burn-in, with the window's weight. A window's first
-    trial starts the widest's chain wherever the window opened, and its round would eat the
-    window where the draft does well (a window read the draft at 1.5-1.9 tokens a round where
-    budget 16 realizes 2.6); rounds that start after a burn-in of tokens the content does not
-    choose sample it as a fixed run's rounds do (Controller._measure)."""
+    one's inside a window, after its burn-in, with the window's weight. A window's first trial
+    starts the widest's chain wherever the window opened, and its round would eat the window
+    where the draft does well (a window read the draft at 1.5-1.9 tokens a round where budget
+    16 realizes 2.6); rounds that start after a burn-in of tokens the content does not choose
+    sample it as a fixed run's rounds do (Controller._measure). A sequence's first round starts
+    where every fixed run does: each counts, weighed against the windows' rounds by how often
+    they are sampled (all of them, against a window's count over its gap), so a short answer,
+    whose last drafts are cut, still says what its draft accepts."""
     if forced or controller.fixed:
         return 1.0
+    if context.fresh:
+        return (controller.trial_window - controller.burn_in) / controller.trial_gap
     if not controller.measuring:
         return 0.0
     if context.window != controller.windows:

@@ -130,8 +130,8 @@ class Trial:
     that width's next round would draft. A trial drafted there continues the width's chain: its
     round starts where a fixed run of that width would start one, right after that width's last
     bonus or at the sequence's first decoder round, and only such rounds count (`chained`); one
-    drafted elsewhere (a trial window's first
-    round, or after the verified rounds skipped the position) starts a chain and is not counted,
+    drafted elsewhere (a measuring window's first round, after the verified rounds skipped the
+    position, or where another width's round merely ended there) starts a chain and is not counted,
     because where a round starts is not independent of what it accepts (inside a run the draft
     just predicted, it accepts more). So a width's counted trials are exactly the rounds a fixed
     run of it makes (serving.speculative.lane). At T=0 the committed tokens are the target's
