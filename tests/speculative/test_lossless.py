@@ -75,8 +75,9 @@ def test_greedy_speculative_equals_plain(plain_runs, targets, distilled_drafts, 
             assert (got.token_ids, got.text, got.finish_reason) == \
                 (expected.token_ids, expected.text, expected.finish_reason), (prompt, rule)
             reasons.add(got.finish_reason)
-        # some rounds really committed several tokens, so boundaries fell inside rounds
-        assert engine.stats.avg_spec_accept_length > 1.0
+        # some rounds really committed several tokens, so boundaries fell inside rounds (as run:
+        # what the draft accepts is a sample, and churn's rounds are no window's)
+        assert engine.stats.snapshot()["avg_tokens_per_round"] > 1.0
     finally:
         engine.stop()
     assert reasons == {"stop", "length"}
