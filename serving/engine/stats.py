@@ -61,7 +61,9 @@ class EngineStats:
     def avg_spec_accept_length(self) -> float:
         """Tokens per round of the method's widest width since start: what the draft accepts,
         whether the adaptive controller verified those rounds or ran plain beside them (a fixed
-        method's are its own rounds). Before any, tokens per round as run."""
+        method's are its own rounds; an adaptive one's, its measuring windows' and each answer's
+        first, weighted by how often each is sampled: serving.speculative.lane.counts_for).
+        Before any, tokens per round as run."""
         if self.trial_weight:
             return 1.0 + self.trial_accepted / self.trial_weight
         return self.accepted / self.rounds if self.rounds else 1.0
