@@ -60,7 +60,7 @@ def test_speculation_that_pays_is_chosen_at_the_best_width():
     chosen = w.run(c, 200)
     assert c.current.label == "budget 4"
     # the rest: plain steps re-timed (one in plain_gap rounds) and measuring windows, which verify
-    # the widest (16 tokens every 128: 4 rounds of 4 tokens in 32)
+    # the widest (16 tokens: 4 rounds), as rarely as keeps its extra cost under 1.5 %
     rest = [label for label in chosen[-50:] if label != "budget 4"]
     assert rest.count("plain") <= 2 and rest.count("budget 32") <= 8 and len(rest) == rest.count("plain") + \
         rest.count("budget 32")
@@ -90,6 +90,35 @@ def test_a_draft_whose_rounds_vary_is_run_at_its_best_width_not_left_by_chance()
         speeds[budget] = 1 / w.slowdown
     best = max(v for b, v in speeds.items() if b)
     assert best > 1.4 and speeds[None] >= 0.95 * best
+
+
+def test_windows_open_on_tokens_alone_and_weigh_the_gap_they_stand_for():
+    """A window is owed every gap of tokens, whatever the content: 64 while plain runs and a width
+    is near paying, 128 once none has been, and while a width runs as rarely as keeps the widest's
+    extra cost under measure_share; each weighs its gap in trial gaps, and a round that runs past
+    the point one was owed carries its excess to the next."""
+    c = tree_controller()
+    for s in c.settings[1:]:
+        s.trials = c.min_trials             # past the back-to-back windows of the start
+    opened = []
+    for _ in range(300):                    # plain, one token a round, nothing near paying
+        s = c.choose()
+        if c.measuring and c.windows > len(opened):
+            opened.append((c.position, c.window_weight))
+        c.record(s, 1, 0.1)
+    gaps = [b[0] - a[0] for a, b in zip(opened, opened[1:])]
+    # the first at once (after the two plain steps that time a step), then every 64 tokens (the
+    # two steps' credit carried), then every 128 once min_trials windows found nothing near paying
+    assert opened[0][0] == 2 and gaps[:2] == [62, 64] and gaps[-1] == 128
+    assert [w for _, w in opened][:3] == [1.0, 1.0, 1.0] and opened[-1][1] == 2.0
+    c.current, c.hopeless = c.settings[4], 0                            # budget 4 runs, 4 tokens a round
+    c.settings[4].cost, c.settings[-1].cost = 1.0, 1.5                  # the widest costs half again as much
+    assert c._measure_gap() == 16 * 0.5 / c.measure_share               # 533 tokens
+    c.credit = 0.0
+    c.record(c.settings[4], 4, 0.1)                                     # 4 tokens owe 4 / 533 of a window
+    assert c.credit == 4 / c._measure_gap()
+    c.settings[-1].cost = 1.0                                           # a GPU's flat verify pass
+    assert c._measure_gap() == c.trial_gap
 
 
 def test_speculation_that_loses_costs_its_trials_and_little_more():
