@@ -37,22 +37,25 @@ def parse_levels(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(levels)))
 
 
-def parse_budget(text: str) -> float:
+def parse_budget(text: str, option: str = "--budget") -> float:
     """`30m`, `90s`, `1h`, or seconds."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if not found or float(found[1]) <= 0:
-        raise BadInput(f"--budget: a time such as 30m, 90s or 1h, got {text!r}")
+        raise BadInput(f"{option}: a time such as 30m, 90s or 1h, got {text!r}")
     return float(found[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[found[2]]
 
 
 def tune(
     profile: Annotated[str, typer.Argument(help="Base profile (name or YAML path); candidates extend it.")],
     host: Host,
+    on: Annotated[Optional[str], typer.Option("--on", help="Run the candidates on this spare host of the inventory; production's host only serves the yardstick.")] = None,
     space: Annotated[Optional[Path], typer.Option("--space", help="YAML of profile key -> values, narrowing or extending the runtime's tunable keys.")] = None,
     prompts: Annotated[Optional[Path], typer.Option("--prompts", help="Prompt file (default: the shipped set).")] = None,
-    count: Annotated[int, typer.Option("--count", help="Requests per concurrency level.")] = 8,
+    mirrored: Annotated[bool, typer.Option("--mirrored", help="Load each candidate with production's own requests, copied by its tap (a bundled production with service.mirror), instead of a prompt file.")] = False,
+    mirror_wait: Annotated[str, typer.Option("--mirror-wait", help="With --mirrored: how long each candidate waits for --count requests (5m, 300s).")] = "5m",
+    count: Annotated[int, typer.Option("--count", help="Requests per concurrency level (with --mirrored: mirrored requests per candidate).")] = 8,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens generated per request.")] = 32,
-    concurrency: Annotated[str, typer.Option("--concurrency", help="Levels measured, e.g. 1,4.")] = "1,4",
+    concurrency: Annotated[Optional[str], typer.Option("--concurrency", help="Levels measured, e.g. 1,4 (default 1,4; not with --mirrored: the traffic's own).")] = None,
     objective: Annotated[str, typer.Option("--objective", help="throughput (tok/s) or latency (ITL p50).")] = "throughput",
     slo: Annotated[Optional[str], typer.Option("--slo", help="Bounds every level must meet, e.g. ttft_p99_ms=800,itl_p99_ms=60.")] = None,
     budget: Annotated[str, typer.Option("--budget", help="Stop starting candidates after this long (30m, 600s).")] = "30m",
@@ -66,10 +69,8 @@ def tune(
     dry_run: DryRun = False,
 ) -> None:
     """Find the best settings of PROFILE on HOST, measured beside production, which keeps serving."""
-    from ddops.rollout.shadow.compare import SettingsError, chosen_prompts
-    from ddops.rollout.shadow.prompts import load_prompts
     from ddops.tune import plan as plans
-    from ddops.tune.measure import Load, Requirements, parse_slo
+    from ddops.tune.measure import Requirements, parse_slo
 
     def body(out: Output) -> int:
         if objective not in ("throughput", "latency"):
@@ -78,10 +79,8 @@ def tune(
             raise BadInput(f"--search: auto, grid or model, got {search!r}")
         if trials is not None and trials < 1:
             raise BadInput(f"--trials: at least 1, got {trials}")
-        if not 1 <= count <= 1000 or not 1 <= max_tokens <= 4096:
-            raise SettingsError("--count must be 1..1000 and --max-tokens 1..4096")
-        levels, budget_s, bounds = parse_levels(concurrency), parse_budget(budget), parse_slo(slo)
-        load = Load(tuple(chosen_prompts(load_prompts(prompts), count)), levels, max_tokens)
+        budget_s, bounds = parse_budget(budget), parse_slo(slo)
+        load = load_of(prompts, mirrored, mirror_wait, count, max_tokens, concurrency)
         from ddops.profile import load_profile
         base = load_profile(profile)
         requirements = Requirements(base.rollout.min_token_equality, **bounds)
@@ -89,7 +88,10 @@ def tune(
         out.event("stage", f"planning: every candidate of {base.name}'s space checked on {host}")
         plan = plans.plan(profile, host, space_file=space, load=load, objective=objective,
                           requirements=requirements, search=search, trials=trials, budget_s=budget_s,
-                          port=port, production_unit=production_unit, inventory=inventory, connect=connect)
+                          port=port, production_unit=production_unit, inventory=inventory, connect=connect,
+                          spare=on)
+        from ddops.tune import study
+        plan.pace, plan.measured_before = study.pace_on(plan), study.measured_count(plan)   # from earlier runs
         _show_plan(out, plan)
         if not plan.runnable:
             return out.fail(exits.BAD_INPUT, f"all {len(plan.candidates)} candidates were refused before "
@@ -97,25 +99,50 @@ def tune(
                             **plan.to_dict())
         if dry_run:
             return out.finish(exits.OK, {"dry_run": True, **plan.to_dict()})
-        _consent(yes, f"Start up to {plan.trials} candidates of {base.name} beside production on {host}?", out)
+        where = f"on {on} (production on {host})" if on else f"beside production on {host}"
+        _consent(yes, f"Start up to {plan.trials} candidates of {base.name} {where}?", out)
         return _tune(out, plan, connect, inventory, apply, out_file)
 
     _run(_output(json_doc, json_events), body)
 
 
+def load_of(prompts: Path | None, mirrored: bool, mirror_wait: str, count: int, max_tokens: int,
+            concurrency: str | None):
+    """What each candidate is loaded with: the prompt file at each concurrency level, or
+    production's own requests, mirrored."""
+    from ddops.rollout.shadow.compare import SettingsError, chosen_prompts
+    from ddops.rollout.shadow.prompts import load_prompts
+    from ddops.tune.measure import MIRRORED, Load
+    if not 1 <= count <= 1000 or not 1 <= max_tokens <= 4096:
+        raise SettingsError("--count must be 1..1000 and --max-tokens 1..4096")
+    if mirrored and (prompts or concurrency):
+        raise BadInput("--mirrored loads the candidates with production's own requests, at their own "
+                       "concurrency: leave out --prompts and --concurrency")
+    if mirrored:
+        return Load((), (MIRRORED,), max_tokens, mirrored=True, count=count,
+                    wait_s=parse_budget(mirror_wait, "--mirror-wait"))
+    return Load(tuple(chosen_prompts(load_prompts(prompts), count)), parse_levels(concurrency or "1,4"), max_tokens)
+
+
 def _show_plan(out: Output, plan) -> None:
-    table = Table(title=f"tune plan: {plan.base.name} on {plan.host} ({plan.search}, study {plan.study})")
+    table = Table(title=f"tune plan: {plan.base.name} on {plan.runs_on} ({plan.search}, study {plan.study})")
     for name in ("candidate", "plan"):
         table.add_column(name)
     for c in plan.candidates:
         table.add_row(c.label, f"[red]skipped[/]: {c.skipped}" if c.skipped else "run")
     out.show(table)
+    resumed = f", {plan.measured_before} measured by an earlier run" if plan.measured_before else ""
     out.event("plan", f"{len(plan.runnable)} of {len(plan.candidates)} candidates can run "
                       f"({len(plan.candidates) - len(plan.runnable)} skipped before starting); up to {plan.trials} "
-                      f"measured as {plan.unit} on port {plan.port}, about {plan.estimate_s() / 60:.0f} min "
-                      f"(budget {plan.budget_s / 60:.0f} min); production {plan.production_unit} keeps serving",
+                      f"measured{resumed} as {plan.unit} on {plan.runs_on}:{plan.port}, about "
+                      f"{_minutes(plan.estimate_s())} ({plan.pace.basis}; budget {plan.budget_s / 60:.0f} min); "
+                      f"production {plan.production_unit} on {plan.host} keeps serving",
               runnable=len(plan.runnable), skipped=len(plan.candidates) - len(plan.runnable),
-              trials=plan.trials, estimate_s=round(plan.estimate_s()))
+              trials=plan.trials, estimate_s=round(plan.estimate_s()), estimate_basis=plan.pace.basis)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def _tune(out: Output, plan, connect, inventory, apply: bool, out_file) -> int:
@@ -123,6 +150,10 @@ def _tune(out: Output, plan, connect, inventory, apply: bool, out_file) -> int:
     from ddops.tune import result, study
     began = time.monotonic()
     ran = study.run(plan, connect, _progress(out))
+    if ran.reference.failed:
+        return out.fail(exits.FAILED, f"{ran.reference.failed}; no candidate was started",
+                        "production is untouched; `ddops diagnose` on the candidates' host reads why",
+                        tune=plan.to_dict(), wall_s=round(time.monotonic() - began, 1))
     for note in ran.notes:
         out.event("recovered", note)
     if ran.measured_before:

@@ -34,12 +34,28 @@ class Level:
         return asdict(self)
 
 
+MIRRORED = 0    # the level of mirrored traffic: its concurrency is the traffic's own
+
+
 @dataclass(frozen=True)
 class Load:
-    """What each level replays."""
+    """What each level replays; or, `mirrored`, production's own requests copied to the
+    endpoint until it has answered `count` of them (one level, MIRRORED), within `wait_s`."""
     prompts: tuple[Prompt, ...]
     levels: tuple[int, ...]
     max_tokens: int
+    mirrored: bool = False
+    count: int = 0
+    wait_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        if self.mirrored:
+            return {"mirrored": True, "count": self.count, "wait_s": self.wait_s}
+        return {"prompts": [p.text for p in self.prompts], "levels": list(self.levels), "max_tokens": self.max_tokens}
+
+
+def level_name(concurrency: int) -> str:
+    return "mirrored traffic" if concurrency == MIRRORED else f"concurrency {concurrency}"
 
 
 def itl_of(sample: Sample) -> float | None:
@@ -59,6 +75,17 @@ def level_of(concurrency: int, samples: Sequence[Sample], wall_s: float,
                  tokens / wall_s if done and wall_s > 0 else None,
                  percentile(ttfts, 50), percentile(ttfts, 99), percentile(itls, 50), percentile(itls, 99),
                  equality)
+
+
+def mirrored_level(stats: dict) -> Level:
+    """The level an endpoint ran on mirrored traffic, from its sink's GET /mirror/stats: per
+    request speed (completion tokens over the requests' own seconds: the arrival rate is the
+    traffic's, not the endpoint's), TTFT and ITL percentiles, and token equality with the
+    answers production actually sent."""
+    shadow, compared = stats["shadow"], stats["compared"]
+    return Level(MIRRORED, compared + stats["failed"], stats["failed"], shadow["tokens_per_s"],
+                 shadow["ttft_p50_s"], shadow.get("ttft_p99_s"), shadow["itl_p50_s"], shadow.get("itl_p99_s"),
+                 stats["deterministic"]["token_equality"] if stats["deterministic"]["requests"] else None)
 
 
 def run_level(endpoint: Endpoint, load: Load, concurrency: int,
@@ -98,7 +125,7 @@ class Requirements:
     def unmet(self, levels: Sequence[Level]) -> list[str]:
         found = []
         for lv in levels:
-            at = f"at concurrency {lv.concurrency}"
+            at = f"on {level_name(lv.concurrency)}" if lv.concurrency == MIRRORED else f"at concurrency {lv.concurrency}"
             if lv.errors:
                 found.append(f"{lv.errors} of {lv.requests} requests failed {at}")
             if lv.token_equality is not None and lv.token_equality < self.min_token_equality:

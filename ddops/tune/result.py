@@ -15,6 +15,7 @@ from pathlib import Path
 
 from optuna.trial import TrialState
 
+from ddops.tune.measure import level_name
 from ddops.tune.plan import Plan, extends_of, write_profile
 from ddops.tune.study import Reference, measured
 
@@ -90,20 +91,34 @@ def tuned_file(plan: Plan, out: Path | None) -> Path:
 def write_tuned(plan: Plan, chosen: Row, reference: Reference, out: Path | None) -> Path:
     """The winner as `<base>-tuned.yaml`: extends the base, only the winning values, its
     figures beside production's in the comment."""
-    lines = [f"Tuned by `ddops tune {plan.base_file.stem} --host {plan.host}` on {datetime.date.today().isoformat()} "
+    spare = f" --on {plan.spare}" if plan.spare else ""
+    lines = [f"Tuned by `ddops tune {plan.base_file.stem} --host {plan.host}{spare}` on {datetime.date.today().isoformat()} "
              f"(study {plan.study}, {plan.objective}).",
-             f"{chosen.label}: {chosen.objective:.2f}x production ({plan.production_unit}) over "
-             f"concurrency {', '.join(map(str, plan.load.levels))}, {len(plan.load.prompts)} prompts x "
-             f"{plan.load.max_tokens} tokens."]
+             f"{chosen.label}: {chosen.objective:.2f}x {_against(plan)} {_load(plan)}."]
     for lv in chosen.levels:
         prod = reference.level(lv["concurrency"])
-        lines.append(f"  concurrency {lv['concurrency']}: {_num(lv['tokens_per_s'])} tok/s "
-                     f"(production {_num(prod.tokens_per_s)}), ITL p50 {_ms(lv['itl_p50_s'])} "
-                     f"(production {_ms(prod.itl_p50_s)}), token equality {lv['token_equality']:.3f}")
+        equality = "-" if lv["token_equality"] is None else f"{lv['token_equality']:.3f}"
+        lines.append(f"  {level_name(lv['concurrency'])}: {_num(lv['tokens_per_s'])} tok/s "
+                     f"(yardstick {_num(prod.tokens_per_s)}), ITL p50 {_ms(lv['itl_p50_s'])} "
+                     f"(yardstick {_ms(prod.itl_p50_s)}), token equality with production {equality}")
     if chosen.accept_length:
         lines.append(f"  accepted length {chosen.accept_length:.2f} tokens a round")
     path = tuned_file(plan, out)
     return write_profile(path, extends_of(plan.base_file, path), chosen.overrides, lines)
+
+
+def _against(plan: Plan) -> str:
+    if plan.load.mirrored:
+        return f"{plan.base.name} as it is (the yardstick, run as a candidate)"
+    return f"production ({plan.production_unit})"
+
+
+def _load(plan: Plan) -> str:
+    if plan.load.mirrored:
+        return (f"on {plan.load.count} of production's own requests each, mirrored from "
+                f"{plan.production_unit} on {plan.host}")
+    return (f"over concurrency {', '.join(map(str, plan.load.levels))}, {len(plan.load.prompts)} prompts x "
+            f"{plan.load.max_tokens} tokens")
 
 
 def _num(value) -> str:

@@ -15,6 +15,7 @@ objective as a multiple of production's: 0 when it did not start, or failed a re
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from contextlib import contextmanager
@@ -28,8 +29,8 @@ from ddops.rollout import host_changes
 from ddops.rollout.shadow.compare import Endpoint
 from ddops.rollout.shadow.lifecycle import api_key_of, production_of
 from ddops.tune import space as spaces
-from ddops.tune.measure import Level, geomean, ratio, run_level
-from ddops.tune.plan import Candidate, Plan
+from ddops.tune.measure import Level, geomean, level_name, mirrored_level, ratio, run_level
+from ddops.tune.plan import Candidate, Pace, Plan
 
 PRUNE_BELOW = 0.8
 SEED = 0
@@ -51,6 +52,41 @@ class ClearlyWorse(optuna.pruners.BasePruner):
 def storage_url(plan: Plan) -> str:
     plan.folder.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{plan.folder.parent / 'studies.db'}"
+
+
+def _storage(plan: Plan) -> str | None:
+    """The studies' SQLite URL when a study was ever kept there (planning creates nothing)."""
+    return storage_url(plan) if (plan.folder.parent / "studies.db").exists() else None
+
+
+def measured_count(plan: Plan) -> int:
+    """Runnable candidates this plan's study measured in earlier runs (a rerun measures the rest)."""
+    url = _storage(plan)
+    if url is None or plan.study not in optuna.get_all_study_names(url):
+        return 0
+    done = measured(optuna.load_study(study_name=plan.study, storage=url))
+    return len([c for c in plan.runnable if c.id in done])
+
+
+def pace_on(plan: Plan) -> Pace:
+    """The host's pace from every study's candidates started on it before: the median start
+    (deploy and gate) and the median of each candidate's wall time per completion token asked."""
+    url = _storage(plan)
+    if url is None:
+        return Pace()
+    starts, per_token = [], []
+    for name in optuna.get_all_study_names(url):
+        for t in optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False):
+            attrs = t.user_attrs
+            if attrs.get("runs_on") != plan.runs_on or "start_s" not in attrs:
+                continue
+            starts.append(attrs["start_s"])
+            if attrs.get("tokens_asked"):
+                per_token.append(attrs["measure_s"] / attrs["tokens_asked"])
+    if not starts:
+        return Pace()
+    token_s = statistics.median(per_token) if per_token else Pace.token_s
+    return Pace(statistics.median(starts), token_s, len(starts), plan.runs_on)
 
 
 def open_study(plan: Plan) -> optuna.Study:
@@ -77,6 +113,7 @@ class Reference:
     """Production measured at each level: the yardstick and the answers candidates must match."""
     levels: list[Level]
     samples: dict[int, list]
+    failed: str | None = None       # mirrored: why the base's own yardstick did not start
 
     def level(self, concurrency: int) -> Level:
         return next(lv for lv in self.levels if lv.concurrency == concurrency)
@@ -90,6 +127,13 @@ def measure_production(plan: Plan, url: str) -> Reference:
         levels.append(level)
         samples[c] = got
     return Reference(levels, samples)
+
+
+def yardstick(plan: Plan, remote) -> Reference:
+    """Production measured where it runs (`remote`: production's host)."""
+    prod = production_of(remote, plan.production_unit)
+    with host_changes.dialable(remote.host, prod.url) as url:
+        return measure_production(plan, url)
 
 
 @contextmanager
@@ -113,12 +157,55 @@ def renewing(connect, host: str):
 
 
 class Runner:
-    """Runs trials: each candidate deployed as the tune unit (gated), measured, removed."""
+    """Runs trials: each candidate deployed as the tune unit (gated), measured, removed.
+    `production`: production's endpoint, dialable here, whose tap a mirrored load points."""
 
-    def __init__(self, plan: Plan, remote, reference: Reference, progress):
+    def __init__(self, plan: Plan, remote, reference: Reference | None, progress, production: Endpoint | None = None):
         self.plan, self.remote, self.reference, self.progress = plan, remote, reference, progress
+        self.production = production
         self.by_id = {c.id: c for c in plan.candidates}
         self.started = 0            # candidates started in this run
+
+    @contextmanager
+    def deployed(self, candidate: Candidate):
+        """The candidate as the tune unit, bound to the lease, gated; removed on the way out,
+        whatever ends the block. Yields the deploy's result."""
+        from ddops.deploy import lease
+        plan, remote = self.plan, self.remote
+        self.progress("candidate", f"{candidate.label}: start as {plan.unit} on {plan.runs_on}:{plan.port}")
+        lease.bind(remote, plan.unit)
+        try:
+            yield host_changes.deploy(remote, candidate.target, f"ddops tune {plan.base.name} ({candidate.label})",
+                                      self.progress)
+        finally:
+            lease.remove_candidate(remote, plan.unit)
+
+    def on_mirrored(self, candidate: Candidate, endpoint: Endpoint) -> tuple[Level, float | None]:
+        """Production's tap pointed at the candidate until it answered the load's count of
+        production's requests, or the wait ran out; the tap is turned off whatever happens."""
+        from ddops.rollout.shadow import mirrored
+        load = self.plan.load
+        mirrored.start_tap(self.production, candidate.target.spec.base_url, api_key_of(self.plan.base), 0.0)
+        try:
+            deadline = time.monotonic() + load.wait_s
+            while (stats := mirrored.sink_of(endpoint))["compared"] < load.count and time.monotonic() < deadline:
+                time.sleep(1.0)
+        finally:
+            mirrored.stop_tap(self.production)
+        return mirrored_level(stats), stats["shadow"]["accept_length"]
+
+    def yardstick(self) -> Reference:
+        """Mirrored: the base profile itself, run as a candidate on the same traffic."""
+        base = self.plan.reference
+        with self.deployed(base) as done:
+            if done.code != 0:
+                return Reference([], {}, failed=f"the yardstick, {self.plan.base.name} as {self.plan.unit}, "
+                                                f"did not start ({done.result}: {done.message})")
+            with host_changes.dialable(self.remote.host, base.target.spec.base_url) as url:
+                level, _ = self.on_mirrored(base, Endpoint("yardstick", url, api_key=api_key_of(self.plan.base)))
+        self.progress("production", f"{self.plan.base.name} as it is, on {level_name(level.concurrency)}: "
+                                    f"{_figure(level)}")
+        return Reference([level], {})
 
     def suggest(self, trial: optuna.Trial) -> dict:
         if self.plan.search == "grid":
@@ -153,37 +240,39 @@ class Runner:
         return self.run(trial, candidate)
 
     def run(self, trial: optuna.Trial, candidate: Candidate) -> float:
-        from ddops.deploy import lease
-        plan, remote = self.plan, self.remote
         self.started += 1
-        self.progress("candidate", f"{candidate.label}: start as {plan.unit} on {plan.host}:{plan.port}")
         began = time.monotonic()
-        lease.bind(remote, plan.unit)
+        trial.set_user_attr("runs_on", self.plan.runs_on)
         try:
-            deployed = host_changes.deploy(remote, candidate.target, f"ddops tune {plan.base.name} ({candidate.label})",
-                                           self.progress)
-            if deployed.code != 0:
-                trial.set_user_attr("failed", f"{deployed.result}: {deployed.message}")
-                self.progress("candidate", f"{candidate.label}: did not start ({deployed.result})")
-                return 0.0
-            return self.measure(trial, candidate)
+            with self.deployed(candidate) as deployed:
+                trial.set_user_attr("start_s", round(time.monotonic() - began, 1))
+                if deployed.code != 0:
+                    trial.set_user_attr("failed", f"{deployed.result}: {deployed.message}")
+                    self.progress("candidate", f"{candidate.label}: did not start ({deployed.result})")
+                    return 0.0
+                return self.measure(trial, candidate)
         finally:
-            lease.remove_candidate(remote, plan.unit)
             trial.set_user_attr("wall_s", round(time.monotonic() - began, 1))
 
     def measure(self, trial: optuna.Trial, candidate: Candidate) -> float:
         plan = self.plan
         levels, ratios, accept = [], [], None
+        began = time.monotonic()
         with host_changes.dialable(self.remote.host, candidate.target.spec.base_url) as url:
             endpoint = Endpoint("candidate", url, api_key=api_key_of(plan.base))
             for step, c in enumerate(plan.load.levels):
-                level, _, accept = run_level(endpoint, plan.load, c, self.reference.samples[c])
+                if plan.load.mirrored:
+                    level, accept = self.on_mirrored(candidate, endpoint)
+                else:
+                    level, _, accept = run_level(endpoint, plan.load, c, self.reference.samples[c])
+                    trial.set_user_attr("measure_s", round(time.monotonic() - began, 2))
+                    trial.set_user_attr("tokens_asked", (step + 1) * len(plan.load.prompts) * plan.load.max_tokens)
                 levels.append(level)
                 ratios.append(ratio(level, self.reference.level(c), plan.objective))
                 trial.set_user_attr("levels", [lv.to_dict() for lv in levels])
                 trial.set_user_attr("accept_length", accept)
-                self.progress("candidate", f"{candidate.label}: concurrency {c}: "
-                              f"{_figure(level)}, {ratios[-1] or 0:.2f}x production")
+                self.progress("candidate", f"{candidate.label}: {level_name(c)}: "
+                              f"{_figure(level)}, {ratios[-1] or 0:.2f}x {_yardstick(plan)}")
                 if step == 0 and len(plan.load.levels) > 1:
                     trial.report(ratios[-1] or 0.0, 0)
                     if trial.should_prune():
@@ -191,12 +280,19 @@ class Runner:
                                                       f"below {PRUNE_BELOW} of the best's")
                         raise optuna.TrialPruned()
         unmet = plan.requirements.unmet(levels)
+        if plan.load.mirrored and levels[0].requests < plan.load.count:
+            unmet.append(f"{levels[0].requests} of {plan.load.count} mirrored requests answered within "
+                         f"{plan.load.wait_s:.0f} s")
         value = geomean(ratios)
         trial.set_user_attr("objective", value)
         if unmet:
             trial.set_user_attr("unmet", unmet)
             return 0.0
         return value
+
+
+def _yardstick(plan: Plan) -> str:
+    return f"{plan.base.name} as it is" if plan.load.mirrored else "production"
 
 
 def _figure(level: Level) -> str:
@@ -222,20 +318,51 @@ def run(plan: Plan, connect, progress) -> Ran:
     study = open_study(plan)
     before = len([c for c in plan.runnable if c.id in measured(study)])
     notes: list[str] = []
-    with connect(plan.host) as remote:
-        notes += lease.take(remote, Holder.here(f"ddops tune {plan.base.name} --host {plan.host}"))
+    spare = f" --on {plan.spare}" if plan.spare else ""
+    with connect(plan.runs_on) as remote:
+        notes += lease.take(remote, Holder.here(f"ddops tune {plan.base.name} --host {plan.host}{spare}"))
         try:
-            with renewing(connect, plan.host):
-                prod = production_of(remote, plan.production_unit)
-                progress("production", f"measuring {plan.production_unit} at concurrency "
-                                       f"{', '.join(map(str, plan.load.levels))} (the yardstick)")
-                with host_changes.dialable(remote.host, prod.url) as url:
-                    reference = measure_production(plan, url)
-                runner = Runner(plan, remote, reference, progress)
-                _optimize(study, plan, runner)
+            with renewing(connect, plan.runs_on):
+                if plan.load.mirrored:
+                    runner = mirrored_runner(plan, connect, remote, progress)
+                    with runner.tapping:
+                        runner.reference = runner.yardstick()
+                        if not runner.reference.failed:
+                            _optimize(study, plan, runner)
+                    reference = runner.reference
+                else:
+                    progress("production", f"measuring {plan.production_unit} on {plan.host} at concurrency "
+                                           f"{', '.join(map(str, plan.load.levels))} (the yardstick)")
+                    if plan.spare:
+                        with connect(plan.host) as production_host:
+                            reference = yardstick(plan, production_host)
+                    else:
+                        reference = yardstick(plan, remote)
+                    runner = Runner(plan, remote, reference, progress)
+                    _optimize(study, plan, runner)
         finally:
             lease.release(remote)
     return Ran(study, reference, notes, before, runner.started)
+
+
+def mirrored_runner(plan: Plan, connect, remote, progress) -> Runner:
+    """A runner whose `tapping` context holds production's endpoint dialable for the tap."""
+    from contextlib import ExitStack
+    runner = Runner(plan, remote, None, progress)
+    stack = ExitStack()
+
+    @contextmanager
+    def tapping():
+        with stack:
+            production_host = remote if not plan.spare else stack.enter_context(connect(plan.host))
+            prod = production_of(production_host, plan.production_unit)
+            url = stack.enter_context(host_changes.dialable(production_host.host, prod.url))
+            runner.production = Endpoint("production", url, api_key=api_key_of(plan.base))
+            progress("production", f"{plan.production_unit} on {plan.host} copies its requests to each "
+                                   f"candidate in turn until it answered {plan.load.count} of them")
+            yield
+    runner.tapping = tapping()
+    return runner
 
 
 def _optimize(study: optuna.Study, plan: Plan, runner: Runner) -> None:

@@ -141,6 +141,16 @@ def start_relay(remote, record, source: Source, key: str | None, sample: float) 
             time.sleep(0.5)
 
 
+def tap_of(production: Endpoint) -> dict:
+    """Production's GET /mirror: whether it allows a tap, where it copies to, its counts."""
+    return _get(production, "/mirror")
+
+
+def sink_of(shadow: Endpoint) -> dict:
+    """The shadow's GET /mirror/stats: what it regenerated and how it compared."""
+    return _get(shadow, "/mirror/stats")
+
+
 def stop_tap(production: Endpoint) -> None:
     with _client(production) as client:
         client.delete("/mirror")
