@@ -11,7 +11,7 @@ APT_PACKAGES := openssh-server openssh-client systemd-container debootstrap ipro
                                      # downloads browsers); prometheus: promtool and a real server for tests/monitor,
                                      # prometheus-alertmanager: the Alertmanager those alerts reach there
 
-.PHONY: setup apt venv models vllm sglang-argparse gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench-shadow-gate bench-tune bench bench-load fuzz abuse test demo release-check clean lab-down
+.PHONY: setup apt venv models vllm sglang-argparse gpu-wheels gpu-check bench-vllm bench-peer drafter drafter-long bench-shadow-gate bench-tune bench-tune-vllm bench bench-load fuzz abuse test demo release-check clean lab-down
 
 setup: apt venv
 
@@ -82,6 +82,10 @@ bench-shadow-gate: drafter
 bench-tune: drafter
 	$(PY) -m ddops lab up -n 1
 	$(PY) -m ddops.lab.bench_tune --host lab-1 --trials 6
+
+bench-tune-vllm: drafter vllm
+	$(PY) -m ddops lab up -n 1
+	$(PY) -m ddops.lab.bench_tune --host lab-1 --runtime vllm --trials 3
 
 bench: drafter
 	mkdir -p $(DDOPS_CACHE)/bench

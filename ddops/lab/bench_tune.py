@@ -2,10 +2,13 @@
 (docs/tune.md "Measured"):
 
     python -m ddops.lab.bench_tune --host lab-1 --trials 6
+    python -m ddops.lab.bench_tune --host lab-1 --runtime vllm --trials 3     # vLLM-CPU candidates
 
 Pushes SmolLM2 and the project's drafter ($DDOPS_CACHE/models, from `make drafter`) to the host,
 deploys `cpu-smollm2-ar` as production, then tunes `cpu-smollm2-ddtree` over SPACE twice: every
 candidate (--search grid), then at most --trials of them drawn by Optuna's TPE (--search model).
+With `--runtime vllm` it first installs vLLM-CPU on the host (`ddops install-runtime`) and tunes
+`cpu-smollm2-vllm` over VLLM_SPACE (vLLM's batch size and batched-token keys, eager).
 Prints both runs' choices, the model's choice as the grid measured it over the grid's best
 (the goal is >= 0.95), and the model's wall time over the grid's (the goal is <= 0.5). Both
 searches load production's own yardstick at their start; asserts nothing. Needs `ddops lab up`.
@@ -23,12 +26,18 @@ from pathlib import Path
 
 import yaml
 
-from ddops.lab.bench_shadow_gate import prepare
+from ddops.lab.bench_shadow_gate import ddops, prepare
 from ddops.lab.faults import use_demo_key
 
 SPACE = {"speculative.algorithm": ["none", "dflash", "ddtree"], "speculative.block_size": [4, 8],
          "speculative.ddtree_budget": [8, 16, 32], "speculative.adaptive": [True, False],
          "memory.max_running_requests": [4]}
+# vLLM-CPU 0.32: --max-num-seqs x --max-num-batched-tokens (vLLM's own benchmarks/auto_tune pair),
+# eager (a compiled start on this CPU costs minutes a candidate). The project's draft accepts
+# 1.00 token a round under vLLM (docs/tune.md), so DFlash candidates would only fail their gate.
+VLLM_SPACE = {"memory.max_running_requests": [2, 4, 8, 16], "memory.chunked_prefill_size": [2048, 8192],
+              "cuda_graph.enabled": [False]}
+PROFILES = {"bundled": ("cpu-smollm2-ddtree", SPACE), "vllm": ("cpu-smollm2-vllm", VLLM_SPACE)}
 
 
 def tune(profile: str, host: str, space: Path, search: str, trials: int | None, work: Path) -> dict:
@@ -48,16 +57,22 @@ def main() -> None:
     parser.add_argument("--host", default="lab-1")
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--production", default="cpu-smollm2-ar")
-    parser.add_argument("--profile", default="cpu-smollm2-ddtree")
+    parser.add_argument("--runtime", choices=sorted(PROFILES), default="bundled",
+                        help="whose candidates: the bundled runtime's or vLLM-CPU's (installed on the host first)")
     args = parser.parse_args()
     use_demo_key()
+    profile, chosen_space = PROFILES[args.runtime]
     prepare(args.host, args.production, Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops")) / "models")
+    if args.runtime != "bundled":
+        installed = ddops("install-runtime", "--runtime", args.runtime, "--host", args.host)
+        if installed["exit"] != 0:
+            sys.exit(f"install-runtime {args.runtime}: {installed.get('error') or installed.get('message')}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         space = work / "space.yaml"
-        space.write_text(yaml.safe_dump(SPACE))
-        grid = tune(args.profile, args.host, space, "grid", None, work)
-        model = tune(args.profile, args.host, space, "model", args.trials, work)
+        space.write_text(yaml.safe_dump(chosen_space))
+        grid = tune(profile, args.host, space, "grid", None, work)
+        model = tune(profile, args.host, space, "model", args.trials, work)
     by_label = {r["label"]: r for r in grid["rows"]}
     for name, doc in (("grid", grid), ("model", model)):
         chosen = doc.get("chosen") or {}

@@ -52,10 +52,12 @@ class Pace:
     token_s: float = TOKEN_GUESS_S
     candidates: int = 0               # how many candidates the medians rest on
     host: str | None = None
+    runtime: str | None = None
 
     @property
     def basis(self) -> str:
-        return (f"measured: {self.candidates} candidate(s) started on {self.host} before" if self.candidates
+        return (f"measured: {self.candidates} {self.runtime} candidate(s) started on {self.host} before"
+                if self.candidates
                 else f"guessed: {START_GUESS_S} s a start, {TOKEN_GUESS_S * 1000:.0f} ms a token")
 
 

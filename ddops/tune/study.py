@@ -69,8 +69,9 @@ def measured_count(plan: Plan) -> int:
 
 
 def pace_on(plan: Plan) -> Pace:
-    """The host's pace from every study's candidates started on it before: the median start
-    (deploy and gate) and the median of each candidate's wall time per completion token asked."""
+    """The host's pace from every study's candidates of the same runtime started on it before:
+    the median start (deploy and gate) and the median of each candidate's wall time per
+    completion token asked. (A vLLM start takes seconds where the bundled runtime's takes a few.)"""
     url = _storage(plan)
     if url is None:
         return Pace()
@@ -78,7 +79,8 @@ def pace_on(plan: Plan) -> Pace:
     for name in optuna.get_all_study_names(url):
         for t in optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False):
             attrs = t.user_attrs
-            if attrs.get("runs_on") != plan.runs_on or "start_s" not in attrs:
+            if (attrs.get("runs_on"), attrs.get("runtime")) != (plan.runs_on, plan.base.runtime) \
+                    or "start_s" not in attrs:
                 continue
             starts.append(attrs["start_s"])
             if attrs.get("tokens_asked"):
@@ -86,7 +88,7 @@ def pace_on(plan: Plan) -> Pace:
     if not starts:
         return Pace()
     token_s = statistics.median(per_token) if per_token else Pace.token_s
-    return Pace(statistics.median(starts), token_s, len(starts), plan.runs_on)
+    return Pace(statistics.median(starts), token_s, len(starts), plan.runs_on, plan.base.runtime)
 
 
 def open_study(plan: Plan) -> optuna.Study:
@@ -243,6 +245,7 @@ class Runner:
         self.started += 1
         began = time.monotonic()
         trial.set_user_attr("runs_on", self.plan.runs_on)
+        trial.set_user_attr("runtime", self.plan.base.runtime)
         try:
             with self.deployed(candidate) as deployed:
                 trial.set_user_attr("start_s", round(time.monotonic() - began, 1))

@@ -8,8 +8,10 @@ fails at start is reverted byte for byte and the previous vLLM answers again."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
+import yaml
 
 from tests.conftest import TEST_API_KEY
 from tests.deploy.peer_site import peer_site, told
@@ -40,6 +42,41 @@ def test_bundled_production_serves_smollm2(vsite):
     assert (code, out["result"]) == (0, "deployed"), told(out)
     vsite.bundled_answer = vsite.ask().json()["choices"][0]["message"]["content"]
     assert "Paris" in vsite.bundled_answer
+
+
+def test_tune_measures_a_vllm_candidate_beside_bundled_production_serving_a_client(vsite, tmp_path):
+    """`ddops tune` of the vLLM profile from the runtime table's keys, its candidate started as
+    vtest-tune.service beside the bundled production, which answers a client throughout."""
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"memory.max_running_requests": [4], "memory.chunked_prefill_size": [2048],
+                                     "cuda_graph.enabled": [False], "memory.mem_fraction_static": [],
+                                     "speculative.algorithm": []}))
+    before, errors, stop = vsite.started(), [], threading.Event()
+
+    def client():
+        while not stop.is_set():
+            answer = vsite.ask(max_tokens=4)
+            errors.extend([answer.status_code] if answer.status_code != 200 else [])
+    asking = threading.Thread(target=client, daemon=True)
+    asking.start()
+    try:
+        done = vsite.ddops("tune", "cpu-smollm2-vllm", "--host", vsite.name, "--production-unit", vsite.unit,
+                           "--port", "30202", "--space", str(space), "--count", "2", "--max-tokens", "16",
+                           "--concurrency", "1", "--out", str(tmp_path / "tuned.yaml"), "--yes", "--json")
+    finally:
+        stop.set()
+        asking.join(timeout=150)
+    doc = json.loads(done.stdout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    row, = doc["rows"]
+    assert row["status"] == "chosen" and row["label"] == "max_running_requests=4 chunked_prefill_size=2048 " \
+                                                         "cuda_graph.enabled=False"
+    level, = row["levels"]
+    assert level["errors"] == 0 and level["token_equality"] == 1.0 and level["tokens_per_s"] > 0
+    tuned = (tmp_path / "tuned.yaml").read_text()
+    assert "max_num_seqs" not in tuned and "max_running_requests: 4" in tuned      # profile keys, not flags
+    assert vsite.started() == before and errors == []                              # production untouched
+    assert vsite.remote.read("/etc/systemd/system/vtest-tune.service") is None
 
 
 def test_vllm_replaces_bundled_passes_the_gate_and_answers_from_outside(vsite):

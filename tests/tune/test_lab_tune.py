@@ -176,7 +176,7 @@ def test_a_tuner_on_a_spare_host_killed_leaves_nothing_running_and_a_rerun_resum
     # the rerun's plan says what is left and how long it takes, from the first run's candidate
     plan = lab.json(*args, "--dry-run", expect=0)
     assert plan["measured_before"] == 1 and plan["runs_on"] == "lab-2"
-    assert plan["estimate_basis"].startswith("measured: 1 candidate(s) started on lab-2")
+    assert plan["estimate_basis"].startswith("measured: 1 bundled candidate(s) started on lab-2")
     # the rerun resumes the study: the first candidate is not measured again
     rerun = lab.json(*args, expect=0)
     assert rerun["measured_before"] == 1 and rerun["started"] == 1

@@ -36,11 +36,11 @@ def _plan(load: Load, pace: Pace, trials: int, measured_before: int = 0) -> Plan
 
 def test_the_plan_s_time_is_the_yardstick_and_each_candidate_left_at_the_host_s_pace():
     load = Load(("a", "b"), (1, 4), 16)                           # 2 prompts x 2 levels x 16 tokens = 64
-    pace = Pace(start_s=20.0, token_s=0.05, candidates=3, host="lab-2")
+    pace = Pace(start_s=20.0, token_s=0.05, candidates=3, host="lab-2", runtime="bundled")
     assert _plan(load, pace, trials=3).estimate_s() == pytest.approx(64 * 0.05 + 3 * (20 + 64 * 0.05))
     # a resumed study: only the candidates left, and production's yardstick again
     assert _plan(load, pace, trials=3, measured_before=2).estimate_s() == pytest.approx(3.2 + 23.2)
-    assert pace.basis == "measured: 3 candidate(s) started on lab-2 before"
+    assert pace.basis == "measured: 3 bundled candidate(s) started on lab-2 before"
     assert Pace().basis.startswith("guessed") and Pace().start_s == START_GUESS_S
     # mirrored: the traffic sets the pace; the bound is each start and wait, the yardstick's too
     mirrored = Load((), (MIRRORED,), 16, mirrored=True, count=8, wait_s=120.0)
