@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import optuna
@@ -71,7 +71,8 @@ def measured_count(plan: Plan) -> int:
 def pace_on(plan: Plan) -> Pace:
     """The host's pace from every study's candidates of the same runtime started on it before:
     the median start (deploy and gate) and the median of each candidate's wall time per
-    completion token asked. (A vLLM start takes seconds where the bundled runtime's takes a few.)"""
+    completion token asked (a vLLM start takes 23-41 s on a lab host, the bundled runtime's 6 s
+    with the tiny model: docs/tune.md)."""
     url = _storage(plan)
     if url is None:
         return Pace()
@@ -327,12 +328,11 @@ def run(plan: Plan, connect, progress) -> Ran:
         try:
             with renewing(connect, plan.runs_on):
                 if plan.load.mirrored:
-                    runner = mirrored_runner(plan, connect, remote, progress)
-                    with runner.tapping:
-                        runner.reference = runner.yardstick()
-                        if not runner.reference.failed:
+                    with production_tap(plan, connect, remote, progress) as production:
+                        runner = Runner(plan, remote, None, progress, production)
+                        reference = runner.reference = runner.yardstick()
+                        if not reference.failed:
                             _optimize(study, plan, runner)
-                    reference = runner.reference
                 else:
                     progress("production", f"measuring {plan.production_unit} on {plan.host} at concurrency "
                                            f"{', '.join(map(str, plan.load.levels))} (the yardstick)")
@@ -348,24 +348,18 @@ def run(plan: Plan, connect, progress) -> Ran:
     return Ran(study, reference, notes, before, runner.started)
 
 
-def mirrored_runner(plan: Plan, connect, remote, progress) -> Runner:
-    """A runner whose `tapping` context holds production's endpoint dialable for the tap."""
-    from contextlib import ExitStack
-    runner = Runner(plan, remote, None, progress)
-    stack = ExitStack()
-
-    @contextmanager
-    def tapping():
-        with stack:
-            production_host = remote if not plan.spare else stack.enter_context(connect(plan.host))
-            prod = production_of(production_host, plan.production_unit)
-            url = stack.enter_context(host_changes.dialable(production_host.host, prod.url))
-            runner.production = Endpoint("production", url, api_key=api_key_of(plan.base))
-            progress("production", f"{plan.production_unit} on {plan.host} copies its requests to each "
-                                   f"candidate in turn until it answered {plan.load.count} of them")
-            yield
-    runner.tapping = tapping()
-    return runner
+@contextmanager
+def production_tap(plan: Plan, connect, remote, progress):
+    """Production's endpoint, dialable here for as long as the block runs: the tap a mirrored
+    load points at each candidate in turn. `remote`: the candidates' host (production's, unless
+    a spare)."""
+    with ExitStack() as stack:
+        production_host = stack.enter_context(connect(plan.host)) if plan.spare else remote
+        prod = production_of(production_host, plan.production_unit)
+        url = stack.enter_context(host_changes.dialable(production_host.host, prod.url))
+        progress("production", f"{plan.production_unit} on {plan.host} copies its requests to each "
+                               f"candidate in turn until it answered {plan.load.count} of them")
+        yield Endpoint("production", url, api_key=api_key_of(plan.base))
 
 
 def _optimize(study: optuna.Study, plan: Plan, runner: Runner) -> None:
