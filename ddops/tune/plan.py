@@ -168,14 +168,17 @@ def plan(profile_name: str, host: str, *, space_file: Path | None, load: Load, o
                  mode, 0, budget_s, name, folder, spare=spare)
     with connect(host) as remote:
         prod = production_of(remote, prod_unit)        # production must run: it is the reference
-        if load.mirrored:
-            _refuse_unless_tapped(remote, base, prod, prod_unit)
+        tap = _tap_unless_refused(remote, base, prod, prod_unit) if load.mirrored else None
     with connect(found.runs_on) as remote:
         if load.mirrored:
             found.reference = _checked(remote, found, {}, inventory)
             if found.reference.skipped:
                 raise BadInput(f"--mirrored: the yardstick, {base.name} itself as {unit}, cannot run on "
                                f"{found.runs_on}: {found.reference.skipped}")
+            ours = found.reference.target.spec.base_url.rstrip("/")
+            if tap.get("target") not in (None, ours):    # a killed tuner's own target is taken back
+                raise BadInput(f"--mirrored: production's tap already copies to {tap['target']} (a mirroring "
+                               f"shadow); `ddops shadow abort` it first, or tune from --prompts")
         for chosen in overrides:
             found.candidates.append(_checked(remote, found, chosen, inventory))
     runnable = len(found.runnable)
@@ -207,11 +210,11 @@ def _checked(remote, plan_: Plan, overrides: dict, inventory: Path | None) -> Ca
     return candidate
 
 
-def _refuse_unless_tapped(remote, base, prod, prod_unit: str) -> None:
+def _tap_unless_refused(remote, base, prod, prod_unit: str) -> dict:
     """Mirrored load (exit 2 before anything starts): the candidates' runtime has a mirror sink,
-    production's tap lets ddops point it (its profile set service.mirror), and no shadow holds
-    it now. A production that mirrors through its request logs (the relay) is not tuned from
-    mirrored traffic: the relay is a shadow's."""
+    production's tap lets ddops point it (its profile set service.mirror). A production that
+    mirrors through its request logs (the relay) is not tuned from mirrored traffic: the relay
+    is a shadow's. Production's GET /mirror: where its tap copies to now."""
     from ddops.exits import BadInput
     from ddops.rollout.shadow import mirrored
     from ddops.rollout.shadow.compare import Endpoint
@@ -224,10 +227,7 @@ def _refuse_unless_tapped(remote, base, prod, prod_unit: str) -> None:
             raise BadInput(f"--mirrored: production {prod_unit} mirrors through its request logs (the relay a "
                            f"mirroring shadow starts); tune reads a bundled production's tap. Use --prompts, "
                            f"or `ddops shadow start --mirror` for one candidate (docs/tune.md)")
-        tap = mirrored.tap_of(endpoint)
-    if tap.get("target"):
-        raise BadInput(f"--mirrored: production's tap already copies to {tap['target']} (a mirroring shadow); "
-                       f"`ddops shadow abort` it first, or tune from --prompts")
+        return mirrored.tap_of(endpoint)
 
 
 def _beside_production(remote, profile) -> list[str]:

@@ -215,6 +215,16 @@ def test_tune_on_mirrored_traffic_measures_each_candidate_on_production_s_own_re
                     headers={"Authorization": f"Bearer {TEST_API_KEY}"}).json()
     assert tap["target"] is None and tap["sent"] >= 4            # copied to the last candidate, then turned off
     assert leftovers(lab, "lab-3") == NOTHING_LEFT
+    # a tap a shadow holds is refused before anything starts; one a killed tuner left is taken back
+    args = ("tune", lab.profile("tn-ddtree"), "--host", "lab-3", "--mirrored", "--space", str(space), "--dry-run")
+    for target, code in (("http://127.0.0.1:9", 2), (f"http://{lab.lab.host('lab-3').address}:30002", 0)):
+        pointed = httpx.put(f"http://{lab.lab.host('lab-3').address}:30000/mirror", json={"url": target},
+                            timeout=10, trust_env=False, headers={"Authorization": f"Bearer {TEST_API_KEY}"})
+        assert pointed.status_code == 200, pointed.text
+        planned = lab.json(*args, expect=code)
+        assert code == 0 or f"already copies to {target}" in planned["error"]
+    httpx.delete(f"http://{lab.lab.host('lab-3').address}:30000/mirror", timeout=10, trust_env=False,
+                 headers={"Authorization": f"Bearer {TEST_API_KEY}"})
 
 
 def test_mirrored_tuning_is_refused_before_anything_starts_where_production_does_not_opt_in(tuning):
