@@ -48,11 +48,6 @@ class Load:
     count: int = 0
     wait_s: float = 0.0
 
-    def to_dict(self) -> dict:
-        if self.mirrored:
-            return {"mirrored": True, "count": self.count, "wait_s": self.wait_s}
-        return {"prompts": [p.text for p in self.prompts], "levels": list(self.levels), "max_tokens": self.max_tokens}
-
 
 def level_name(concurrency: int) -> str:
     return "mirrored traffic" if concurrency == MIRRORED else f"concurrency {concurrency}"

@@ -126,7 +126,7 @@ def study_name(base_file: Path, host: str, space: spaces.Space, load: Load, obje
     """Same profile, hosts, space, load, objective and search: the same study (a rerun resumes it)."""
     what = json.dumps({"profile": base_file.read_text(), "host": host, "space": space.to_dict(), "search": search,
                        **({"spare": spare} if spare else {}),
-                       **({"mirrored": load.to_dict()} if load.mirrored else {}),
+                       **({"mirrored": {"count": load.count, "wait_s": load.wait_s}} if load.mirrored else {}),
                        "prompts": [p.text for p in load.prompts], "levels": load.levels,
                        "max_tokens": load.max_tokens, "objective": objective,
                        "requirements": requirements.__dict__}, sort_keys=True, default=str)
