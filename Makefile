@@ -147,7 +147,7 @@ abuse: models
 	nice -n 10 $(PY) -m serving.bench.abuse --model-path $(DDOPS_CACHE)/models/smollm2-135m-instruct
 
 test: setup models vllm
-	DDOPS_REQUIRE_VLLM=1 $(PY) -m pytest -q -n 2 --durations=30 tests
+	DDOPS_REQUIRE_VLLM=1 $(PY) -m pytest -q -n 3 --durations=30 tests
 
 demo: setup models
 	$(PY) -m ddops demo
