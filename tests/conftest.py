@@ -15,9 +15,10 @@ TEST_API_KEY = os.environ.setdefault("DDOPS_API_KEY", "ddops-test-key-7f3a")
 # operator's ~/.local/state/ddops, and never one that a parallel worker writes at the same time.
 os.environ.setdefault("DDOPS_STATE", tempfile.mkdtemp(prefix="ddops-test-state-"))
 
-# `make test` runs three pytest-xdist workers (`-n 3`) on two cores: a run uses 0.6 of a core on
-# average (17 CPU minutes in 29 wall minutes at `-n 2`, 2026-12-07), the lab files mostly wait on
-# hosts, servers and real timers. Each test file runs whole in one worker, so
+# `make test` runs three pytest-xdist workers (`-n 3`) on two cores. The lab files wait on real
+# timers (the tune lease's 90 s, the Alertmanager's 2-minute `for:`) that a third worker fills:
+# 26 min 51 s against 28 min 51 s at `-n 2`, the cores 87 % busy over the run (/proc/stat,
+# 2026-12-07). Each test file runs whole in one worker, so
 # a module fixture (a server, a deployed host) starts once, as in a serial run. Files that share
 # a machine-wide resource form one group, run in one worker one after another: the lab hosts
 # (systemd-nspawn containers, one bridge and fixed unit ports per lab) and the one vLLM a
