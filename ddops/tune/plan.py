@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,10 +167,10 @@ def plan(profile_name: str, host: str, *, space_file: Path | None, load: Load, o
     folder = state_dir() / "tune" / name
     found = Plan(base, base_file, host, unit, port, prod_unit, space, load, objective, requirements,
                  mode, 0, budget_s, name, folder, spare=spare)
-    with connect(host) as remote:
-        prod = production_of(remote, prod_unit)        # production must run: it is the reference
-        tap = _tap_unless_refused(remote, base, prod, prod_unit) if load.mirrored else None
-    with connect(found.runs_on) as remote:
+    with connect(host) as production_host, \
+            (connect(spare) if spare else nullcontext(production_host)) as remote:   # one link when beside
+        prod = production_of(production_host, prod_unit)        # production must run: it is the reference
+        tap = _tap_unless_refused(production_host, base, prod, prod_unit) if load.mirrored else None
         if load.mirrored:
             found.reference = _checked(remote, found, {}, inventory)
             if found.reference.skipped:

@@ -122,21 +122,13 @@ class Reference:
         return next(lv for lv in self.levels if lv.concurrency == concurrency)
 
 
-def measure_production(plan: Plan, url: str) -> Reference:
-    endpoint = Endpoint("production", url, api_key=api_key_of(plan.base))
+def measure_production(plan: Plan, endpoint: Endpoint) -> Reference:
     levels, samples = [], {}
     for c in plan.load.levels:
         level, got, _ = run_level(endpoint, plan.load, c)
         levels.append(level)
         samples[c] = got
     return Reference(levels, samples)
-
-
-def yardstick(plan: Plan, remote) -> Reference:
-    """Production measured where it runs (`remote`: production's host)."""
-    prod = production_of(remote, plan.production_unit)
-    with host_changes.dialable(remote.host, prod.url) as url:
-        return measure_production(plan, url)
 
 
 @contextmanager
@@ -327,38 +319,32 @@ def run(plan: Plan, connect, progress) -> Ran:
         notes += lease.take(remote, Holder.here(f"ddops tune {plan.base.name} --host {plan.host}{spare}"))
         try:
             with renewing(connect, plan.runs_on):
-                if plan.load.mirrored:
-                    with production_tap(plan, connect, remote, progress) as production:
-                        runner = Runner(plan, remote, None, progress, production)
+                with production_endpoint(plan, connect, remote) as production:
+                    runner = Runner(plan, remote, None, progress, production)
+                    if plan.load.mirrored:
+                        progress("production", f"{plan.production_unit} on {plan.host} copies its requests to "
+                                               f"each candidate in turn until it answered {plan.load.count} of them")
                         reference = runner.reference = runner.yardstick()
-                        if not reference.failed:
-                            _optimize(study, plan, runner)
-                else:
-                    progress("production", f"measuring {plan.production_unit} on {plan.host} at concurrency "
-                                           f"{', '.join(map(str, plan.load.levels))} (the yardstick)")
-                    if plan.spare:
-                        with connect(plan.host) as production_host:
-                            reference = yardstick(plan, production_host)
                     else:
-                        reference = yardstick(plan, remote)
-                    runner = Runner(plan, remote, reference, progress)
-                    _optimize(study, plan, runner)
+                        progress("production", f"measuring {plan.production_unit} on {plan.host} at concurrency "
+                                               f"{', '.join(map(str, plan.load.levels))} (the yardstick)")
+                        reference = runner.reference = measure_production(plan, production)
+                    if not reference.failed:
+                        _optimize(study, plan, runner)
         finally:
             lease.release(remote)
     return Ran(study, reference, notes, before, runner.started)
 
 
 @contextmanager
-def production_tap(plan: Plan, connect, remote, progress):
-    """Production's endpoint, dialable here for as long as the block runs: the tap a mirrored
-    load points at each candidate in turn. `remote`: the candidates' host (production's, unless
-    a spare)."""
+def production_endpoint(plan: Plan, connect, remote):
+    """Production's endpoint, dialable here for as long as the block runs: the yardstick's, and
+    the tap a mirrored load points at each candidate in turn. `remote`: the candidates' host
+    (production's, unless a spare)."""
     with ExitStack() as stack:
         production_host = stack.enter_context(connect(plan.host)) if plan.spare else remote
         prod = production_of(production_host, plan.production_unit)
         url = stack.enter_context(host_changes.dialable(production_host.host, prod.url))
-        progress("production", f"{plan.production_unit} on {plan.host} copies its requests to each "
-                               f"candidate in turn until it answered {plan.load.count} of them")
         yield Endpoint("production", url, api_key=api_key_of(plan.base))
 
 

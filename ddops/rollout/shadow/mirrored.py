@@ -66,7 +66,7 @@ def refuse_unless_mirrorable(candidate, host, unit_text: str | None, production:
                                 f"mirror: {sources}; docs/mirror.md)")
     if table.mirror_source == "request_log":
         _refuse_unless_logging(table, argv, host.name)
-    elif not _get(production, "/mirror").get("allowed"):
+    elif not tap_of(production).get("allowed"):
         raise MirrorUnavailable(f"--mirror: production at {production.url} does not opt in (set "
                                 f"service.mirror: true in its profile and deploy it; docs/mirror.md)")
     return Source(table.mirror_source, launch.get("model.path"), table.request_log)
@@ -134,7 +134,7 @@ def start_relay(remote, record, source: Source, key: str | None, sample: float) 
     while True:
         try:
             with dialable(remote.host, url) as where:
-                return url, _get(Endpoint("production", where, api_key=key), "/mirror")
+                return url, tap_of(Endpoint("production", where, api_key=key))
         except (Unreachable, MirrorUnavailable):
             if time.monotonic() > deadline:
                 raise
@@ -213,7 +213,7 @@ class Mirrored:
 
 def read(production: Endpoint, shadow: Endpoint) -> Mirrored:
     """Both ends' figures; Unreachable (exit 6, nothing changed) when either cannot be dialed."""
-    return Mirrored(_get(production, "/mirror"), _get(shadow, "/mirror/stats"))
+    return Mirrored(tap_of(production), sink_of(shadow))
 
 
 def _get(endpoint: Endpoint, path: str) -> dict:
