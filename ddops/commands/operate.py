@@ -61,11 +61,12 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
     reached, 3 when one failed mid-read; its row says why)."""
     if not host and not all_hosts:
         raise BadInput("say which hosts: --host NAME or --all")
+    from ddops.rollout.shadow.lifecycle import interrupted_start   # a shadow start this machine left
     rows, failed, left = [], {}, []      # failed: exit code -> the first host error with that code
     for h in _hosts([host] if host else [], inventory):
         try:
             with connect(h) as remote:
-                left += [{"host": h.name, **found} for found in change.interrupted(remote)]
+                left += [{"host": h.name, **found} for found in change.interrupted(remote) + interrupted_start(h.name)]
                 units = [ops.pick_unit(remote, unit)] if unit else ops.units_on(remote)
                 rows += [ops.unit_status(remote, u).as_dict() for u in units]
         except (RemoteError, ops.OpsError) as err:

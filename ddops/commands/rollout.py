@@ -178,6 +178,9 @@ def shadow_status(json_doc: Json = False, json_events: Events = False) -> None:
     def body(out: Output) -> int:
         record = load_shadow()
         out.event("stage", f"shadow: {record.to_dict() if record else 'none recorded'}")
+        if record is not None and not record.started_ok:
+            from ddops.rollout.shadow.lifecycle import unfinished
+            out.event("stage", unfinished(record))
         return out.finish(exits.OK, {"shadow": record.to_dict() if record else None})
 
     _run(_output(json_doc, json_events), body)

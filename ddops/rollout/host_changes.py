@@ -8,7 +8,7 @@ change    the record a change that spans units writes first (begin, advance, end
 stop / start / remove  a unit under the host's lock, for switch and shadow;
 snapshot  what a unit runs now (files header, history entry, /server_info) before a change;
 reads     the engine's day-2 reads a rollout needs (units_on, pick_unit, unit_state, unit_status,
-          api_key_of, unit_argv, dialable), re-exported.
+          api_key_of, unit_argv, dialable; a lock holder: Holder, gone, describe), re-exported.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 from ddops import exits
 from ddops.deploy import Holder, LockHeld, RecoveryFailed, execute, load_target
+from ddops.deploy.lock import describe, gone
 from ddops.deploy import change, history, ops
 from ddops.deploy.ops import pick_unit, unit_status, units_on
 from ddops.deploy import rollback as rollbacks
 from ddops import systemd
 from ddops.deploy.adopt import content_hash
 from ddops.deploy.desired import api_key_of, env_file_of, health_spec, unit_argv
-from ddops.deploy.facts import unit_state
+from ddops.deploy.facts import deploy_dir, unit_state
 from ddops.deploy.tunnel import dialable
 from ddops.deploy.gate import GateSpec
 from ddops.deploy.recover import unit_paths
@@ -124,11 +125,13 @@ def begin_change(remote, command: str, production: list[str], desired) -> "chang
 
 
 def remove_unit(remote, unit: str, command: str) -> Result:
-    """Stop, disable and delete a unit and its env file (history is kept for the audit trail)."""
+    """Stop, disable and delete a unit and its env file (history is kept for the audit trail).
+    An unfinished deploy of that unit (a shadow start killed midway) goes with it: its backup
+    would only bring back the unit this removes."""
     unit_path, env_path = unit_paths(unit)
     try:
         with holding(remote, command):
-            remote.run(systemd.remove(unit, unit_path, env_path))
+            remote.run(f"{systemd.remove(unit, unit_path, env_path)}; rm -rf {shlex.quote(deploy_dir(unit))}")
             state = unit_state(remote, unit)
     except LockHeld as err:
         return Result(remote.host.name, exits.LOCKED, "locked", str(err))

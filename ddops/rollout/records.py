@@ -32,9 +32,16 @@ class ShadowRecord:
     production_profile: str | None  # from the production host's deploy history, when known
     started: float
     tap_url: str | None = None  # the mirror relay's GET /mirror on production's host, when one runs
+    # the start still under way (lock.Holder.as_dict()): written before the first host change, so
+    # a start killed anywhere is recorded; None once the shadow passed its gate
+    starting_by: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def started_ok(self) -> bool:
+        return self.starting_by is None
 
 
 def shadow_file() -> Path:

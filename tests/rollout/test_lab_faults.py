@@ -114,6 +114,49 @@ def test_an_in_place_promote_killed_after_stopping_production_runs_again_as_the_
     assert lab.unit("lab-1", SHADOW_UNIT) is None and lab.json("shadow", "status", expect=0)["shadow"] is None
 
 
+def test_a_shadow_start_killed_after_its_gate_is_told_and_finished_by_its_rerun(lab):
+    """Killed as its gate's last check passes: the shadow runs, and the record written before
+    the first host change says its start is unfinished; status names it and the command that
+    finishes it, a comparison is refused, and the rerun finishes it."""
+    settled_first(lab, "lab-1")
+    lab.deploy("cpu-ar", "lab-1")
+    pid = lab.main_pid("lab-1")
+    start = ("shadow", "start", lab.profile("ro-other"), "--host", "lab-1", "--yes")
+    kill_at(lab, '"message": "smoke: ok"', *start, "--json-events")
+
+    # the deploy's own record may not be written yet (then its pending.json is told beside it)
+    [left] = [f for f in told(lab, "lab-1") if f["stage"] == "shadow start"]
+    assert left["what"] == f"ddops shadow start {lab.profile('ro-other')} --host lab-1" and left["shadow"] == "llm-shadow.service"
+    assert left["next"].startswith(left["what"]) and "ddops shadow abort" in left["next"]
+    assert lab.json("shadow", "status", expect=0)["shadow"]["starting_by"]["command"] == left["what"]
+    assert "has not finished" in lab.json("shadow", "compare", "--count", "1", expect=2)["error"]
+    assert "has not finished" in lab.json("shadow", "promote", "--yes", expect=2)["error"]
+
+    again = lab.json(*start, expect=0)
+    assert again["status"] == "started" and again["shadow"]["starting_by"] is None
+    assert lab.info("lab-1", port=30001)["model_path"] == "/var/lib/ddops/models/tiny-llama-other"
+    assert lab.json("status", "--host", "lab-1", expect=0)["interrupted"] == []
+    assert lab.main_pid("lab-1") == pid                                   # production never restarted
+    lab.json("shadow", "abort", "--yes", expect=0)
+
+
+def test_a_shadow_start_killed_in_its_gate_is_removed_whole_by_abort(lab):
+    """Killed while its gate waits for health: the shadow's deploy is unfinished on the host.
+    Abort removes the unit and that unfinished deploy with it; nothing is left to recover."""
+    settled_first(lab, "lab-1")
+    lab.deploy("cpu-ar", "lab-1")
+    kill_at(lab, '"message": "health: running"', "shadow", "start", lab.profile("ro-other"), "--host", "lab-1",
+            "--yes", "--json-events")
+    left = told(lab, "lab-1")
+    assert {f["stage"] for f in left} >= {"shadow start"}, left
+    aborted = lab.json("shadow", "abort", "--yes", expect=0)
+    assert aborted["status"] == "aborted"
+    assert lab.unit("lab-1", SHADOW_UNIT) is None and lab.json("shadow", "status", expect=0)["shadow"] is None
+    assert lab.json("status", "--host", "lab-1", expect=0)["interrupted"] == []
+    with lab.remote("lab-1") as remote:
+        assert remote.read_text("/var/lib/ddops/deploy/llm-shadow.service/pending.json") is None
+
+
 def test_a_killed_rollback_reruns_to_the_same_entry_and_a_second_rollback_does_not_undo_it(lab):
     """rb.service is a unit of its own, so its history is this test's alone."""
     for name, base in (("rb-a", "cpu-ar"), ("rb-b", "ro-other")):
@@ -182,7 +225,7 @@ def test_dry_runs_of_shadow_and_rollout_show_their_steps_and_change_nothing(lab,
     lab.deploy("cpu-ar", "lab-1")
     unit, pid = lab.unit("lab-1"), lab.main_pid("lab-1")
     start = lab.json("shadow", "start", lab.profile("ro-other"), "--host", "lab-1", "--dry-run", expect=0)
-    assert [s["action"] for s in start["steps"]][:2] == ["deploy backup", "deploy write-unit"]
+    assert [s["action"] for s in start["steps"]][:3] == ["record-start", "deploy backup", "deploy write-unit"]
     assert start["steps"][-1]["action"] == "record" and lab.unit("lab-1", SHADOW_UNIT) is None
     assert lab.json("shadow", "status", expect=0)["shadow"] is None
 

@@ -27,3 +27,31 @@ def test_hosts_no_inventory_names_are_dialed_directly(tmp_path):
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({"hosts": {"gpu-1": {"address": "gpu-1"}}}))
     assert list(_recorded_hosts(RECORD, None, None, other)) == ["production"]
+
+
+def test_one_shadow_at_a_time_except_the_rerun_of_an_interrupted_start():
+    """Fast beside tests/rollout/test_lab_faults.py's killed starts: which start a record lets through."""
+    import os
+    import subprocess
+    from dataclasses import replace
+
+    import pytest
+
+    from ddops.deploy.lock import Holder
+    from ddops.exits import BadInput
+    from ddops.rollout.shadow.lifecycle import refuse_unless_finishes, unfinished
+
+    refuse_unless_finishes(None, "cpu-ar", "gpu-2")
+    with pytest.raises(BadInput, match="already runs"):
+        refuse_unless_finishes(RECORD, "cpu-ar", "gpu-2")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = replace(RECORD, starting_by={**Holder.here("ddops shadow start cpu-ar --host gpu-2").as_dict(),
+                                          "pid": dead.pid})
+    refuse_unless_finishes(killed, "cpu-ar", "gpu-2")                 # its rerun finishes it
+    with pytest.raises(BadInput, match="was interrupted; run it again"):
+        refuse_unless_finishes(killed, "cpu-other", "gpu-2")
+    assert "interrupted" in unfinished(killed) and unfinished(RECORD) is None
+    live = replace(killed, starting_by={**killed.starting_by, "pid": os.getpid()})
+    with pytest.raises(BadInput, match="under way"):
+        refuse_unless_finishes(live, "cpu-ar", "gpu-2")

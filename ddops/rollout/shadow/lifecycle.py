@@ -66,6 +66,8 @@ def endpoints(record: ShadowRecord | None, production_url: str | None, shadow_ur
     """Both endpoints and the policy: explicit URLs win over the recorded shadow."""
     profile_name = profile_name or (record.profile if record else None)
     profile = load_profile(profile_name) if profile_name else None
+    if record is not None and not (production_url and shadow_url):
+        require_gated(record)
     prod = production_url or (record.production_url if record else None)
     cand = shadow_url or (record.url if record else None)
     if not (prod and cand):
@@ -196,10 +198,7 @@ def prepare(profile_name: str, host: str, *, port: int | None, production_host: 
         raise BadInput("--sample keeps samples of mirrored requests: give --mirror too")
     if not 0 <= sample <= 1:
         raise BadInput(f"--sample: a fraction 0..1 of mirrored requests kept as samples, got {sample}")
-    existing = load_shadow()
-    if existing:
-        raise BadInput(f"a shadow of {existing.profile} already runs on {existing.host} "
-                       f"({existing.unit}); `ddops shadow promote` or `ddops shadow abort` it first")
+    refuse_unless_finishes(load_shadow(), profile_name, host)
     profile = load_profile(profile_name)
     prod_unit = production_unit or profile.service.unit
     prod_host = production_host or host
@@ -219,12 +218,40 @@ def prepare(profile_name: str, host: str, *, port: int | None, production_host: 
     return Candidate(profile, target, prod_host, prod_unit, port, prod, source)
 
 
+def refuse_unless_finishes(existing: ShadowRecord | None, profile_name: str, host: str) -> None:
+    """One shadow at a time: a new start is bad input while one is recorded, except the rerun of
+    a start whose process is gone (same profile and host), which finishes it."""
+    if existing is None:
+        return
+    if existing.started_ok:
+        raise BadInput(f"a shadow of {existing.profile} already runs on {existing.host} "
+                       f"({existing.unit}); `ddops shadow promote` or `ddops shadow abort` it first")
+    if not host_changes.gone(existing.starting_by):
+        raise BadInput(f"a shadow start is under way: {host_changes.describe(existing.starting_by)}; wait for it")
+    if (existing.profile, existing.host) != (profile_name, host):
+        raise BadInput(f"`{existing.starting_by.get('command')}` was interrupted; run it again to finish "
+                       f"it, or `ddops shadow abort` to remove what it left")
+
+
+def interrupted_start(host: str) -> list[dict]:
+    """The recorded shadow's start, when its process died before the shadow passed its gate and
+    `host` is where it runs, in `ddops status`'s words for what a dead holder left."""
+    record = load_shadow()
+    if record is None or record.started_ok or record.host != host or not host_changes.gone(record.starting_by):
+        return []
+    by = record.starting_by
+    return [{"what": by.get("command"), "stage": "shadow start", "holder": by, "since": by.get("since"),
+             "production": [], "shadow": record.unit,
+             "next": f"{by.get('command')} (finishes it) or ddops shadow abort (removes it)"}]
+
+
 def preview_start(candidate: Candidate, host: str, connect, mirror: bool) -> dict:
     """`shadow start --dry-run`: the shadow's deploy plan on its host, and what follows it."""
     with connect(host) as remote:
         plan = host_changes.plan_of(remote, candidate.target)
-    steps = [(f"deploy {s.action}", s.detail) for s in plan.steps]
-    steps.append(("record", f"the shadow in {shadow_file()} (this machine)"))
+    steps = [("record-start", f"the shadow's start in {shadow_file()} (this machine), before any host change")]
+    steps += [(f"deploy {s.action}", s.detail) for s in plan.steps]
+    steps.append(("record", f"the shadow as gated in {shadow_file()}"))
     if mirror:
         steps.append(("mirror", f"production {candidate.prod_unit} on {candidate.prod_host} copies its "
                                 "requests to the shadow"))
@@ -242,15 +269,23 @@ def start(profile_name: str, host: str, *, port: int | None, production_host: st
     target, prod, prod_host, prod_unit = candidate.target, candidate.prod, candidate.prod_host, candidate.prod_unit
     port = candidate.port
     progress("deploy", f"{candidate.profile.name} as {target.desired.unit_name} on {host}:{port}")
-    with connect(host) as remote:
-        result = host_changes.deploy(remote, target, f"ddops shadow start {profile_name} --host {host}",
-                                progress, force=force)
-    if result.code != 0:
-        return Lifecycle(result.code, "not started", result.message, None, (result,))
+    command = f"ddops shadow start {profile_name} --host {host}"
+    resumed = load_shadow() is not None       # prepare() let only an interrupted start of this shadow through
     record = ShadowRecord(profile=profile_name, host=host, unit=target.desired.unit_name, port=port,
                           url=target.spec.base_url, production_host=prod_host,
                           production_unit=prod_unit, production_url=prod.url,
-                          production_profile=prod.profile, started=time.time())
+                          production_profile=prod.profile, started=time.time(),
+                          starting_by=host_changes.Holder.here(command).as_dict())
+    if resumed:
+        progress("resume", f"finishing the interrupted `{command}`")
+    with connect(host) as remote:
+        save_shadow(record)     # before the host changes: a start killed anywhere is told and finished
+        result = host_changes.deploy(remote, target, command, progress, force=force)
+    if result.code != 0:
+        if result.code == exits.FAILED or (not resumed and result.code in (exits.BAD_INPUT, exits.LOCKED)):
+            clear_shadow()    # nothing of the shadow runs: reverted, or refused before any change
+        return Lifecycle(result.code, "not started", result.message, None, (result,))
+    record = replace(record, starting_by=None)
     save_shadow(record)
     detail = f"shadow {record.unit} gated and running at {record.url}"
     if mirror:
@@ -297,7 +332,7 @@ def preview_abort() -> dict:
 def preview_promote(*, inventory: Path | None, connect) -> dict:
     """`shadow promote --dry-run`: on production's host, the shadow's removal then the switch's
     steps; elsewhere, production's deploy plan, then the shadow's removal."""
-    record = _recorded()
+    record = _recorded(gated=True)
     port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
     target = host_changes.load_target(record.profile, record.production_host, inventory=inventory,
                                       unit_name=record.production_unit, port=port)
@@ -313,8 +348,11 @@ def preview_promote(*, inventory: Path | None, connect) -> dict:
 
 
 def abort(*, connect) -> Lifecycle:
-    """Remove the shadow; production is not touched (its state is reported, not changed)."""
+    """Remove the shadow; production is not touched (its state is reported, not changed). A
+    start that was interrupted is removed too; one under way is left to finish."""
     record = _recorded()
+    if not record.started_ok and not host_changes.gone(record.starting_by):
+        raise BadInput(unfinished(record))
     _remove_relay(record, connect)
     with connect(record.host) as remote:
         result = host_changes.remove_unit(remote, record.unit, "ddops shadow abort")
@@ -341,7 +379,7 @@ def promote(*, inventory: Path | None, connect, progress) -> Lifecycle:
     while production restarts) and production switches sequentially; if that switch fails,
     production is back on its previous profile and the shadow is gone. Elsewhere production
     is deployed first and the shadow removed only after production passed its gate."""
-    record = _recorded()
+    record = _recorded(gated=True)
     _remove_relay(record, connect)
     port = int(record.production_url.rsplit(":", 1)[1].strip("/"))
     target = host_changes.load_target(record.profile, record.production_host, inventory=inventory,
@@ -385,11 +423,29 @@ def _promote_elsewhere(record: ShadowRecord, target, command: str, connect, prog
                      (deployed, removed))
 
 
-def _recorded() -> ShadowRecord:
+def _recorded(gated: bool = False) -> ShadowRecord:
+    """The recorded shadow; `gated`: one whose start finished (a promote needs it)."""
     record = load_shadow()
     if record is None:
         raise BadInput("no shadow recorded here: `ddops shadow start PROFILE --host NAME` first")
+    if gated:
+        require_gated(record)
     return record
+
+
+def unfinished(record: ShadowRecord) -> str | None:
+    """What is left of the shadow's start, in words; None once it passed its gate."""
+    if record.started_ok:
+        return None
+    state = "under way" if not host_changes.gone(record.starting_by) else \
+        "interrupted: run it again to finish it, or `ddops shadow abort`"
+    return f"the shadow's start has not finished (`{record.starting_by.get('command')}`, {state})"
+
+
+def require_gated(record: ShadowRecord) -> None:
+    """A shadow whose start has not finished is not compared or promoted (bad input, exit 2)."""
+    if not record.started_ok:
+        raise BadInput(unfinished(record))
 
 
 def require_mirrored(requirement, inventory: Path | None, out) -> int | None:
