@@ -14,21 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-from ddops.lab.faults import use_demo_key
-
-MODELS = "/var/lib/ddops/models"
-
-
-def ddops(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "ddops", *args, "--json"], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
-    doc = json.loads(done.stdout) if done.stdout.strip() else {"error": done.stderr[-300:]}
-    return {**doc, "exit": done.returncode}
+from ddops.lab.faults import ddops, pushed, use_demo_key
 
 
 def one_run(host: str, candidate: str, prompts: int) -> dict:
@@ -49,13 +37,8 @@ def one_run(host: str, candidate: str, prompts: int) -> dict:
     return run
 
 
-def prepare(host: str, production: str, cache: Path) -> None:
-    for name in ("smollm2-135m-instruct", "smollm2-135m-instruct-dflash"):
-        if not (cache / name / "config.json").is_file():
-            sys.exit(f"{cache / name} is missing: run `make models` and `make drafter` first")
-        pushed = ddops("push-model", str(cache / name), "--host", host, "--dest", f"{MODELS}/{name}")
-        if pushed["exit"] != 0:
-            sys.exit(f"push-model {name}: {pushed.get('error')}")
+def prepare(host: str, production: str) -> None:
+    pushed(host)
     if ddops("shadow", "status").get("shadow"):
         ddops("shadow", "abort", "--yes")
     deployed = ddops("deploy", production, "--host", host, "--yes")
@@ -72,7 +55,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     args = parser.parse_args()
     use_demo_key()
-    prepare(args.host, args.production, Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops")) / "models")
+    prepare(args.host, args.production)
     runs = []
     for n in range(args.runs):
         runs.append({"run": n + 1, **one_run(args.host, args.candidate, args.prompts)})

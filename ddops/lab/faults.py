@@ -1,13 +1,14 @@
-"""Fault a host change at every point of it, and see what is left (docs/deploy.md "Lock,
+"""Fault a host change at points spread over it, and see what is left (docs/deploy.md "Lock,
 killed deploys, history"):
 
-    python -m ddops.lab.faults --host lab-1 --commands deploy,switch,shadow-promote,rollback --points 4 \
-        [--fault kill|drop|freeze] [--hold 45]
+    python -m ddops.lab.faults --host lab-1 --other lab-2 --points 5 [--fault kill|drop|freeze] [--hold 45] \
+        [--commands deploy,switch,shadow-start,shadow-promote,shadow-abort,rollback,rollout,rollout-refused,push-model]
 
-For each command: a control run without a fault counts the lines it narrates; then, for each of
-`--points` lines spread over that run, the host is reset (production `cpu-smollm2-ar`, and what the
-command needs: a shadow to promote or abort, a history to roll back), the command is run again and
-faulted once it has printed that line:
+For each command: a control run without a fault counts the lines it narrates and its time; then,
+for each of `--points` points spread over that run (its lines, or its time for a command that
+narrates fewer lines than points), the hosts are reset (production `cpu-smollm2-ar` on each, and
+what the command needs: a shadow to promote or abort, a history to roll back, a second host
+without the candidate's draft), the command runs again and is faulted at that point:
 
   kill    ddops is killed with SIGKILL;
   drop    the host's link is cut for `--hold` seconds (its veth on the lab bridge set down: packets
@@ -15,13 +16,15 @@ faulted once it has printed that line:
   freeze  every process of the host is frozen for `--hold` seconds (the cgroup freezer: sshd and
           the service stop answering, the host's kernel still acknowledges), while ddops goes on.
 
-For drop and freeze the command's own exit code is kept (its meaning: 0 done, 1 reverted, 3 the
-host needs an operator), and whether what it claimed holds. 20 s after the fault (or after the
-command ended): does production answer, or does `ddops status` name what was left? Then the same
-command is run again: does it end with exit 0 (or 2 where there is nothing left to do),
-production answering and nothing left (no change record, no unfinished deploy, no stray unit)?
-Prints one JSON line per case and a summary. Needs `ddops lab up`, and SmolLM2 and the project's
-drafter pushed (`python -m ddops.lab.bench_shadow_gate` pushes them).
+The fault is on `--host`; a rollout runs over it (its canary) and `--other`. For drop and freeze
+the command's own exit code is kept (its meaning: 0 done, 1 reverted, 3 the host needs an
+operator), and whether what it claimed holds. 20 s after the fault (or after the command
+ended): does production answer on every host, or does `ddops status` name what was left? Then
+the same command runs again: does it end (exit 0, 2 where nothing is left to do, 1 for the
+rollout whose second host is refused) with production answering, each host on the profile the
+command leads to, and nothing left (no change record, no unfinished deploy or shadow start, no
+stray unit, no partial upload)? Prints one JSON line per case and a summary. Needs `ddops lab
+up -n 2`; pushes SmolLM2 and the project's drafter (`make drafter`) to both hosts first.
 """
 
 from __future__ import annotations
@@ -32,13 +35,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 A, B = "cpu-smollm2-ar", "cpu-smollm2-ddtree"
+MODELS = "/var/lib/ddops/models"
+DRAFT = f"{MODELS}/smollm2-135m-instruct-dflash"     # B's draft, as its profile names it
+PUSHED = f"{MODELS}/fault-push"                      # where push-model's cases copy SmolLM2
 
 
 def use_demo_key() -> None:
@@ -57,48 +65,99 @@ def ddops(*args: str, timeout: float = 900) -> dict:
     return {**doc, "exit": done.returncode}
 
 
-def commands(host: str) -> dict[str, tuple[list[str], str]]:
-    """name -> (argv, what the host needs first: production only, a shadow, or a history to roll back)."""
-    return {"deploy": (["deploy", B, "--host", host, "--yes"], "production"),
-            "switch": (["switch", B, "--host", host, "--yes"], "production"),
-            "shadow-start": (["shadow", "start", B, "--host", host, "--yes"], "production"),
-            "shadow-promote": (["shadow", "promote", "--yes"], "shadow"),
-            "shadow-abort": (["shadow", "abort", "--yes"], "shadow"),
-            "rollback": (["rollback", "--host", host, "--unit", "llm.service", "--yes"], "history")}
+@dataclass(frozen=True)
+class Command:
+    """One host change the matrix faults: what runs, what the hosts need first, and what its rerun
+    must leave (each host's production profile; the exits that mean it ended)."""
+    argv: tuple[str, ...]
+    needs: str                    # production | shadow | history | refused (the second host lacks B's draft)
+    hosts: tuple[str, ...]
+    final: str | None = B         # production's profile on every host once the rerun ended; None: as it was
+    ends: tuple[int, ...] = (0, 2)
 
 
-def reset(host: str, needs: str) -> None:
-    """Settle anything left, production on A (and B's shadow, or B deployed over A)."""
-    ddops("recover", "--host", host, "--yes")
+def commands(host: str, other: str, folder: Path) -> dict[str, Command]:
+    """name -> the command; rollouts run over `host` (the canary) and `other`."""
+    plan = folder / "fault-rollout.yaml"
+    plan.write_text(json.dumps({"profile": B, "hosts": [host, other], "canary": 1, "wave_size": 1,
+                                "max_failures": 0}))
+    cache = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops")) / "models" / "smollm2-135m-instruct"
+    return {"deploy": Command(("deploy", B, "--host", host, "--yes"), "production", (host,)),
+            "switch": Command(("switch", B, "--host", host, "--yes"), "production", (host,)),
+            "shadow-start": Command(("shadow", "start", B, "--host", host, "--yes"), "production", (host,), A),
+            "shadow-promote": Command(("shadow", "promote", "--yes"), "shadow", (host,)),
+            "shadow-abort": Command(("shadow", "abort", "--yes"), "shadow", (host,), A),
+            "rollback": Command(("rollback", "--host", host, "--unit", "llm.service", "--yes"), "history", (host,), A),
+            "rollout": Command(("rollout", str(plan), "--yes"), "production", (host, other)),
+            # the second host refused: the halt reverts the canary, and so does every rerun (exit 1)
+            "rollout-refused": Command(("rollout", str(plan), "--yes"), "refused", (host, other), A, (1,)),
+            "push-model": Command(("push-model", str(cache), "--host", host, "--dest", PUSHED), "production",
+                                  (host,), None, (0,))}
+
+
+def on_host(host: str, command: str) -> str:
+    from ddops.inventory import load_inventory
+    from ddops.remote import connect
+    with connect(load_inventory(None).host(host)) as remote:
+        return remote.run(command, check=False).stdout
+
+
+def reset(cmd: Command) -> None:
+    """Settle anything left, production on A on every host (then B's shadow, B deployed over A, or
+    the second host without B's draft), no rollout of the plan under way, nothing pushed yet."""
     if ddops("shadow", "status").get("shadow"):
         ddops("shadow", "abort", "--yes")
-    ddops("deploy", A, "--host", host, "--yes")
-    if needs == "shadow":
-        ddops("shadow", "start", B, "--host", host, "--yes")
-    elif needs == "history":
-        ddops("deploy", B, "--host", host, "--yes")
+    for host in cmd.hosts:
+        ddops("recover", "--host", host, "--yes")
+        on_host(host, f"rm -rf {PUSHED}; [ -d {DRAFT}.hidden ] && mv {DRAFT}.hidden {DRAFT}; true")
+        ddops("deploy", A, "--host", host, "--yes")
+    if cmd.argv[0] == "rollout":
+        from ddops.rollout.fleet.loop import StateFile
+        from ddops.rollout.fleet.waves import load_plan
+        from ddops.rollout.records import state_dir
+        StateFile.for_plan(state_dir(), load_plan(Path(cmd.argv[1]))).path.unlink(missing_ok=True)
+    if cmd.needs == "shadow":
+        ddops("shadow", "start", B, "--host", cmd.hosts[0], "--yes")
+    elif cmd.needs == "history":
+        ddops("deploy", B, "--host", cmd.hosts[0], "--yes")
+    elif cmd.needs == "refused":
+        on_host(cmd.hosts[1], f"mv {DRAFT} {DRAFT}.hidden")
 
 
-def narrated(argv: list[str], at: int | None, fault=None) -> tuple[int, int, str]:
-    """Run `ddops ARGV` (narration on) and fault it after its `at`-th line: SIGKILL it (fault
-    None), or run `fault` (which holds the fault for its time) on a thread and let the command
-    go on; (lines, exit, its last lines)."""
+def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float | None = None) -> tuple:
+    """Run `ddops ARGV` (narration on) and fault it after its `at`-th line, or `after_s` seconds
+    for a command that narrates too little (push-model shows bars only on a terminal): SIGKILL it
+    (fault None), or run `fault` (which holds the fault for its time) on a thread and let the
+    command go on; (lines, exit, its last lines, wall seconds, whether the fault struck it running)."""
+    began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "ddops", *argv], text=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "300"})
-    lines, said, held = 0, [], None
+    state = {"lines": 0, "said": [], "held": None, "struck": False}
+
+    def strike() -> None:
+        state["struck"] = proc.poll() is None
+        if fault is None:
+            proc.send_signal(signal.SIGKILL)
+        else:
+            state["held"] = threading.Thread(target=fault, daemon=True)
+            state["held"].start()
+
+    timer = threading.Timer(after_s, strike) if after_s is not None else None
+    if timer:
+        timer.start()
     for line in proc.stdout:
-        lines += 1
-        said = (said + [line.rstrip()])[-3:]
-        if at is not None and lines == at:
+        state["lines"] += 1
+        state["said"] = (state["said"] + [line.rstrip()])[-3:]
+        if at is not None and state["lines"] == at:
+            strike()
             if fault is None:
-                proc.send_signal(signal.SIGKILL)
                 break
-            held = threading.Thread(target=fault, daemon=True)
-            held.start()
     code = proc.wait(timeout=900)
-    if held is not None:
-        held.join()
-    return lines, code, " / ".join(said)
+    if timer:
+        timer.cancel()
+    if state["held"] is not None:
+        state["held"].join()
+    return state["lines"], code, " / ".join(state["said"]), time.monotonic() - began, state["struck"]
 
 
 def link_cut(veth: str, seconds: float) -> None:
@@ -128,35 +187,61 @@ def frozen(netns: str, seconds: float) -> None:
         (group / "freezer.state").write_text("THAWED")
 
 
-def serving(url: str) -> bool:
+def serving(host: str) -> bool:
     try:
-        return httpx.get(url + "/health", timeout=5, trust_env=False).status_code == 200
+        return httpx.get(f"http://{address(host)}:30000/health", timeout=5, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
 
+def address(host: str) -> str:
+    from ddops.inventory import load_inventory
+    return load_inventory(None).host(host).address
+
+
 def left_on(host: str) -> tuple[list, list]:
-    """What status says was left, and the units running beside production and its shadow."""
+    """What status says was left, and the units running that nothing records: any beside
+    production and its shadow, and a shadow no shadow record here names."""
     status = ddops("status", "--host", host)
+    record = ddops("shadow", "status").get("shadow") or {}
     stray = [u["unit"] for u in status.get("units") or [] if u.get("active") == "active"
-             and u["unit"] not in ("llm.service", "llm-shadow.service")]
-    return status.get("interrupted") or [], stray
+             and (u["unit"] != "llm.service" and (u["unit"] != "llm-shadow.service" or record.get("host") != host))]
+    pushing = on_host(host, f"find {PUSHED} -name '.*.ddops-*' 2>/dev/null").split()
+    return status.get("interrupted") or [], stray + pushing
 
 
-def case(host: str, name: str, argv: list[str], needs: str, point: int, url: str, fault=None) -> dict:
-    reset(host, needs)
-    lines, code, said = narrated(argv, point, fault)
-    hit = code == -signal.SIGKILL if fault is None else lines > point
+def profiles_on(hosts: tuple[str, ...]) -> dict[str, str | None]:
+    """Each host's production profile, from its unit's header."""
+    out = {}
+    for host in hosts:
+        units = ddops("status", "--host", host, "--unit", "llm.service").get("units") or [{}]
+        out[host] = units[0].get("profile")
+    return out
+
+
+def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
+    reset(cmd)
+    before = profiles_on(cmd.hosts)
+    kind, where = point
+    _, code, said, _, hit = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
+                                     where if kind == "time" else None)
     time.sleep(20)
-    interrupted, _ = left_on(host)
-    up = serving(url)
-    again = ddops(*argv)
-    after, stray = left_on(host)
-    converged = again["exit"] in (0, 2) and serving(url) and not after and not stray
-    return {"command": name, "fault_after_line": point, "hit": hit, "exit": code, "said": said[-300:],
+    interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
+    up = all(serving(h) for h in cmd.hosts)
+    again = ddops(*cmd.argv)
+    after, stray = [], []
+    for host in cmd.hosts:
+        told, strays = left_on(host)
+        after += told
+        stray += strays
+    final = profiles_on(cmd.hosts)
+    wanted = before if cmd.final is None else {h: cmd.final for h in cmd.hosts}
+    converged = again["exit"] in cmd.ends and all(serving(h) for h in cmd.hosts) and not after and not stray \
+        and final == wanted
+    return {"command": name, "fault_at": f"{kind} {where:g}", "hit": hit, "exit": code, "said": said[-300:],
             "exit_true": exit_true(code, up, interrupted),
             "serving_20s": up, "told": bool(interrupted), "down_untold": not up and not interrupted,
-            "rerun_exit": again["exit"], "converged": converged, "left": after, "stray": stray}
+            "rerun_exit": again["exit"], "converged": converged, "profiles": final, "left": after, "stray": stray}
 
 
 def exit_true(code: int, up: bool, interrupted: list) -> bool:
@@ -179,26 +264,48 @@ def faults(kind: str, host: str, hold: float):
     return (lambda: link_cut(slot.veth, hold)) if kind == "drop" else (lambda: frozen(slot.netns, hold))
 
 
+def pushed(*hosts: str) -> None:
+    """SmolLM2 and the project's drafter on every host (a push skips what is already there)."""
+    cache = Path(os.environ.get("DDOPS_CACHE", "/var/cache/ddops")) / "models"
+    for host in hosts:
+        for name in ("smollm2-135m-instruct", "smollm2-135m-instruct-dflash"):
+            if not (cache / name / "config.json").is_file():
+                sys.exit(f"{cache / name} is missing: run `make models` and `make drafter` first")
+            done = ddops("push-model", str(cache / name), "--host", host, "--dest", f"{MODELS}/{name}")
+            if done["exit"] != 0:
+                sys.exit(f"push-model {name} to {host}: {done.get('error')}")
+
+
+def points_of(lines: int, wall: float, count: int) -> list[tuple[str, float]]:
+    """`count` fault points spread over the control run: after its narration's lines, or over its
+    wall time when it narrates too few lines to spread them (push-model: its bars, at its end)."""
+    if lines >= 3 * count:
+        return [("line", n) for n in sorted({max(1, round(lines * (i + 1) / (count + 1))) for i in range(count)})]
+    return [("time", round(wall * (i + 1) / (count + 1), 1)) for i in range(count)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m ddops.lab.faults", description=__doc__.split("\n")[0])
     parser.add_argument("--host", default="lab-1")
-    parser.add_argument("--commands", default=",".join(commands("x")))
+    parser.add_argument("--other", default="lab-2", help="a rollout's second host")
+    parser.add_argument("--commands", default="deploy,switch,shadow-start,shadow-promote,shadow-abort,rollback,"
+                                              "rollout,push-model")
     parser.add_argument("--points", type=int, default=5)
     parser.add_argument("--fault", choices=("kill", "drop", "freeze"), default="kill")
     parser.add_argument("--hold", type=float, default=45.0, help="seconds a drop or a freeze lasts")
     args = parser.parse_args()
     use_demo_key()
-    from ddops.inventory import load_inventory
-    url = f"http://{load_inventory(None).host(args.host).address}:30000"
-    table, rows = commands(args.host), []
-    for name in args.commands.split(","):
-        argv, needs = table[name]
-        reset(args.host, needs)
-        total, _, _ = narrated(argv, None)        # the control run: how many lines it narrates
-        points = sorted({max(1, round(total * (i + 1) / (args.points + 1))) for i in range(args.points)})
-        for point in points:
-            rows.append(case(args.host, name, argv, needs, point, url, faults(args.fault, args.host, args.hold)))
-            print(json.dumps(rows[-1]), flush=True)
+    pushed(args.host, args.other)
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        table = commands(args.host, args.other, Path(folder))
+        for name in args.commands.split(","):
+            cmd = table[name]
+            reset(cmd)
+            lines, _, _, wall, _ = narrated(cmd.argv, None)        # the control run: its lines and time
+            for point in points_of(lines, wall, args.points):
+                rows.append(case(name, cmd, point, faults(args.fault, args.host, args.hold)))
+                print(json.dumps(rows[-1]), flush=True)
     print(json.dumps({"fault": args.fault, "cases": len(rows), "hit": sum(r["hit"] for r in rows),
                       "down_untold": sum(r["down_untold"] for r in rows),
                       "wrong_exit": sum(not r["exit_true"] for r in rows),
