@@ -61,12 +61,11 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
     reached, 3 when one failed mid-read; its row says why)."""
     if not host and not all_hosts:
         raise BadInput("say which hosts: --host NAME or --all")
-    from ddops.rollout.shadow.lifecycle import interrupted_start   # a shadow start this machine left
     rows, failed, left = [], {}, []      # failed: exit code -> the first host error with that code
     for h in _hosts([host] if host else [], inventory):
         try:
             with connect(h) as remote:
-                left += [{"host": h.name, **found} for found in change.interrupted(remote) + interrupted_start(h.name)]
+                left += [{"host": h.name, **found} for found in change.interrupted(remote) + _left_here(h.name)]
                 units = [ops.pick_unit(remote, unit)] if unit else ops.units_on(remote)
                 rows += [ops.unit_status(remote, u).as_dict() for u in units]
         except (RemoteError, ops.OpsError) as err:
@@ -86,6 +85,13 @@ def status(host: Optional[str] = typer.Option(None, "--host", help="one host"),
     raise typer.Exit(code)
 
 
+def _left_here(host: str) -> list[dict]:
+    """What this machine's own dead commands left on `host`: a shadow start, a rollout."""
+    from ddops.rollout.fleet.run_plan import interrupted_rollouts
+    from ddops.rollout.shadow.lifecycle import interrupted_start
+    return interrupted_start(host) + interrupted_rollouts(host)
+
+
 def _interrupted_line(found: dict) -> str:
     """A change a dead holder left, what it stopped, and the command that settles it."""
     by = found["holder"] or {}
@@ -93,9 +99,10 @@ def _interrupted_line(found: dict) -> str:
     stopped = f"; it stopped {', '.join(found['production'])}" if found["production"] else ""
     if found.get("candidates"):
         stopped += f"; its candidate(s) {', '.join(found['candidates'])} end with its lease"
+    settles = " (any deploy, switch or rollback to the host settles it first)" \
+        if found["next"].startswith("ddops recover") else ""
     return (f"`{found['what']}` at its {found['stage']} stage (pid {by.get('pid')} on {by.get('machine')}, "
-            f"since {when}){stopped}; run `{found['next']}` (any deploy, switch or rollback to the host "
-            "settles it first)")
+            f"since {when}){stopped}; run `{found['next']}`{settles}")
 
 
 def _status_table(rows: list[dict]) -> None:

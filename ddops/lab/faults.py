@@ -111,11 +111,10 @@ def reset(cmd: Command) -> None:
         ddops("recover", "--host", host, "--yes")
         on_host(host, f"rm -rf {PUSHED}; [ -d {DRAFT}.hidden ] && mv {DRAFT}.hidden {DRAFT}; true")
         ddops("deploy", A, "--host", host, "--yes")
-    if cmd.argv[0] == "rollout":
-        from ddops.rollout.fleet.loop import StateFile
-        from ddops.rollout.fleet.waves import load_plan
-        from ddops.rollout.records import state_dir
-        StateFile.for_plan(state_dir(), load_plan(Path(cmd.argv[1]))).path.unlink(missing_ok=True)
+    if cmd.argv[0] == "rollout":      # its state files, `<plan stem>-<digest>.json` (rollout/fleet/loop.py)
+        state = Path(os.environ.get("DDOPS_STATE") or "~/.local/state/ddops").expanduser()
+        for left in (state / "rollouts").glob(f"{Path(cmd.argv[1]).stem}-*.json"):
+            left.unlink()
     if cmd.needs == "shadow":
         ddops("shadow", "start", B, "--host", cmd.hosts[0], "--yes")
     elif cmd.needs == "history":

@@ -1,8 +1,9 @@
-"""Host changes killed midway (kill -9 of ddops at a named stage), on real lab hosts: `ddops
-status` names what was left and the command that settles it, and the next command converges.
-A representative set for `make test` (docs/deploy.md, "Lock, killed deploys, history").
+"""Host changes killed midway (kill -9 of ddops at a named stage), or whose host freezes or loses
+its link while they go on, on real lab hosts: `ddops status` names what was left and the command
+that settles it, and the next command converges. A representative set for `make test` of what
+`python -m ddops.lab.faults` runs in full (docs/deploy.md, "Lock, killed deploys, history").
 
-The kill lands when the command reports the stage (its --json-events line, or the narration
+The fault lands when the command reports the stage (its --json-events line, or the narration
 line of a command without events), so the host is between that stage's step and the next."""
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ def test_a_rollout_killed_in_its_canary_and_resumed_still_reverts_the_canary(lab
         first.send_signal(signal.SIGKILL)
     finally:
         first.wait(timeout=60)
+    rolling = [f for f in told(lab, "lab-1") if f["stage"].startswith("rollout")]
+    assert [f["next"] for f in rolling] == [f"ddops rollout {plan} (resumes it)"], rolling
     with lab.remote("lab-2") as remote:   # the second host loses the candidate's draft
         remote.run(f"mv {DRAFT} {DRAFT}.hidden")
     try:
@@ -255,6 +258,7 @@ def test_a_rollout_killed_in_its_canary_and_resumed_still_reverts_the_canary(lab
         with lab.remote("lab-2") as remote:
             remote.run(f"mv {DRAFT}.hidden {DRAFT}")
     assert doc["resumed"] is True and doc["status"] == "halted"
+    assert lab.json("status", "--host", "lab-1", expect=0)["interrupted"] == []      # ended: nothing told
     assert {h: s["status"] for h, s in doc["hosts"].items()} == {"lab-1": "reverted", "lab-2": "refused"}
     for host in hosts:
         assert read_header(lab.unit(host))["profile"] == "cpu-ar"

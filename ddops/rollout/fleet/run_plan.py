@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack, nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from rich.live import Live
@@ -16,6 +17,7 @@ from rich.live import Live
 from ddops import exits
 from ddops.exits import BadInput
 
+from ddops.rollout import host_changes
 from ddops.rollout.fleet import tables
 from ddops.rollout.fleet.bake import Watcher
 from ddops.rollout.fleet.hosts import Endpoints, deployer, plan_hosts, resolve, reverter
@@ -64,8 +66,9 @@ def run_plan(plan_file: Path, *, inventory: Path | None, restart: bool, yes: boo
     notifier = Notifier(list(fleet.webhooks))
     emit = _emitter(out, notifier, plan)
     started = time.monotonic()
+    command = f"ddops rollout {plan_file}" + (" --force" if force else "")
+    state = replace(state, runner=host_changes.Holder.here(command).as_dict())   # who runs it now (status)
     with _live(out, state) as view, ExitStack() as tunnels:
-        command = f"ddops rollout {plan_file}" + (" --force" if force else "")
         rollout = _rollout(fleet, state, store, pauses, out, view, emit, command, force, tunnels)
         if approve:
             rollout.approve()
@@ -156,3 +159,23 @@ def _live(out: Output, state: RolloutState):
     if not out.human:
         return nullcontext(None)
     return Live(tables.hosts_table(state), console=out.console, refresh_per_second=4, transient=False)
+
+
+def interrupted_rollouts(host: str) -> list[dict]:
+    """Rollouts of this machine over `host` whose process died mid-way (their state file says
+    running or reverting), in `ddops status`'s words for what a dead holder left."""
+    left = []
+    for path in sorted((state_dir() / "rollouts").glob("*.json")):
+        try:
+            state = StateFile(path).load()
+        except (ValueError, KeyError, TypeError):
+            continue          # not a rollout's state: the rollout itself says so when run
+        if state is None or state.finished or state.status == PAUSED or host not in state.hosts \
+                or not host_changes.gone(state.runner):
+            continue
+        by = state.runner
+        changed = [h for h, s in state.hosts.items() if s.changed]
+        left.append({"what": by.get("command"), "stage": f"rollout {state.status}", "holder": by,
+                     "since": by.get("since"), "production": [], "changed": changed,
+                     "next": f"{by.get('command')} (resumes it)"})
+    return left

@@ -188,6 +188,7 @@ class RolloutState:
     paused_at: int | None = None  # index of the wave after which the rollout waits
     approved: tuple[int, ...] = ()  # pauses already approved (so a resume does not stop again)
     timeline: tuple = ()  # {time, host, status, detail} and {time, event, ...}, in order (reports)
+    runner: dict | None = None  # the process running it now (lock.Holder.as_dict(), with its command)
 
     @classmethod
     def start(cls, plan: RolloutPlan, waves: tuple[tuple[str, ...], ...],
@@ -249,7 +250,7 @@ class RolloutState:
                 "canary": self.canary, "waves": [list(w) for w in self.waves],
                 "hosts": {h: asdict(s) for h, s in self.hosts.items()}, "analysis": self.analysis,
                 "paused_at": self.paused_at, "approved": list(self.approved),
-                "timeline": list(self.timeline)}
+                "timeline": list(self.timeline), "runner": self.runner}
 
     @classmethod
     def from_dict(cls, data: dict) -> "RolloutState":
@@ -258,7 +259,7 @@ class RolloutState:
         return cls(data["plan_digest"], data["profile"], tuple(tuple(w) for w in data["waves"]),
                    hosts, data["status"],
                    data.get("canary", 0), data.get("analysis", {}), data.get("paused_at"),
-                   tuple(data.get("approved", ())), tuple(data.get("timeline", ())))
+                   tuple(data.get("approved", ())), tuple(data.get("timeline", ())), data.get("runner"))
 
 
 def exit_code(state: RolloutState) -> int:
