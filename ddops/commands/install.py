@@ -163,10 +163,17 @@ def push_model(directory: Path = typer.Argument(..., help="local model directory
                dest: Optional[str] = typer.Option(None, "--dest", help="default /var/lib/ddops/models/<dir name>"),
                inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
                as_json: bool = JSON,
+               dry_run: bool = typer.Option(False, "--dry-run", help="show what each host lacks; copy nothing"),
                debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
     """Copy a model directory to hosts in parallel; files whose sha256 already matches are skipped,
     an interrupted upload resumes, every file is sha256-checked on the host."""
-    from ddops.install.many import push_model_many
+    from ddops.install.many import preview_push_many, push_model_many
+    if dry_run:
+        shown = preview_push_many(pick_hosts(host, hosts, selector, inventory), directory, dest)
+        return _summary(shown, lambda o: (f"{o.host}:{o.report.dest}: would copy {len(o.report.copied)} file(s) "
+                                          f"({o.report.bytes_copied / 1e6:.1f} MB): "
+                                          f"{', '.join(o.report.copied) or 'none'}; {len(o.report.skipped)} "
+                                          "already there"), as_json)
     start = time.monotonic()
     outcomes = push_model_many(pick_hosts(host, hosts, selector, inventory), directory, dest)
     took = time.monotonic() - start

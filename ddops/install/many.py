@@ -21,7 +21,7 @@ from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, Time
                            TransferSpeedColumn)
 
 from ddops import exits
-from ddops.install.sync import Transfer, local_checksums, local_files, model_dest, sync_files
+from ddops.install.sync import Transfer, local_checksums, local_files, model_dest, preview_sync, sync_files
 from ddops.remote import connect
 
 
@@ -63,6 +63,13 @@ def push_model_many(hosts: list, directory: Path, dest: str | None = None,
     files = local_files(directory)
     sums = local_checksums(files)
     return run_in_processes(hosts, _push_one, (files, model_dest(directory, dest), sums, transfer), console)
+
+
+def preview_push_many(hosts: list, directory: Path, dest: str | None = None) -> list[HostOutcome]:
+    """What a push would copy to each host (read only); its report's `copied` is what it lacks."""
+    files = local_files(directory)
+    sums, target = local_checksums(files), model_dest(directory, dest)
+    return run_on_hosts(hosts, lambda remote, tick: preview_sync(remote, files, target, sums), Console(quiet=True))
 
 
 def _push_one(host, files, target, sums, transfer):

@@ -102,6 +102,20 @@ def remote_checksums(remote: Remote, dest: str, transfer: Transfer = Transfer())
     return {rel.removeprefix("./"): sha for rel, sha in sha256_lines(out).items()}
 
 
+def present_checksums(remote: Remote, dest: str, transfer: Transfer = Transfer()) -> dict[str, str]:
+    """The sha256 of every file under dest, read only (a dry run): nothing made, nothing deleted."""
+    quoted = shlex.quote(dest)
+    out = remote.run(f"[ -d {quoted} ] || exit 0; {transfer.hasher}cd {quoted} && find . -type f "
+                     f"! -name '{TMP_GLOB}' ! -name '{PART_GLOB}' -print0 | xargs -0 -r $h").stdout
+    return {rel.removeprefix("./"): sha for rel, sha in sha256_lines(out).items()}
+
+
+def preview_sync(remote: Remote, files: dict[str, Path], dest: str, sums: dict[str, str]) -> SyncReport:
+    """What sync_files would copy and skip on this host now (`push-model --dry-run`)."""
+    plan = plan_sync(sums, present_checksums(remote, dest))
+    return SyncReport(dest, plan.copy, plan.skip, sum(files[rel].stat().st_size for rel in plan.copy))
+
+
 def remote_sha256(remote: Remote, path: str, transfer: Transfer = Transfer()) -> str:
     sums = sha256_lines(remote.run(f"{transfer.hasher}$h {shlex.quote(path)}").stdout)
     return sums.get(path, "")

@@ -104,12 +104,18 @@ def test_push_model_copies_changed_files_then_skips_unchanged_ones(lab_hosts, tm
     (model / "sub" / "tokenizer.json").write_text("{}\n")
     dest = f"/var/lib/ddops/models/test-{uuid.uuid4().hex[:8]}"
     name = lab_hosts.hosts[0]
+    shown = lab_hosts.ddops("push-model", str(model), "--host", name, "--dest", dest, "--dry-run")
+    assert shown.returncode == 0 and "would copy 3 file(s)" in shown.stdout, shown.stdout + shown.stderr
+    with connect(lab_hosts.host(name)) as remote:
+        assert remote.read_text(f"{dest}/config.json") is None and not remote.run(f"ls -d {dest}", check=False).stdout
     first = lab_hosts.ddops("push-model", str(model), "--host", name, "--dest", dest)
     assert first.returncode == 0, first.stderr
     assert "copied 3 file(s)" in first.stdout and "skipped 0" in first.stdout
     second = lab_hosts.ddops("push-model", str(model), "--host", name, "--dest", dest)
     assert "copied 0 file(s)" in second.stdout and "skipped 3 unchanged" in second.stdout
     (model / "config.json").write_text('{"hidden_size": 16}\n')
+    shown = lab_hosts.ddops("push-model", str(model), "--host", name, "--dest", dest, "--dry-run")
+    assert "would copy 1 file(s) (0.0 MB): config.json; 2 already there" in shown.stdout, shown.stdout
     third = lab_hosts.ddops("push-model", str(model), "--host", name, "--dest", dest)
     assert "copied 1 file(s)" in third.stdout and "skipped 2 unchanged" in third.stdout
     with connect(lab_hosts.host(name)) as remote:
