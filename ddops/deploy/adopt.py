@@ -31,7 +31,9 @@ def content_hash(unit_text: str, env_text: str) -> str:
     return f"{ADOPTED}-{digest}"
 
 
-def adopt(remote, unit: str, holder: Holder, profile=None) -> history.Entry:
+def planned(remote, unit: str, profile=None) -> tuple[Desired, object]:
+    """What adopt would record (the unit's files as they are, and the gate a return must pass);
+    AdoptError (exit 2) when it cannot. Reads only."""
     unit = unit if unit.endswith(".service") else f"{unit}.service"
     unit_path = f"{UNIT_DIR}/{unit}"
     unit_text = remote.read_text(unit_path)
@@ -42,14 +44,23 @@ def adopt(remote, unit: str, holder: Holder, profile=None) -> history.Entry:
         raise AdoptError(f"{remote.host.name}: {unit_path} has no ExecStart= to gate a return to it")
     env_path = env_file_of(unit_text) or f"{ENV_DIR}/{unit.removesuffix('.service')}.env"
     env_text = remote.read_text(env_path) or ""
-    spec = gate_spec(profile, argv, remote.host.address)
+    refuse_if_deployed(remote, unit)
+    found = Desired(unit, unit_path, unit_text, env_path, env_text,
+                    profile.name if profile else f"{unit} (hand-written)", content_hash(unit_text, env_text))
+    return found, gate_spec(profile, argv, remote.host.address)
+
+
+def refuse_if_deployed(remote, unit: str) -> None:
+    existing = history.entries(remote, unit)
+    if existing:
+        raise AdoptError(f"{remote.host.name}: {unit} already has {len(existing)} history entr"
+                         f"{'y' if len(existing) == 1 else 'ies'}; adopt records entry 0 of a unit "
+                         "ddops has never deployed")
+
+
+def adopt(remote, unit: str, holder: Holder, profile=None) -> history.Entry:
+    found, spec = planned(remote, unit, profile)
     with HostLock(remote, holder):
-        existing = history.entries(remote, unit)
-        if existing:
-            raise AdoptError(f"{remote.host.name}: {unit} already has {len(existing)} history entr"
-                             f"{'y' if len(existing) == 1 else 'ies'}; adopt records entry 0 of a unit "
-                             "ddops has never deployed")
-        found = Desired(unit, unit_path, unit_text, env_path, env_text,
-                        profile.name if profile else f"{unit} (hand-written)", content_hash(unit_text, env_text))
+        refuse_if_deployed(remote, found.unit_name)      # again under the lock: a deploy may have won
         record = history.Record.of(found, holder.as_dict(), time.time(), ADOPTED, gate_spec=spec)
-        return history.record(remote, (), unit_text, env_text, record, number=0)
+        return history.record(remote, (), found.unit_text, found.env_text, record, number=0)

@@ -12,6 +12,7 @@ import textwrap
 import pytest
 import yaml
 
+from ddops.deploy import history
 from ddops.remote import connect
 from tests.deploy.models import tiny_pair
 from tests.deploy.test_lab_deploy import HERE
@@ -67,6 +68,10 @@ def hand(deploy_lab, cache_dir):
 
 def test_adopt_records_entry_0_and_refuses_twice(hand):
     lab, (first, _) = hand
+    shown = json.loads(ddops(lab, "adopt", "--host", first, "--unit", UNIT, "--dry-run", "--json").stdout)
+    assert shown["dry_run"] and [s["action"] for s in shown["steps"]] == ["record"] and shown["env_path"] == ENV_PATH
+    with connect(lab.host(first)) as remote:
+        assert history.entries(remote, UNIT) == []                  # the dry run recorded nothing
     done = ddops(lab, "adopt", "--host", first, "--unit", UNIT, "--profile", "cpu-ar", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)
