@@ -68,6 +68,8 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
                     version: Optional[str] = typer.Option(None, "--version",
                                                           help="sglang on GPU hosts: the release (default 0.5.15)"),
                     as_json: bool = JSON,
+                    dry_run: bool = typer.Option(False, "--dry-run", help="build the wheels here, show what each "
+                                                                          "host lacks; change no host"),
                     debug: bool = typer.Option(False, "--debug", help="show tracebacks")) -> None:
     """Build the wheel + dependency wheelhouse here, push them, install into /opt/ddops/venv (no index);
     --runtime vllm installs vLLM 0.32 into /opt/vllm/venv (CPU build on hosts without a GPU);
@@ -79,9 +81,25 @@ def install_runtime(host: Optional[str] = typer.Option(None, "--host", help=HOST
         choosers = ", ".join(name for name, i in INSTALLERS.items() if i.picks_version)
         raise LabUsageError(f"--version: ddops installs one {installer.label} release; --version picks {choosers}'s")
     if installer.module is None:
-        _install_bundled(host, hosts, selector, inventory, as_json)
+        _install_bundled(host, hosts, selector, inventory, as_json, dry_run)
     else:
-        _install_peer(installer, host, hosts, selector, inventory, as_json, version)
+        _install_peer(installer, host, hosts, selector, inventory, as_json, version, dry_run)
+
+
+def _previewed(outcomes, as_json: bool) -> None:
+    """`install-runtime --dry-run`: per host, what it would create, push and install."""
+    def line(o) -> str:
+        p = o.report
+        todo = ([f"create {p.venv}"] if p.venv_created else []) + \
+            ([f"push and install {len(p.wheels)} wheel(s)"] if p.wheels else []) + (["install ddops"] if p.project else [])
+        return f"{p.host}: would {', '.join(todo)}" if todo else f"{p.host}: {p.venv} is current; nothing to do"
+    _summary(outcomes, line, as_json)
+
+
+def quiet():
+    """No progress bars: a dry run moves no bytes."""
+    from rich.console import Console
+    return Console(quiet=True)
 
 
 def note(text: str) -> None:
@@ -90,18 +108,18 @@ def note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
+def _install_bundled(host, hosts, selector, inventory, as_json: bool, dry_run: bool = False) -> None:
     from ddops.install.many import run_on_hosts
-    from ddops.install.bundled import install_runtime as install
+    from ddops.install.bundled import install_runtime as install, preview
     from ddops.install.wheelhouse import build_bundle
     from ddops.lab.layout import LabLayout
 
-    def work():
-        targets = pick_hosts(host, hosts, selector, inventory)
-        bundle = build_bundle(LabLayout.from_env().cache_dir.parent, log=note)
-        return run_on_hosts(targets, lambda remote, tick: install(remote, bundle, log=lambda _: None, progress=tick))
+    targets = pick_hosts(host, hosts, selector, inventory)
+    bundle = build_bundle(LabLayout.from_env().cache_dir.parent, log=note)
+    if dry_run:
+        return _previewed(run_on_hosts(targets, lambda remote, tick: preview(remote, bundle), quiet()), as_json)
     start = time.monotonic()
-    outcomes = work()
+    outcomes = run_on_hosts(targets, lambda remote, tick: install(remote, bundle, log=lambda _: None, progress=tick))
     took = time.monotonic() - start
 
     def line(o) -> str:
@@ -115,7 +133,7 @@ def _install_bundled(host, hosts, selector, inventory, as_json: bool) -> None:
 
 
 def _install_peer(installer: "Installer", host, hosts, selector, inventory, as_json: bool,
-                  version: str | None) -> None:
+                  version: str | None, dry_run: bool = False) -> None:
     """vLLM or SGLang from their pinned wheelhouses: a CPU build for hosts without a GPU."""
     import importlib
     from ddops.install.many import run_on_hosts
@@ -128,6 +146,10 @@ def _install_peer(installer: "Installer", host, hosts, selector, inventory, as_j
     houses = {build: module.build_wheelhouse(cache, build, *([version] if version else []), log=note)
               for build in builds}
     by_name = {t.name: houses[module.build_for(t.gpu)] for t in targets}
+    if dry_run:
+        from ddops.install.pinned import preview
+        return _previewed(run_on_hosts(targets, lambda remote, tick: preview(remote, by_name[remote.host.name]),
+                                       quiet()), as_json)
     install = module.install
     start = time.monotonic()
     outcomes = run_on_hosts(targets, lambda remote, tick: install(remote, by_name[remote.host.name],

@@ -55,11 +55,31 @@ def missing_wheels(bundle: Bundle, installed: set[tuple[str, str]]) -> list:
 def prepare_venv(remote: Remote, venv: str, log=print) -> bool:
     """The service user and `venv` on the host; True when the venv was created now."""
     remote.run(ADD_USER)
-    created = not remote.exists(f"{venv}/bin/python")
+    created = venv_missing(remote, venv)
     if created:
         log(f"  {remote.host.name}: creating {venv}")
         remote.run(f"python3 -m venv {venv}", timeout=300)
     return created
+
+
+@dataclass(frozen=True)
+class InstallPreview:
+    """What `install-runtime` would do on one host (`--dry-run`: read only)."""
+    host: str
+    venv: str
+    venv_created: bool
+    wheels: tuple[str, ...]          # wheels it would push and install
+    project: bool | None = None      # the ddops wheel installed again (bundled only)
+
+
+def venv_missing(remote: Remote, venv: str) -> bool:
+    return not remote.exists(f"{venv}/bin/python")
+
+
+def preview(remote: Remote, bundle: Bundle) -> InstallPreview:
+    missing = missing_wheels(bundle, installed_distributions(remote))
+    return InstallPreview(remote.host.name, VENV, venv_missing(remote, VENV), tuple(w.name for w in missing),
+                          (remote.read_text(MARKER) or "").strip() != bundle.project_sha256)
 
 
 def install_runtime(remote: Remote, bundle: Bundle, log=print, progress=None) -> InstallReport:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddops.file_lock import file_lock
-from ddops.install.bundled import installed_distributions, prepare_venv
+from ddops.install.bundled import InstallPreview, installed_distributions, prepare_venv, venv_missing
 from ddops.install.sync import SyncReport, sync_files
 from ddops.install.wheelhouse import fresh, normalize, pip, python_tag, wheel_identity
 from ddops.remote import Remote
@@ -123,6 +123,13 @@ def install_wheels(remote: Remote, house: PinnedWheelhouse, log=print, progress=
             stray = " ".join(sorted(release.left_out))
             remote.run(f"{release.python} -m pip uninstall -q -y {stray} 2>/dev/null || true", timeout=300)
     return Pushed(venv_created, tuple(w.name for w in wanted), pushed.bytes_copied if pushed else 0)
+
+
+def preview(remote: Remote, house: PinnedWheelhouse) -> InstallPreview:
+    """What install_wheels would do on this host now (read only)."""
+    venv = house.release.venv
+    wanted = missing(house, installed_distributions(remote, venv))
+    return InstallPreview(remote.host.name, venv, venv_missing(remote, venv), tuple(w.name for w in wanted))
 
 
 @dataclass(frozen=True)

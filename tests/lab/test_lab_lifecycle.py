@@ -35,6 +35,11 @@ def bare_lab():
 def test_bare_host_has_no_runtime_until_install_runtime_puts_it_there(bare_lab):
     with connect(bare_lab) as remote:
         assert not remote.exists("/opt/ddops/venv/bin/python")
+    shown = ddops(ENV, "install-runtime", "--host", "bare-1", "--dry-run", timeout=1200)
+    assert shown.returncode == 0 and "bare-1: would create /opt/ddops/venv, push and install" in shown.stdout, \
+        shown.stdout + shown.stderr
+    with connect(bare_lab) as remote:
+        assert not remote.exists("/opt/ddops/venv") and not remote.exists("/var/lib/ddops/wheelhouse")   # nothing changed
     installed = ddops(ENV, "install-runtime", "--host", "bare-1", timeout=1200)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     assert "dependency wheel(s) installed; ddops installed" in installed.stdout
@@ -51,6 +56,8 @@ def test_bare_host_has_no_runtime_until_install_runtime_puts_it_there(bare_lab):
     with connect(bare_lab) as remote:
         changed = remote.read_text(MARKER) != installed_sources
     assert ("ddops installed" if changed else "ddops already current") in again.stdout
+    shown = ddops(ENV, "install-runtime", "--host", "bare-1", "--dry-run", timeout=600)
+    assert "bare-1: /opt/ddops/venv is current; nothing to do" in shown.stdout, shown.stdout + shown.stderr
 
 
 def test_lab_up_recovers_a_host_whose_supervisor_was_killed(bare_lab):
