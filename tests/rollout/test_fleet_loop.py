@@ -95,3 +95,31 @@ def test_progress_events_reach_the_view_in_order(tmp_path):
     events = []
     run(state, store, Hosts(), events=events)
     assert events == [("h1", RUNNING), ("h1", DONE), ("h2", RUNNING), ("h2", DONE), "succeeded"]
+
+
+def test_status_tells_a_rollout_whose_runner_died_and_not_one_running_paused_or_ended(tmp_path, monkeypatch):
+    """Fast beside tests/rollout/test_lab_faults.py's killed rollout: which state files
+    `ddops status` names (run_plan.interrupted_rollouts)."""
+    import os
+    import subprocess
+    from dataclasses import replace
+
+    from ddops.deploy.lock import Holder
+    from ddops.rollout.fleet.run_plan import interrupted_rollouts
+    from ddops.rollout.fleet.waves import PAUSED
+
+    monkeypatch.setenv("DDOPS_STATE", str(tmp_path))
+    plan, state, _ = make(tmp_path, ["h1", "h2"], canary=1, wave=1)
+    store = StateFile.for_plan(tmp_path, plan)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    runner = {**Holder.here("ddops rollout plan.yaml").as_dict(), "pid": dead.pid}
+    store.save(replace(state.with_host("h1", DONE, changed=True), runner=runner))
+    [left] = interrupted_rollouts("h1")
+    assert left["next"] == "ddops rollout plan.yaml (resumes it)" and left["changed"] == ["h1"]
+    assert interrupted_rollouts("h2") and not interrupted_rollouts("h3")
+    for other in (replace(state, runner={**runner, "pid": os.getpid()}),     # its runner is alive
+                  replace(state, runner=runner, status=PAUSED),              # waits for --approve
+                  replace(state, runner=runner, status="succeeded")):        # ended
+        store.save(other)
+        assert interrupted_rollouts("h1") == []
