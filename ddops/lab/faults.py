@@ -170,8 +170,9 @@ def link_cut(veth: str, seconds: float) -> None:
 
 def frozen(netns: str, seconds: float) -> None:
     """Every process of the host (those in its network namespace) in a frozen freezer cgroup
-    (cgroup v1 here) for `seconds`; thawed after, and left in that cgroup (it changes nothing else)."""
-    group = Path("/sys/fs/cgroup/freezer") / f"ddops-fault-{netns}"
+    (cgroup v1 here) for `seconds`; then thawed, moved back to the root group, and the group removed."""
+    root = Path("/sys/fs/cgroup/freezer")
+    group = root / f"ddops-fault-{netns}"
     group.mkdir(exist_ok=True)
     pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=True).stdout.split()
     for pid in pids:
@@ -184,6 +185,12 @@ def frozen(netns: str, seconds: float) -> None:
         time.sleep(seconds)
     finally:
         (group / "freezer.state").write_text("THAWED")
+        for pid in (group / "cgroup.procs").read_text().split():
+            try:
+                (root / "cgroup.procs").write_text(pid)
+            except OSError:
+                pass    # gone meanwhile
+        group.rmdir()
 
 
 def serving(host: str) -> bool:
@@ -227,6 +234,7 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     time.sleep(20)
     interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
     up = all(serving(h) for h in cmd.hosts)
+    unchanged = profiles_on(cmd.hosts) == before
     again = ddops(*cmd.argv)
     after, stray = [], []
     for host in cmd.hosts:
@@ -238,20 +246,23 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     converged = again["exit"] in cmd.ends and all(serving(h) for h in cmd.hosts) and not after and not stray \
         and final == wanted
     return {"command": name, "fault_at": f"{kind} {where:g}", "hit": hit, "exit": code, "said": said[-300:],
-            "exit_true": exit_true(code, up, interrupted),
+            "exit_true": exit_true(code, up, interrupted, unchanged),
             "serving_20s": up, "told": bool(interrupted), "down_untold": not up and not interrupted,
             "rerun_exit": again["exit"], "converged": converged, "profiles": final, "left": after, "stray": stray}
 
 
-def exit_true(code: int, up: bool, interrupted: list) -> bool:
+def exit_true(code: int, up: bool, interrupted: list, unchanged: bool) -> bool:
     """What the faulted command's exit said holds: 0 done (production answers, nothing left), 1
-    reverted (production answers), 3 or 6 the host needs a look (anything may be left); a killed
-    command says nothing."""
+    reverted (production answers), 6 a host unreachable and nothing changed (every host on the
+    profile it had, production answering), 3 the host needs a look (anything may be left); a
+    killed command says nothing."""
     if code == 0:
         return up and not interrupted
     if code == 1:
         return up
-    return code in (3, 6, -signal.SIGKILL)
+    if code == 6:
+        return up and unchanged
+    return code in (3, -signal.SIGKILL)
 
 
 def faults(kind: str, host: str, hold: float):
