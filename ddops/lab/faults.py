@@ -127,7 +127,8 @@ def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float |
     """Run `ddops ARGV` (narration on) and fault it after its `at`-th line, or `after_s` seconds
     for a command that narrates too little (push-model shows bars only on a terminal): SIGKILL it
     (fault None), or run `fault` (which holds the fault for its time) on a thread and let the
-    command go on; (lines, exit, its last lines, wall seconds, whether the fault struck it running)."""
+    command go on; (lines, exit, its last lines, wall seconds, whether the fault struck it running,
+    the pids still holding its output 10 s after it ended: children it left behind)."""
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "ddops", *argv], text=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "300"})
@@ -141,22 +142,39 @@ def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float |
             state["held"] = threading.Thread(target=fault, daemon=True)
             state["held"].start()
 
+    def read() -> None:       # a thread: the output ends only when every holder of it is gone
+        for line in proc.stdout:
+            state["lines"] += 1
+            state["said"] = (state["said"] + [line.rstrip()])[-3:]
+            if at is not None and state["lines"] == at:
+                strike()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     timer = threading.Timer(after_s, strike) if after_s is not None else None
     if timer:
         timer.start()
-    for line in proc.stdout:
-        state["lines"] += 1
-        state["said"] = (state["said"] + [line.rstrip()])[-3:]
-        if at is not None and state["lines"] == at:
-            strike()
-            if fault is None:
-                break
     code = proc.wait(timeout=900)
     if timer:
         timer.cancel()
+    reader.join(timeout=10)
+    orphans = holders(proc.stdout.fileno()) if reader.is_alive() else []
     if state["held"] is not None:
         state["held"].join()
-    return state["lines"], code, " / ".join(state["said"]), time.monotonic() - began, state["struck"]
+    return state["lines"], code, " / ".join(state["said"]), time.monotonic() - began, state["struck"], orphans
+
+
+def holders(read_fd: int) -> list[int]:
+    """Processes of this machine holding the write end of the pipe this process reads at `read_fd`."""
+    pipe = os.readlink(f"/proc/self/fd/{read_fd}")
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) == pipe for fd in fd_dir.iterdir()) and int(fd_dir.parent.name) != os.getpid():
+                found.append(int(fd_dir.parent.name))
+        except OSError:
+            continue        # gone, or not ours to read
+    return found
 
 
 def link_cut(veth: str, seconds: float) -> None:
@@ -229,8 +247,8 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     reset(cmd)
     before = profiles_on(cmd.hosts)
     kind, where = point
-    _, code, said, _, hit = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
-                                     where if kind == "time" else None)
+    _, code, said, _, hit, orphans = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
+                                              where if kind == "time" else None)
     time.sleep(20)
     interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
     up = all(serving(h) for h in cmd.hosts)
@@ -248,7 +266,8 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     return {"command": name, "fault_at": f"{kind} {where:g}", "hit": hit, "exit": code, "said": said[-300:],
             "exit_true": exit_true(code, up, interrupted, unchanged),
             "serving_20s": up, "told": bool(interrupted), "down_untold": not up and not interrupted,
-            "rerun_exit": again["exit"], "converged": converged, "profiles": final, "left": after, "stray": stray}
+            "rerun_exit": again["exit"], "converged": converged, "profiles": final, "left": after, "stray": stray,
+            "orphans_here": orphans}
 
 
 def exit_true(code: int, up: bool, interrupted: list, unchanged: bool) -> bool:
@@ -312,7 +331,7 @@ def main() -> None:
         for name in args.commands.split(","):
             cmd = table[name]
             reset(cmd)
-            lines, _, _, wall, _ = narrated(cmd.argv, None)        # the control run: its lines and time
+            lines, _, _, wall, _, _ = narrated(cmd.argv, None)        # the control run: its lines and time
             for point in points_of(lines, wall, args.points):
                 rows.append(case(name, cmd, point, faults(args.fault, args.host, args.hold)))
                 print(json.dumps(rows[-1]), flush=True)
@@ -320,7 +339,8 @@ def main() -> None:
                       "down_untold": sum(r["down_untold"] for r in rows),
                       "wrong_exit": sum(not r["exit_true"] for r in rows),
                       "not_converged": sum(not r["converged"] for r in rows),
-                      "stray": sum(bool(r["stray"]) for r in rows)}), flush=True)
+                      "stray": sum(bool(r["stray"]) for r in rows),
+                      "orphans_here": sum(bool(r["orphans_here"]) for r in rows)}), flush=True)
 
 
 if __name__ == "__main__":
