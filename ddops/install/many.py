@@ -85,7 +85,10 @@ _progress = None    # in a child process: the queue to the parent's bars (set by
 
 
 def _listen(queue) -> None:
+    """A worker's start: bound to the fork server (ddops/install/bound.py), its queue kept."""
+    from ddops.install.bound import bind_to_parent
     global _progress
+    bind_to_parent()
     _progress = queue
 
 
@@ -95,7 +98,7 @@ def run_in_processes(hosts: list, worker: Callable, args: tuple, console: Consol
     threaded process): a fresh interpreter per host cost ~0.5 CPU s of imports, and a Manager
     process for the queue another."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([__name__, "ddops.install.bound"])    # the server dies with ddops
     queue = context.Queue()
     with progress_bars(console) as bars:
         tasks = {h.name: bars.add_task(h.name, total=None) for h in hosts}
