@@ -7,6 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,42 @@ def test_files_in_nested_folders_land_where_they_were(deploy_lab, tmp_path):
                 assert remote.read(f"{DEST}/{rel}") == data
         finally:
             remote.run(f"rm -rf {DEST}")
+
+
+def test_a_push_killed_midway_leaves_no_process_behind(deploy_lab, tmp_path):
+    """kill -9 of push-model while a worker uploads: its fork server and workers die with it
+    (ddops/install/bound.py), and the resource tracker ends once they are gone."""
+    import signal
+    import time
+    import uuid
+
+    local = tmp_path / "big-model"
+    local.mkdir()
+    (local / "model.safetensors").write_bytes(os.urandom(1 << 26))       # 64 MiB: long enough to kill midway
+    name, mark = deploy_lab.hosts[0], uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "ddops", "push-model", str(local), "--host", name, "--dest", DEST],
+                            cwd=HERE.parent.parent, env={**os.environ, **deploy_lab.env, "DDOPS_TEST_MARK": mark},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    with connect(deploy_lab.host(name)) as remote:
+        remote.run(f"rm -rf {DEST}")
+        deadline = time.monotonic() + 60
+        while "ddops-part" not in remote.run(f"ls -A {DEST} 2>/dev/null; true").stdout:   # a worker uploads
+            assert time.monotonic() < deadline and proc.poll() is None, "the push never started uploading"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(3)
+        assert marked(mark) == [], "processes of the killed push still run"
+        remote.run(f"rm -rf {DEST}")
+
+
+def marked(mark: str) -> list[int]:
+    """Processes of this machine whose environment carries `mark`."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"DDOPS_TEST_MARK={mark}".encode() in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
