@@ -123,3 +123,29 @@ def test_status_tells_a_rollout_whose_runner_died_and_not_one_running_paused_or_
                   replace(state, runner=runner, status="succeeded")):        # ended
         store.save(other)
         assert interrupted_rollouts("h1") == []
+
+
+def test_a_revert_that_failed_keeps_the_rollout_reverting_and_its_rerun_tries_again(tmp_path):
+    """The halt's revert of the canary fails (its link dropped, say): the rollout is not finished
+    but reverting (exit 3), so the same command resumes it and reverts the canary, rather than
+    starting afresh past a host left on the new profile (ddops.lab.faults --fault drop found it)."""
+    from ddops.rollout.fleet.waves import REVERT_FAILED
+
+    plan, state, store = make(tmp_path, ["h1", "h2"], canary=1, wave=1)
+
+    class FirstRevertFails(Hosts):
+        def revert(self, host, host_state):
+            if not any(c[0] == "revert" for c in self.calls):
+                self.calls.append(("revert", host, host_state.before))
+                return Outcome(REVERT_FAILED, detail="unreachable while reverting")
+            return super().revert(host, host_state)
+
+    hosts = FirstRevertFails(fail={"h2"})
+    halted, _ = run(state, store, hosts)
+    assert halted.status == "reverting" and not halted.finished and exit_code(halted) == 3
+    assert halted.hosts["h1"].status == REVERT_FAILED and halted.hosts["h1"].changed
+    resumed, was_resumed = resume_or_start(store, RolloutState.start(plan, plan_waves(plan.hosts, 1, 1), 1), False)
+    assert was_resumed
+    final, _ = run(resumed, store, hosts)
+    assert final.status == "halted" and final.hosts["h1"].status == REVERTED
+    assert [c for c in hosts.calls if c[0] == "revert"] == [("revert", "h1", "h1-v1")] * 2

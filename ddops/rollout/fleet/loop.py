@@ -168,10 +168,16 @@ class Rollout:
         self.on_event("revert", {"host": host, "status": outcome.status, "detail": outcome.detail})
 
     def _halt(self, reason: str, final: str = "halted") -> RolloutState:
+        """Revert every host this rollout changed. While a revert has failed the rollout stays
+        `reverting`, unfinished: the same command run again resumes it and tries the revert again
+        (`ddops status` names it meanwhile), rather than starting afresh past a changed host."""
         self.on_event("halt" if final == "halted" else "abort", {"reason": reason})
         self._finish("reverting", notify=False)
         hosts = self.state.to_revert()
         self._in_parallel(hosts, self._revert)
+        if self.state.count(REVERT_FAILED):
+            self.on_event("revert_failed", {"hosts": [h for h in hosts if self.state.hosts[h].status == REVERT_FAILED]})
+            return self.state
         return self._finish(final)
 
     def _pause(self, index: int) -> RolloutState:

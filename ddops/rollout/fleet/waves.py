@@ -241,9 +241,9 @@ class RolloutState:
         return self.count(*NOT_DONE) > max_failures
 
     def to_revert(self) -> list[str]:
-        """Hosts this rollout changed and left on the new profile."""
+        """Hosts this rollout changed and left on the new profile (a revert that failed is tried again)."""
         return [h for wave in self.waves for h in wave
-                if self.hosts[h].status in (DONE, RUNNING) and self.hosts[h].changed]
+                if self.hosts[h].status in (DONE, RUNNING, REVERT_FAILED) and self.hosts[h].changed]
 
     def to_dict(self) -> dict:
         return {"plan_digest": self.plan_digest, "profile": self.profile, "status": self.status,
