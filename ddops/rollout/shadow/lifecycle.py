@@ -403,7 +403,10 @@ def _promote_in_place(record: ShadowRecord, target, command: str, connect, progr
                 report = switch(remote, target, unit=record.production_unit, command=command, progress=progress)
         except host_changes.LockHeld as err:
             return Lifecycle(exits.LOCKED, "promote failed", str(err), record)
-    clear_shadow()   # the shadow is gone either way: promoted, or production back as it was
+    if report.code in (exits.OK, exits.FAILED, exits.BAD_INPUT):
+        clear_shadow()   # promoted, or production back as it was (or never stopped): the shadow is gone
+    # else the host needs a look (exit 3: SSH lost mid-switch, say): the record stays, so the same
+    # promote run again settles the host's change record first and promotes this shadow again
     touched = (removed, report.deploy) if report.deploy else (removed,)
     detail = "; ".join([*held.notes, report.detail])
     return Lifecycle(report.code, "promoted" if report.code == 0 else "promote failed", detail, record, touched)
@@ -417,7 +420,8 @@ def _promote_elsewhere(record: ShadowRecord, target, command: str, connect, prog
                          f"keeps running on {record.host}", record, (deployed,))
     with connect(record.host) as remote:
         removed = host_changes.remove_unit(remote, record.unit, command)
-    clear_shadow()
+    if removed.code == 0:
+        clear_shadow()      # else the record stays: `ddops shadow abort` removes the shadow later
     status = "promoted" if removed.code == 0 else "promoted, shadow not removed"
     return Lifecycle(removed.code, status, f"{deployed.message}; {removed.message}", record,
                      (deployed, removed))
