@@ -188,7 +188,7 @@ def link_cut(veth: str, seconds: float) -> None:
 
 def frozen(netns: str, seconds: float) -> None:
     """Every process of the host (those in its network namespace) in a frozen freezer cgroup
-    (cgroup v1 here) for `seconds`; then thawed, moved back to the root group, and the group removed."""
+    (cgroup v1 here) for `seconds`; then moved back to the root group, thawed, and the group removed."""
     root = Path("/sys/fs/cgroup/freezer")
     group = root / f"ddops-fault-{netns}"
     group.mkdir(exist_ok=True)
@@ -202,13 +202,24 @@ def frozen(netns: str, seconds: float) -> None:
     try:
         time.sleep(seconds)
     finally:
+        emptied(group, root)        # moved out while still frozen: none can fork back into it
         (group / "freezer.state").write_text("THAWED")
-        for pid in (group / "cgroup.procs").read_text().split():
+        group.rmdir()
+
+
+def emptied(group: Path, root: Path) -> None:
+    """Every process of a freezer group moved to the root group (a moved process takes the
+    root group's state: thawed)."""
+    for _ in range(20):
+        pids = (group / "cgroup.procs").read_text().split()
+        if not pids:
+            return
+        for pid in pids:
             try:
                 (root / "cgroup.procs").write_text(pid)
             except OSError:
                 pass    # gone meanwhile
-        group.rmdir()
+        time.sleep(0.05)
 
 
 def serving(host: str) -> bool:
