@@ -149,3 +149,20 @@ def test_a_revert_that_failed_keeps_the_rollout_reverting_and_its_rerun_tries_ag
     final, _ = run(resumed, store, hosts)
     assert final.status == "halted" and final.hosts["h1"].status == REVERTED
     assert [c for c in hosts.calls if c[0] == "revert"] == [("revert", "h1", "h1-v1")] * 2
+
+
+def test_a_host_whose_own_deploy_broke_off_halts_the_rollout_as_before(tmp_path):
+    """A deploy that lost its host mid-way (the engine's revert-failed, nothing changed by the
+    rollout's own count) is not a revert the halt failed: the rollout ends halted, and its rerun
+    starts afresh, where the deploy engine recovers the host first."""
+    from ddops.rollout.fleet.waves import REVERT_FAILED
+
+    plan, state, store = make(tmp_path, ["h1", "h2"], canary=1, wave=1)
+
+    class BrokeOff(Hosts):
+        def deploy(self, host):
+            self.calls.append(("deploy", host))
+            return Outcome(REVERT_FAILED, changed=False, detail="connection lost")
+
+    final, _ = run(state, store, BrokeOff())
+    assert final.status == "halted" and final.finished and exit_code(final) == 3

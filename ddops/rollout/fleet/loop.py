@@ -175,8 +175,9 @@ class Rollout:
         self._finish("reverting", notify=False)
         hosts = self.state.to_revert()
         self._in_parallel(hosts, self._revert)
-        if self.state.count(REVERT_FAILED):
-            self.on_event("revert_failed", {"hosts": [h for h in hosts if self.state.hosts[h].status == REVERT_FAILED]})
+        failed = [h for h in hosts if self.state.hosts[h].status == REVERT_FAILED]
+        if failed:      # (a host whose own deploy failed mid-way is not one: its rerun recovers it)
+            self.on_event("revert_failed", {"hosts": failed})
             return self.state
         return self._finish(final)
 
