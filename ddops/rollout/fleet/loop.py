@@ -177,7 +177,7 @@ class Rollout:
         self._in_parallel(hosts, self._revert)
         failed = [h for h in hosts if self.state.hosts[h].status == REVERT_FAILED]
         if failed:      # (a host whose own deploy failed mid-way is not one: its rerun recovers it)
-            self.on_event("revert_failed", {"hosts": failed})
+            self.on_event("unreverted", {"hosts": failed})
             return self.state
         return self._finish(final)
 

@@ -86,7 +86,7 @@ def text_of(event: dict) -> str:
         return f"{head}: approved after wave {event['wave']}; continuing"
     if kind == "start":
         return f"{head}: starting on {', '.join(event['hosts'])}"
-    if kind == "revert_failed":
+    if kind == "unreverted":
         return (f"{head}: the revert failed on {', '.join(event['hosts'])}; the rollout stays reverting: "
                 "run the same command again to retry it")
     if kind == "finish":
