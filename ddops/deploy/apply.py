@@ -105,11 +105,13 @@ def _changing(remote, plan: Plan | None, change: Callable):
 
 
 def half_applied(remote, err: BaseException, plan: Plan | None = None) -> Outcome:
-    """The one wording of a change cut short: what failed, and what the next deploy does about it."""
+    """The one wording of a change cut short: what failed, and what settles it (a deploy's
+    pending.json, a switch's change record: the same command run again settles it first)."""
     why = str(err) if remote.label in str(err) else f"{remote.label}: connection lost ({err})"
-    return Outcome(remote.host.name, exits.NEEDS_OPERATOR, "host-error",
-                   f"{why}; the host may hold a half-applied deploy: the next `ddops deploy` to it "
-                   "restores the backup first", plan)
+    name = remote.host.name
+    return Outcome(name, exits.NEEDS_OPERATOR, "host-error",
+                   f"{why}; the host may hold a half-applied change: `ddops status --host {name}` names it, "
+                   f"and the same command run again (or `ddops recover --host {name}`) settles it first", plan)
 
 
 def plan_change(remote, desired: Desired, facts: Facts, profile=None) -> Plan:

@@ -42,13 +42,13 @@ import httpx
 
 from ddops import server_info, spec_metrics
 from ddops.deploy.facts import UnitState
+from ddops.deploy.unitwatch import RIDE_S
 from ddops.profile.launch import read_launch
 from ddops.profile.methods import reported_algorithm
 from ddops.remote.session import ConnectionLost
 from ddops.server_info import accept_length, accept_rounds
 
 PROBE_ROUNDS = 4   # a probe's figure is a verdict once it rests on this many rounds, not one lucky one
-RIDE_S = 90.0      # how long a request whose path broke is tried again while its unit stays up
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,15 @@ waits: one command re-reads the unit's state every STEP_S and answers as soon as
 from the last state ddops saw, or after WAIT_S with the same state. The gate keeps probing HTTP
 meanwhile (the poll runs on its own SSH channel), so a service that turns healthy is gated as
 fast as before, a crash or restart is seen within STEP_S plus a round trip, and a quiet unit
-costs one command per WAIT_S. A poll that does not answer within WAIT_S + GRACE_S means the
-connection is gone: ConnectionLost, as for any command.
+costs one command per WAIT_S.
+
+A poll that does not answer within WAIT_S + GRACE_S finds the link quiet: a dropped link or a
+frozen host, whose packets TCP sends again once it is back. While the transport stands, the
+watch rides that out for up to RIDE_S, answering the last state it saw (the gate's HTTP probes
+fail meanwhile, and its own deadlines still hold); past RIDE_S, or once the transport is gone,
+it is ConnectionLost, as for any command. Before, a quiet link of 10 s ended the watch: a
+switch, rollback or promote whose restart met a 30 s freeze or a 45 s drop exited 3 with the
+host half changed (`python -m ddops.lab.faults`, 2026-12-07: 9 of 25 such cases).
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from ddops.remote.session import LOST, CommandFailed, ConnectionLost
 
 WAIT_S = 4.0     # longest a poll stays on the host with nothing changed
 STEP_S = 0.2     # how often the host re-reads the state
-GRACE_S = 6.0    # round trip and sudo on top of WAIT_S before the connection counts as lost
+GRACE_S = 6.0    # round trip and sudo on top of WAIT_S before the link counts as quiet
+RIDE_S = 90.0    # how long a quiet link is ridden out (a watch's poll, a gate's request) before it counts as lost
 
 
 def long_poll(unit: str, last: str, wait_s: float = WAIT_S, step_s: float = STEP_S) -> str:
@@ -39,8 +47,9 @@ class UnitWatch:
     `shown` (`unit_show` output the caller already has) gives it; later calls return the newest
     state a long-poll brought back, never blocking."""
 
-    def __init__(self, remote, unit: str, shown: str | None = None, wait_s: float = WAIT_S):
-        self.remote, self.unit, self.wait_s = remote, unit, wait_s
+    def __init__(self, remote, unit: str, shown: str | None = None, wait_s: float = WAIT_S,
+                 ride_s: float = RIDE_S):
+        self.remote, self.unit, self.wait_s, self.ride_s = remote, unit, wait_s, ride_s
         self._text: str | None = None
         self._state = UnitState()
         if shown:
@@ -62,9 +71,9 @@ class UnitWatch:
         elif self._answered():
             self._take(self._collect())
             self._start()
-        elif time.monotonic() - self._since > self.wait_s + GRACE_S:
+        elif time.monotonic() - self._since > self.wait_s + GRACE_S + self.ride_s:
             raise ConnectionLost(f"{self.remote.label}: watching {self.unit}: no answer in "
-                              f"{self.wait_s + GRACE_S:.0f} s: connection lost")
+                                 f"{self.wait_s + GRACE_S + self.ride_s:.0f} s: connection lost")
         return self._state
 
     def close(self) -> None:

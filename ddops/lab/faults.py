@@ -14,7 +14,10 @@ without the candidate's draft), the command runs again and is faulted at that po
   drop    the host's link is cut for `--hold` seconds (its veth on the lab bridge set down: packets
           are lost, no connection is reset), while ddops goes on;
   freeze  every process of the host is frozen for `--hold` seconds (the cgroup freezer: sshd and
-          the service stop answering, the host's kernel still acknowledges), while ddops goes on.
+          the service stop answering, the host's kernel still acknowledges), while ddops goes on;
+  contend a second command that takes the host's lock (`ddops recover --host`) runs at that
+          point, while ddops goes on: it must be refused (exit 4) wherever the change holds the
+          host, so the case keeps its exit (`contended`) and the line the change had reached.
 
 The fault is on `--host`; a rollout runs over it (its canary) and `--other`. For drop and freeze
 the command's own exit code is kept (its meaning: 0 done, 1 reverted, 3 the host needs an
@@ -128,14 +131,16 @@ def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float |
     for a command that narrates too little (push-model shows bars only on a terminal): SIGKILL it
     (fault None), or run `fault` (which holds the fault for its time) on a thread and let the
     command go on; (lines, exit, its last lines, wall seconds, whether the fault struck it running,
-    the pids still holding its output 10 s after it ended: children it left behind)."""
+    the pids still holding its output 10 s after it ended: children it left behind, the line it
+    had said last when the fault struck)."""
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "ddops", *argv], text=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "300"})
-    state = {"lines": 0, "said": [], "held": None, "struck": False}
+    state = {"lines": 0, "said": [], "held": None, "struck": False, "struck_at": ""}
 
     def strike() -> None:
         state["struck"] = proc.poll() is None
+        state["struck_at"] = state["said"][-1] if state["said"] else ""
         if fault is None:
             proc.send_signal(signal.SIGKILL)
         else:
@@ -161,7 +166,8 @@ def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float |
     orphans = holders(proc.stdout.fileno()) if reader.is_alive() else []
     if state["held"] is not None:
         state["held"].join()
-    return state["lines"], code, " / ".join(state["said"]), time.monotonic() - began, state["struck"], orphans
+    return (state["lines"], code, " / ".join(state["said"]), time.monotonic() - began, state["struck"], orphans,
+            state["struck_at"])
 
 
 def holders(read_fd: int) -> list[int]:
@@ -257,8 +263,9 @@ def profiles_on(hosts: tuple[str, ...]) -> dict[str, str | None]:
 def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     reset(cmd)
     before = profiles_on(cmd.hosts)
+    CONTENDED.clear()
     kind, where = point
-    _, code, said, _, hit, orphans = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
+    _, code, said, _, hit, orphans, struck_at = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
                                               where if kind == "time" else None)
     time.sleep(20)
     interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
@@ -278,7 +285,8 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
             "exit_true": exit_true(code, up, interrupted, unchanged),
             "serving_20s": up, "told": bool(interrupted), "down_untold": not up and not interrupted,
             "rerun_exit": again["exit"], "converged": converged, "profiles": final, "left": after, "stray": stray,
-            "orphans_here": orphans}
+            "orphans_here": orphans, "contended": CONTENDED[0] if CONTENDED else None,
+            "struck_at": struck_at[-200:]}
 
 
 def exit_true(code: int, up: bool, interrupted: list, unchanged: bool) -> bool:
@@ -295,10 +303,20 @@ def exit_true(code: int, up: bool, interrupted: list, unchanged: bool) -> bool:
     return code in (3, -signal.SIGKILL)
 
 
+CONTENDED: list[int] = []      # the exit of each contending command, in the case that ran it
+
+
+def contend(host: str) -> None:
+    """A second command that takes the host's lock, run while the change goes on."""
+    CONTENDED.append(ddops("recover", "--host", host, "--yes")["exit"])
+
+
 def faults(kind: str, host: str, hold: float):
     """The fault for `kind`, as case() takes it: None for kill, else a callable that holds it."""
     if kind == "kill":
         return None
+    if kind == "contend":
+        return lambda: contend(host)
     from ddops.lab.layout import HostSlot, LabLayout
     slot = HostSlot.of(LabLayout.from_env(), host)
     return (lambda: link_cut(slot.veth, hold)) if kind == "drop" else (lambda: frozen(slot.netns, hold))
@@ -331,7 +349,7 @@ def main() -> None:
     parser.add_argument("--commands", default="deploy,switch,shadow-start,shadow-promote,shadow-abort,rollback,"
                                               "rollout,push-model")
     parser.add_argument("--points", type=int, default=5)
-    parser.add_argument("--fault", choices=("kill", "drop", "freeze"), default="kill")
+    parser.add_argument("--fault", choices=("kill", "drop", "freeze", "contend"), default="kill")
     parser.add_argument("--hold", type=float, default=45.0, help="seconds a drop or a freeze lasts")
     args = parser.parse_args()
     use_demo_key()
@@ -342,7 +360,7 @@ def main() -> None:
         for name in args.commands.split(","):
             cmd = table[name]
             reset(cmd)
-            lines, _, _, wall, _, _ = narrated(cmd.argv, None)        # the control run: its lines and time
+            lines, _, _, wall, _, _, _ = narrated(cmd.argv, None)        # the control run: its lines and time
             for point in points_of(lines, wall, args.points):
                 rows.append(case(name, cmd, point, faults(args.fault, args.host, args.hold)))
                 print(json.dumps(rows[-1]), flush=True)
@@ -351,7 +369,8 @@ def main() -> None:
                       "wrong_exit": sum(not r["exit_true"] for r in rows),
                       "not_converged": sum(not r["converged"] for r in rows),
                       "stray": sum(bool(r["stray"]) for r in rows),
-                      "orphans_here": sum(bool(r["orphans_here"]) for r in rows)}), flush=True)
+                      "orphans_here": sum(bool(r["orphans_here"]) for r in rows),
+                      "contended_not_refused": sum(r["contended"] not in (None, 4) for r in rows)}), flush=True)
 
 
 if __name__ == "__main__":

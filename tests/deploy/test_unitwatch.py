@@ -67,3 +67,47 @@ def test_a_failing_systemctl_ends_the_poll_with_its_status(tmp_path):
     done = subprocess.run(["sh", "-c", long_poll("ddx.service", RUNNING, 15.0, 0.05)], env=env,
                           capture_output=True, text=True, timeout=20)
     assert done.returncode == 1 and "Failed to connect to bus" in done.stderr and done.stdout == ""
+
+
+class _QuietLink:
+    """A remote whose long-poll never answers while its transport stays up: a dropped link or a
+    frozen host, as the watch sees them (the real ones: tests/rollout/test_lab_faults.py)."""
+    label = "quiet"
+
+    class _Channel:
+        closed = False
+
+        def shutdown_write(self):
+            pass
+
+        def exit_status_ready(self):
+            return False
+
+        def get_transport(self):
+            return self
+
+        def is_active(self):
+            return True
+
+        def close(self):
+            self.closed = True
+
+    def open_channel(self, command):
+        return self._Channel()
+
+
+def test_a_quiet_link_is_ridden_out_with_the_last_state_then_counts_as_lost(monkeypatch):
+    import time
+
+    import pytest
+
+    from ddops.deploy import unitwatch
+    from ddops.remote.session import ConnectionLost
+    monkeypatch.setattr(unitwatch, "GRACE_S", 0.0)
+    watch = unitwatch.UnitWatch(_QuietLink(), "ddx.service", shown=RUNNING, wait_s=0.1, ride_s=0.4)
+    assert watch() == UnitState.parse(RUNNING)          # the poll starts
+    time.sleep(0.25)                                    # past the poll's own wait: the link is quiet
+    assert watch() == UnitState.parse(RUNNING)          # ridden: the last state, no error
+    time.sleep(0.35)
+    with pytest.raises(ConnectionLost, match="no answer in"):
+        watch()

@@ -302,6 +302,22 @@ def test_a_switch_whose_host_freezes_after_it_stopped_production_ends_serving_th
     assert lab.info("lab-2")["model_path"] == "/var/lib/ddops/models/tiny-llama-other", said
 
 
+def test_a_switch_whose_host_freezes_as_its_gate_begins_rides_it_out(lab, monkeypatch):
+    """The host frozen 20 s as the switch's gate starts on the new unit: its unit watch hears
+    nothing for longer than a poll, and rides that out with the last state it saw while the
+    gate's probes wait, so the switch ends done (exit 0), not 'connection lost' with the host
+    half changed (exit 3, which a watch that gave up after 10 s made of it)."""
+    from ddops.lab.faults import frozen
+    settled_first(lab, "lab-2")
+    lab.deploy("cpu-ar", "lab-2")
+    host = slot(lab, "lab-2", monkeypatch)
+    args = ("switch", lab.profile("ro-other"), "--host", "lab-2")
+    code, said = faulted_at(lab, '"stage": "health"', lambda: frozen(host.netns, 20), *args, "--yes", "--json-events")
+    assert code == 0, said
+    assert lab.json("status", "--host", "lab-2", expect=0)["interrupted"] == []
+    assert lab.info("lab-2")["model_path"] == "/var/lib/ddops/models/tiny-llama-other", said
+
+
 def test_a_rollout_whose_canary_loses_its_link_mid_deploy_ends_with_both_hosts_changed(lab, tmp_path, monkeypatch):
     """The canary's link on the lab bridge down 25 s (packets lost, nothing reset) as its deploy
     runs, so its SSH steps and gate run into it: the rollout rides it out, or says the host needs a look and its rerun settles it;
