@@ -77,6 +77,9 @@ class Command:
     hosts: tuple[str, ...]
     final: str | None = B         # production's profile on every host once the rerun ended; None: as it was
     ends: tuple[int, ...] = (0, 2)
+    reverted_keeps: bool = False  # a run that reverted (exit 1) leaves production as it was for good:
+                                  # an in-place promote's shadow is gone with its failed switch, so
+                                  # the rerun has nothing to promote (exit 2; rollout/shadow/lifecycle.py promote)
 
 
 def commands(host: str, other: str, folder: Path) -> dict[str, Command]:
@@ -88,7 +91,7 @@ def commands(host: str, other: str, folder: Path) -> dict[str, Command]:
     return {"deploy": Command(("deploy", B, "--host", host, "--yes"), "production", (host,)),
             "switch": Command(("switch", B, "--host", host, "--yes"), "production", (host,)),
             "shadow-start": Command(("shadow", "start", B, "--host", host, "--yes"), "production", (host,), A),
-            "shadow-promote": Command(("shadow", "promote", "--yes"), "shadow", (host,)),
+            "shadow-promote": Command(("shadow", "promote", "--yes"), "shadow", (host,), reverted_keeps=True),
             "shadow-abort": Command(("shadow", "abort", "--yes"), "shadow", (host,), A),
             "rollback": Command(("rollback", "--host", host, "--unit", "llm.service", "--yes"), "history", (host,), A),
             "rollout": Command(("rollout", str(plan), "--yes"), "production", (host, other)),
@@ -278,7 +281,7 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
         after += told
         stray += strays
     final = profiles_on(cmd.hosts)
-    wanted = before if cmd.final is None else {h: cmd.final for h in cmd.hosts}
+    wanted = before if cmd.final is None or (code == 1 and cmd.reverted_keeps) else {h: cmd.final for h in cmd.hosts}
     converged = again["exit"] in cmd.ends and all(serving(h) for h in cmd.hosts) and not after and not stray \
         and final == wanted
     return {"command": name, "fault_at": f"{kind} {where:g}", "hit": hit, "exit": code, "said": said[-300:],

@@ -408,7 +408,9 @@ def _promote_in_place(record: ShadowRecord, target, command: str, connect, progr
     # else the host needs a look (exit 3: SSH lost mid-switch, say): the record stays, so the same
     # promote run again settles the host's change record first and promotes this shadow again
     touched = (removed, report.deploy) if report.deploy else (removed,)
-    detail = "; ".join([*held.notes, report.detail])
+    gone = [f"the shadow {record.unit} was removed to make room: `ddops shadow start {record.profile} "
+            f"--host {record.host}` to try it again"] if report.code in (exits.FAILED, exits.BAD_INPUT) else []
+    detail = "; ".join([*held.notes, report.detail, *gone])
     return Lifecycle(report.code, "promoted" if report.code == 0 else "promote failed", detail, record, touched)
 
 
