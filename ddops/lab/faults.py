@@ -1,7 +1,7 @@
 """Fault a host change at points spread over it, and see what is left (docs/deploy.md "Lock,
 killed deploys, history"):
 
-    python -m ddops.lab.faults --host lab-1 --other lab-2 --points 5 [--fault kill|drop|freeze] [--hold 45] \
+    python -m ddops.lab.faults --host lab-1 --other lab-2 --points 5 [--fault kill|drop|freeze|contend] [--hold 45] \
         [--commands deploy,switch,shadow-start,shadow-promote,shadow-abort,rollback,rollout,rollout-refused,push-model]
 
 For each command: a control run without a fault counts the lines it narrates and its time; then,
@@ -23,7 +23,8 @@ The fault is on `--host`; a rollout runs over it (its canary) and `--other`. For
 the command's own exit code is kept (its meaning: 0 done, 1 reverted, 3 the host needs an
 operator), and whether what it claimed holds. 20 s after the fault (or after the command
 ended): does production answer on every host, or does `ddops status` name what was left? Then
-the same command runs again: does it end (exit 0, 2 where nothing is left to do, 1 for the
+the same command runs again (a rollback that ended done is only checked: a second one goes
+further back): does it end (exit 0, 2 where nothing is left to do, 1 for the
 rollout whose second host is refused) with production answering, each host on the profile the
 command leads to, and nothing left (no change record, no unfinished deploy or shadow start, no
 stray unit, no partial upload)? Prints one JSON line per case and a summary. Needs `ddops lab
@@ -80,6 +81,9 @@ class Command:
     reverted_keeps: bool = False  # a run that reverted (exit 1) leaves production as it was for good:
                                   # an in-place promote's shadow is gone with its failed switch, so
                                   # the rerun has nothing to promote (exit 2; rollout/shadow/lifecycle.py promote)
+    idempotent: bool = True       # run again once it finished, it changes nothing; a rollback is not
+                                  # (a second one goes further back, docs/deploy.md "History"): after
+                                  # a run that ended done (exit 0) its state is checked, not rerun
 
 
 def commands(host: str, other: str, folder: Path) -> dict[str, Command]:
@@ -93,7 +97,8 @@ def commands(host: str, other: str, folder: Path) -> dict[str, Command]:
             "shadow-start": Command(("shadow", "start", B, "--host", host, "--yes"), "production", (host,), A),
             "shadow-promote": Command(("shadow", "promote", "--yes"), "shadow", (host,), reverted_keeps=True),
             "shadow-abort": Command(("shadow", "abort", "--yes"), "shadow", (host,), A),
-            "rollback": Command(("rollback", "--host", host, "--unit", "llm.service", "--yes"), "history", (host,), A),
+            "rollback": Command(("rollback", "--host", host, "--unit", "llm.service", "--yes"), "history", (host,), A,
+                                idempotent=False),
             "rollout": Command(("rollout", str(plan), "--yes"), "production", (host, other)),
             # the second host refused: the halt reverts the canary, and so does every rerun (exit 1)
             "rollout-refused": Command(("rollout", str(plan), "--yes"), "refused", (host, other), A, (1,)),
@@ -274,7 +279,7 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
     up = all(serving(h) for h in cmd.hosts)
     unchanged = profiles_on(cmd.hosts) == before
-    again = ddops(*cmd.argv)
+    again = ddops(*cmd.argv) if cmd.idempotent or code != 0 else {"exit": 0, "skipped": True}
     after, stray = [], []
     for host in cmd.hosts:
         told, strays = left_on(host)
