@@ -17,7 +17,9 @@ without the candidate's draft), the command runs again and is faulted at that po
           the service stop answering, the host's kernel still acknowledges), while ddops goes on;
   contend a second command that takes the host's lock (`ddops recover --host`) runs at that
           point, while ddops goes on: it must be refused (exit 4) wherever the change holds the
-          host, so the case keeps its exit (`contended`) and the line the change had reached.
+          host, so the case keeps its exit (`contended`), whether it ended before the change did
+          (one that got the lock and ended first found the lock free midway), and the line the
+          change had reached.
 
 The fault is on `--host`; a rollout runs over it (its canary) and `--other`. For drop and freeze
 the command's own exit code is kept (its meaning: 0 done, 1 reverted, 3 the host needs an
@@ -168,14 +170,15 @@ def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float |
     if timer:
         timer.start()
     code = proc.wait(timeout=900)
+    state["ended"] = time.monotonic()
     if timer:
         timer.cancel()
     reader.join(timeout=10)
     orphans = holders(proc.stdout.fileno()) if reader.is_alive() else []
     if state["held"] is not None:
         state["held"].join()
-    return (state["lines"], code, " / ".join(state["said"]), time.monotonic() - began, state["struck"], orphans,
-            state["struck_at"])
+    return (state["lines"], code, " / ".join(state["said"]), state["ended"] - began, state["struck"], orphans,
+            state["struck_at"], state["ended"])
 
 
 def holders(read_fd: int) -> list[int]:
@@ -273,7 +276,7 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     before = profiles_on(cmd.hosts)
     CONTENDED.clear()
     kind, where = point
-    _, code, said, _, hit, orphans, struck_at = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
+    _, code, said, _, hit, orphans, struck_at, ended = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
                                               where if kind == "time" else None)
     time.sleep(20)
     interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
@@ -293,7 +296,8 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
             "exit_true": exit_true(code, up, interrupted, unchanged),
             "serving_20s": up, "told": bool(interrupted), "down_untold": not up and not interrupted,
             "rerun_exit": again["exit"], "converged": converged, "profiles": final, "left": after, "stray": stray,
-            "orphans_here": orphans, "contended": CONTENDED[0] if CONTENDED else None,
+            "orphans_here": orphans, "contended": CONTENDED[0][0] if CONTENDED else None,
+            "contended_before_end": CONTENDED[0][1] < ended if CONTENDED else None,
             "struck_at": struck_at[-200:]}
 
 
@@ -311,12 +315,12 @@ def exit_true(code: int, up: bool, interrupted: list, unchanged: bool) -> bool:
     return code in (3, -signal.SIGKILL)
 
 
-CONTENDED: list[int] = []      # the exit of each contending command, in the case that ran it
+CONTENDED: list[tuple[int, float]] = []   # each contending command's exit and when it ended (monotonic)
 
 
 def contend(host: str) -> None:
     """A second command that takes the host's lock, run while the change goes on."""
-    CONTENDED.append(ddops("recover", "--host", host, "--yes")["exit"])
+    CONTENDED.append((ddops("recover", "--host", host, "--yes")["exit"], time.monotonic()))
 
 
 def faults(kind: str, host: str, hold: float):
@@ -368,7 +372,7 @@ def main() -> None:
         for name in args.commands.split(","):
             cmd = table[name]
             reset(cmd)
-            lines, _, _, wall, _, _, _ = narrated(cmd.argv, None)        # the control run: its lines and time
+            lines, _, _, wall, *_ = narrated(cmd.argv, None)        # the control run: its lines and time
             for point in points_of(lines, wall, args.points):
                 rows.append(case(name, cmd, point, faults(args.fault, args.host, args.hold)))
                 print(json.dumps(rows[-1]), flush=True)
@@ -378,7 +382,9 @@ def main() -> None:
                       "not_converged": sum(not r["converged"] for r in rows),
                       "stray": sum(bool(r["stray"]) for r in rows),
                       "orphans_here": sum(bool(r["orphans_here"]) for r in rows),
-                      "contended_not_refused": sum(r["contended"] not in (None, 4) for r in rows)}), flush=True)
+                      "contended_not_refused": sum(r["contended"] not in (None, 4) for r in rows),
+                      "lock_free_midway": sum(r["contended"] not in (None, 4) and r["contended_before_end"]
+                                              for r in rows)}), flush=True)
 
 
 if __name__ == "__main__":
