@@ -276,8 +276,8 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     before = profiles_on(cmd.hosts)
     CONTENDED.clear()
     kind, where = point
-    _, code, said, _, hit, orphans, struck_at, ended = narrated(cmd.argv, int(where) if kind == "line" else None, fault,
-                                              where if kind == "time" else None)
+    at_line, after_s = (int(where), None) if kind == "line" else (None, where)
+    _, code, said, _, hit, orphans, struck_at, ended = narrated(cmd.argv, at_line, fault, after_s)
     time.sleep(20)
     interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
     up = all(serving(h) for h in cmd.hosts)
