@@ -84,8 +84,9 @@ class Command:
                                   # an in-place promote's shadow is gone with its failed switch, so
                                   # the rerun has nothing to promote (exit 2; rollout/shadow/lifecycle.py promote)
     idempotent: bool = True       # run again once it finished, it changes nothing; a rollback is not
-                                  # (a second one goes further back, docs/deploy.md "History"): after
-                                  # a run that ended done (exit 0) its state is checked, not rerun
+                                  # (a second one goes further back: docs/deploy.md "Lock, killed
+                                  # deploys, history"): after a run that ended done (exit 0) its
+                                  # state is checked, not rerun
 
 
 def commands(host: str, other: str, folder: Path) -> dict[str, Command]:
