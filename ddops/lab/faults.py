@@ -137,17 +137,29 @@ def reset(cmd: Command) -> None:
         on_host(cmd.hosts[1], f"mv {DRAFT} {DRAFT}.hidden")
 
 
-def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float | None = None) -> tuple:
+@dataclass(frozen=True)
+class Ran:
+    """One narrated run of a command, and what its fault saw."""
+    lines: int
+    exit: int
+    said: str                  # its last lines
+    wall_s: float
+    ended: float               # time.monotonic() when it exited
+    hit: bool                  # the fault struck it running
+    orphans: list[int]         # pids still holding its output 10 s after it ended: children it left behind
+    struck_at: str             # the line it had said last when the fault struck
+    fault_gave: object         # what the fault returned (a contender's exit and end time)
+
+
+def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float | None = None) -> Ran:
     """Run `ddops ARGV` (narration on) and fault it after its `at`-th line, or `after_s` seconds
     for a command that narrates too little (push-model shows bars only on a terminal): SIGKILL it
     (fault None), or run `fault` (which holds the fault for its time) on a thread and let the
-    command go on; (lines, exit, its last lines, wall seconds, whether the fault struck it running,
-    the pids still holding its output 10 s after it ended: children it left behind, the line it
-    had said last when the fault struck)."""
+    command go on."""
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "ddops", *argv], text=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "300"})
-    state = {"lines": 0, "said": [], "held": None, "struck": False, "struck_at": ""}
+    state = {"lines": 0, "said": [], "held": None, "struck": False, "struck_at": "", "gave": None}
 
     def strike() -> None:
         state["struck"] = proc.poll() is None
@@ -155,7 +167,7 @@ def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float |
         if fault is None:
             proc.send_signal(signal.SIGKILL)
         else:
-            state["held"] = threading.Thread(target=fault, daemon=True)
+            state["held"] = threading.Thread(target=lambda: state.update(gave=fault()), daemon=True)
             state["held"].start()
 
     def read() -> None:       # a thread: the output ends only when every holder of it is gone
@@ -171,15 +183,15 @@ def narrated(argv: tuple[str, ...], at: int | None, fault=None, after_s: float |
     if timer:
         timer.start()
     code = proc.wait(timeout=900)
-    state["ended"] = time.monotonic()
+    ended = time.monotonic()
     if timer:
         timer.cancel()
     reader.join(timeout=10)
     orphans = holders(proc.stdout.fileno()) if reader.is_alive() else []
     if state["held"] is not None:
         state["held"].join()
-    return (state["lines"], code, " / ".join(state["said"]), state["ended"] - began, state["struck"], orphans,
-            state["struck_at"], state["ended"])
+    return Ran(state["lines"], code, " / ".join(state["said"]), ended - began, ended, state["struck"], orphans,
+               state["struck_at"], state["gave"])
 
 
 def holders(read_fd: int) -> list[int]:
@@ -275,10 +287,10 @@ def profiles_on(hosts: tuple[str, ...]) -> dict[str, str | None]:
 def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     reset(cmd)
     before = profiles_on(cmd.hosts)
-    CONTENDED.clear()
     kind, where = point
     at_line, after_s = (int(where), None) if kind == "line" else (None, where)
-    _, code, said, _, hit, orphans, struck_at, ended = narrated(cmd.argv, at_line, fault, after_s)
+    ran = narrated(cmd.argv, at_line, fault, after_s)
+    code = ran.exit
     time.sleep(20)
     interrupted = [f for h in cmd.hosts for f in left_on(h)[0]]
     up = all(serving(h) for h in cmd.hosts)
@@ -293,13 +305,14 @@ def case(name: str, cmd: Command, point: tuple[str, float], fault=None) -> dict:
     wanted = before if cmd.final is None or (code == 1 and cmd.reverted_keeps) else {h: cmd.final for h in cmd.hosts}
     converged = again["exit"] in cmd.ends and all(serving(h) for h in cmd.hosts) and not after and not stray \
         and final == wanted
-    return {"command": name, "fault_at": f"{kind} {where:g}", "hit": hit, "exit": code, "said": said[-300:],
+    contended = ran.fault_gave      # (exit, when it ended) for contend, else None
+    return {"command": name, "fault_at": f"{kind} {where:g}", "hit": ran.hit, "exit": code, "said": ran.said[-300:],
             "exit_true": exit_true(code, up, interrupted, unchanged),
             "serving_20s": up, "told": bool(interrupted), "down_untold": not up and not interrupted,
             "rerun_exit": again["exit"], "converged": converged, "profiles": final, "left": after, "stray": stray,
-            "orphans_here": orphans, "contended": CONTENDED[0][0] if CONTENDED else None,
-            "contended_before_end": CONTENDED[0][1] < ended if CONTENDED else None,
-            "struck_at": struck_at[-200:]}
+            "orphans_here": ran.orphans, "contended": contended[0] if contended else None,
+            "contended_before_end": contended[1] < ran.ended if contended else None,
+            "struck_at": ran.struck_at[-200:]}
 
 
 def exit_true(code: int, up: bool, interrupted: list, unchanged: bool) -> bool:
@@ -316,12 +329,10 @@ def exit_true(code: int, up: bool, interrupted: list, unchanged: bool) -> bool:
     return code in (3, -signal.SIGKILL)
 
 
-CONTENDED: list[tuple[int, float]] = []   # each contending command's exit and when it ended (monotonic)
-
-
-def contend(host: str) -> None:
-    """A second command that takes the host's lock, run while the change goes on."""
-    CONTENDED.append((ddops("recover", "--host", host, "--yes")["exit"], time.monotonic()))
+def contend(host: str) -> tuple[int, float]:
+    """A second command that takes the host's lock, run while the change goes on: its exit, and
+    when it ended (time.monotonic())."""
+    return ddops("recover", "--host", host, "--yes")["exit"], time.monotonic()
 
 
 def faults(kind: str, host: str, hold: float):
@@ -373,8 +384,8 @@ def main() -> None:
         for name in args.commands.split(","):
             cmd = table[name]
             reset(cmd)
-            lines, _, _, wall, *_ = narrated(cmd.argv, None)        # the control run: its lines and time
-            for point in points_of(lines, wall, args.points):
+            control = narrated(cmd.argv, None)        # the control run: its lines and time
+            for point in points_of(control.lines, control.wall_s, args.points):
                 rows.append(case(name, cmd, point, faults(args.fault, args.host, args.hold)))
                 print(json.dumps(rows[-1]), flush=True)
     print(json.dumps({"fault": args.fault, "cases": len(rows), "hit": sum(r["hit"] for r in rows),
