@@ -2,7 +2,8 @@
 
 Allocation model (the same one ddops.fit uses for this runtime; the rows are
 serving.contract.runtime's rules, the parameter and cache bytes serving.contract.sizes'): every
-parameter in the runtime dtype, plus the K/V
+target parameter in the runtime dtype, and the drafter's parameters, the K/V, the state and the
+prefix rows in the dtype it computes in (`compute_dtype`: fp32 for bf16 weights on CPU), plus the K/V
 preallocated for the server's life. The batch runner holds one target K/V pool over the
 full-attention layers of `--max-total-tokens` rows, resolved at start by `resolve_pool`
 (contract.runtime.pool_rows: max running sequences x (context + verify rows), within a share
@@ -37,8 +38,8 @@ from torch import nn
 
 from serving import speculative
 from serving.contract import sizes
-from serving.contract.runtime import (DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies, kv_rows, one_at_a_time,
-                                      pool_rows, prefix_rows, state_slots)
+from serving.contract.runtime import (DEFAULT_MEM_FRACTION, compute_dtype, draft_kv_rows, head_copies, kv_rows,
+                                      one_at_a_time, pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import AttentionShape, DeltaNetShape, kv_bytes, linear_state_bytes, model_params
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
 from serving.models.kv_cache import KVCache
@@ -81,25 +82,26 @@ class Layout:
 def layout(args) -> Layout:
     """From config.json (and the draft's), read by the loaders' own parsers."""
     target = read_model_config(Path(args.model_path))
-    width = DTYPE_BYTES[args.dtype]
-    params = target_params(target)
-    params += head_copies(args.device, args.dtype) * target.vocab_size * target.hidden_size
+    width = DTYPE_BYTES[args.dtype]                                     # the target's weights
+    compute = DTYPE_BYTES[compute_dtype(args.device, args.dtype, target.hybrid)]   # the rest
+    weights = (target_params(target) + head_copies(args.device, args.dtype) * target.vocab_size
+               * target.hidden_size) * width
     method = speculative.resolve(args.speculative_algorithm)
     draft, verify = None, 0
     if method.speculative and args.speculative_draft_model_path:
         path = args.speculative_draft_model_path
         draft = DraftConfig.from_dict(_config(path), str(Path(path) / "config.json"))
-        params += draft_params(draft)
+        weights += draft_params(draft) * compute
         verify = method.verify_rows(args.speculative_num_draft_tokens or draft.block_size,
                                     args.speculative_ddtree_budget)
-    target_row = kv_bytes(*KVCache.dims(target), 1, width)
-    draft_row = kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, 1, width) if draft else 0
+    target_row = kv_bytes(*KVCache.dims(target), 1, compute)
+    draft_row = kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, 1, compute) if draft else 0
     linear = len(target.linear_layers)
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)
-    state = slots * linear_state_bytes(_deltanet(target.linear), linear, width) if linear else 0
-    per_row = target_row + (draft.feature_width * width if draft else 0)
+    state = slots * linear_state_bytes(_deltanet(target.linear), linear, compute) if linear else 0
+    per_row = target_row + (draft.feature_width * compute if draft else 0)
     prefix = prefix_rows(target.hybrid, args.disable_radix_cache) * per_row
-    return Layout(target.hybrid, method.speculative, args.context_length + verify, params * width,
+    return Layout(target.hybrid, method.speculative, args.context_length + verify, weights,
                   target_row, draft_row, state, prefix)
 
 

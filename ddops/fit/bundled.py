@@ -33,8 +33,8 @@ from ddops.fit.profile_fit import Models, needs_gpu, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
-from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, draft_kv_rows, head_copies,
-                                      kv_rows, one_at_a_time, pool_rows, prefix_rows, state_slots)
+from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, compute_dtype, draft_kv_rows,
+                                      head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import kv_bytes, linear_state_bytes
 
 
@@ -100,26 +100,28 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
     target, draft = models.target, models.draft
     dtype = runtime_dtype(profile, target)
     hybrid, speculative = target.linear is not None, profile.method.is_speculative
+    on = device or device_of(profile)
+    compute = compute_dtype(on, dtype, hybrid)     # the drafter, K/V, state and prefix rows' dtype
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
-    head = head_copies(device or device_of(profile), dtype) * target.vocab_size * target.hidden_size
-    weights = target.weight_bytes(dtype) + int(head * dtype_bytes(dtype)) + (draft.weight_bytes(dtype) if draft else 0)
+    head = head_copies(on, dtype) * target.vocab_size * target.hidden_size
+    weights = target.weight_bytes(dtype) + int(head * dtype_bytes(dtype)) + (draft.weight_bytes(compute) if draft else 0)
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
-    state = sequences * _state(target.linear, dtype)
-    features = draft.feature_width * dtype_bytes(dtype) if draft else 0
+    state = sequences * _state(target.linear, compute)
+    features = draft.feature_width * dtype_bytes(compute) if draft else 0
     store_rows = prefix_rows(hybrid, switch_on(profile, "--disable-radix-cache"))
-    prefix = store_rows * (_kv(target.attention, 1, dtype) + int(features))
-    row = _kv(target.attention, 1, dtype) + (_kv(draft.attention, 1, dtype) if draft else 0)
+    prefix = store_rows * (_kv(target.attention, 1, compute) + int(features))
+    row = _kv(target.attention, 1, compute) + (_kv(draft.attention, 1, compute) if draft else 0)
     rule, max_total = None, int_value(profile, POOL_CAP_FLAG)
     if not one_at_a_time(hybrid, speculative):
-        fraction = profile.memory.mem_fraction_static or DEFAULT_MEM_FRACTION[device or device_of(profile)]
+        fraction = profile.memory.mem_fraction_static or DEFAULT_MEM_FRACTION[on]
         running = profile.memory.max_running_requests or DEFAULT_MAX_RUNNING
         rule = PoolRule(running, context + verify, fraction, memory_bytes, memory_source, max_total)
         max_total = pool_rows(context + verify, running, row, weights + state + prefix, memory_bytes, fraction,
                               max_total)
     rows = kv_rows(hybrid, speculative, context, verify, max_total)
     draft_rows = draft_kv_rows(hybrid, speculative, context, verify, max_total) if draft else 0
-    kv = _kv(target.attention, rows, dtype) + (_kv(draft.attention, draft_rows, dtype) if draft else 0)
+    kv = _kv(target.attention, rows, compute) + (_kv(draft.attention, draft_rows, compute) if draft else 0)
     return BundledMemory(dtype, rows, weights, kv, state, draft_rows, prefix, rule)
 
 

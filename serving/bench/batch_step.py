@@ -54,12 +54,13 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=60)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--pad-ab", type=int, default=0, help="time padded against unpadded products N times each")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = load_model(inspect_checkpoint(args.model), torch.float32, "cpu", args.context + args.steps + 8)
+    model = load_model(inspect_checkpoint(args.model), getattr(torch, args.dtype), "cpu", args.context + args.steps + 8)
     sizes = [int(b) for b in args.batch.split(",")]
-    pool = KVPool(model.config, max(sizes) * (args.context + args.steps + 2), torch.float32, "cpu")
+    pool = KVPool(model.config, max(sizes) * (args.context + args.steps + 2), model.dtype, "cpu")
     if args.pad_ab:
         return pad_ab(model, pool, sizes, args)
     base = None

@@ -95,8 +95,32 @@ def prefix_rows(hybrid: bool, disable_radix_cache: bool) -> int:
     return 0 if hybrid or disable_radix_cache else PREFIX_BLOCKS * PREFIX_BLOCK
 
 
+# The dtypes whose products run packed on CPU (oneDNN's blocked layout, serving.models.cpu_gemm).
+PACKED_ON_CPU = ("float32", "bfloat16")
+
+
 def head_copies(device: str, dtype: str) -> int:
     """Copies of the LM head [vocab, hidden] the runtime keeps beside its parameters: on CPU at
-    float32 one, packed into oneDNN's layout for the head's product (serving.models.cpu_gemm;
+    a packed dtype one, packed into oneDNN's layout for the head's product (serving.models.cpu_gemm;
     the dense matrix stays for the embedding lookup and the rows drafters read); none elsewhere."""
-    return 1 if device == "cpu" and dtype == "float32" else 0
+    return 1 if device == "cpu" and dtype in PACKED_ON_CPU else 0
+
+
+def compute_dtype(device: str, dtype: str, hybrid: bool) -> str:
+    """The dtype a target of weights in `dtype` computes in: its activations, K/V, recurrent and
+    prefix rows, and its drafter (weights and all). On CPU a dense target's bf16 weights are
+    read by packed products that round each input row to bf16 and sum in fp32
+    (serving.models.cpu_gemm), and everything between the products runs in fp32: on a 2-core AMD
+    EPYC (avx512_bf16) that ran a SmolLM2 decode step in 30.8 ms against 36.0 with bf16
+    activations (fp32: 56.0; docs/serving.md "bf16 on CPU"), and it keeps plain and verify
+    passes' attention in fp32, where bf16 rounding would let their different summation orders
+    change a greedy token. A hybrid target's products are not packed, so it computes in its
+    weights' dtype, as every target does on CUDA."""
+    return "float32" if device == "cpu" and dtype == "bfloat16" and not hybrid else dtype
+
+
+def cpu_dtype(cpu_flags: set[str] | frozenset[str]) -> str:
+    """--dtype auto on CPU: bfloat16 where the CPU multiplies bf16 natively (AVX512_BF16's
+    VDPBF16PS or AMX), which halves the bytes every decode step streams; float32 elsewhere
+    (oneDNN would emulate bf16 there, slower than fp32). `cpu_flags`: /proc/cpuinfo's flags."""
+    return "bfloat16" if {"avx512_bf16", "amx_bf16"} & set(cpu_flags) else "float32"

@@ -42,19 +42,27 @@ PAD_ROWS = 4    # the row count a product of fewer rows may be padded to (small_
 
 
 def packable(weight: torch.Tensor) -> bool:
-    """oneDNN runs this weight: an fp32 matrix on CPU in a torch built with oneDNN."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.dim() == 2
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """oneDNN runs this weight packed: a matrix on CPU in a torch built with oneDNN, in fp32, or in
+    bf16 where oneDNN runs bf16 on this CPU (serving.contract.runtime.PACKED_ON_CPU)."""
+    if not (weight.device.type == "cpu" and weight.dim() == 2 and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    return weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16
+                                             and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def product(rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, min_rows: int = 1) -> torch.Tensor:
-    """rows [M, K] @ a packed [N, K] weight -> [M, N]; fewer than `min_rows` rows run padded with
-    zero rows (row i of the product does not depend on the others) and the padding is dropped."""
-    m = rows.shape[0]
+    """rows [M, K] @ a packed [N, K] weight -> [M, N] in rows' dtype; fewer than `min_rows` rows
+    run padded with zero rows (row i of the product does not depend on the others) and the
+    padding is dropped. Rows of another dtype than the weight's (fp32 activations against bf16
+    weights: serving.contract.runtime.compute_dtype) are rounded to it for the product, and the
+    result, summed in fp32 and rounded to the weight's dtype by oneDNN, comes back in theirs."""
+    m, x = rows.shape[0], rows if rows.dtype == packed.dtype else rows.to(packed.dtype)
     if m < min_rows:
-        padded = torch.cat([rows, rows.new_zeros(min_rows - m, rows.shape[1])])
-        return torch.ops.mkldnn._linear_pointwise(padded, packed, bias, "none", [], "")[:m]
-    return torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
+        x = torch.cat([x, x.new_zeros(min_rows - m, x.shape[1])])
+    out = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    out = out if m >= min_rows else out[:m]
+    return out if out.dtype == rows.dtype else out.to(rows.dtype)
 
 
 class Linear(nn.Linear):
@@ -73,6 +81,8 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed:
             return product(x, self.weight, self.bias, self.min_rows if x.dim() == 2 else 1)
+        if x.dtype != self.weight.dtype:        # bf16 weights where oneDNN does not run bf16
+            return F.linear(x.to(self.weight.dtype), self.weight, self.bias).to(x.dtype)
         return F.linear(x, self.weight, self.bias)
 
 
@@ -96,10 +106,10 @@ def small_rows(products: list[tuple[torch.Tensor, torch.Tensor | None]], repeats
         if total >= stream_bytes:
             break
         chosen.append((w, b))
-        total += w.shape[0] * w.shape[1] * 4            # fp32 (packable)
+        total += w.shape[0] * w.shape[1] * w.element_size()
     if not chosen:
         return 1, {}
-    inputs = {m: [torch.zeros(m, w.shape[1], dtype=torch.float32) for w, _ in chosen] for m in (1, PAD_ROWS)}
+    inputs = {m: [torch.zeros(m, w.shape[1], dtype=w.dtype) for w, _ in chosen] for m in (1, PAD_ROWS)}
     seconds: dict[int, list[float]] = {1: [], PAD_ROWS: []}
     for _ in range(repeats + 1):              # interleaved; the first of each primes oneDNN's kernels
         for m in (1, PAD_ROWS):
@@ -118,12 +128,14 @@ def pack_head(weight: torch.Tensor) -> torch.Tensor | None:
 
 def head(hidden: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = None,
          min_rows: int = 1) -> torch.Tensor:
-    """hidden [..., H] @ weight [V, H]^T -> [..., V], weight dense (the LM head), `packed` its
-    `pack_head` copy if the model keeps one. oneDNN's op has no backward: a draft trained
-    through the target's head (serving/tools/train_draft.py) would learn nothing from it, so a
-    hidden that carries gradients takes F.linear."""
-    if not packable(weight) or hidden.dtype != weight.dtype or (hidden.requires_grad and torch.is_grad_enabled()):
+    """hidden [..., H] @ weight [V, H]^T -> [..., V] in hidden's dtype, weight dense (the LM head),
+    `packed` its `pack_head` copy if the model keeps one. oneDNN's op has no backward: a draft
+    trained through the target's head (serving/tools/train_draft.py) would learn nothing from
+    it, so a hidden that carries gradients takes F.linear."""
+    if hidden.requires_grad and torch.is_grad_enabled():
         return F.linear(hidden, weight)
+    if not packable(weight):
+        return F.linear(hidden.to(weight.dtype), weight).to(hidden.dtype)
     rows = hidden.reshape(-1, hidden.shape[-1])           # oneDNN's op takes [T, H]: [..., H] as rows
     out = product(rows.contiguous(), weight if packed is None else packed, None, min_rows if packed is not None else 1)
     return out.view(*hidden.shape[:-1], out.shape[-1])

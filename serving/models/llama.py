@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
+from serving.contract.runtime import compute_dtype
 from serving.kernels import rms_norm as native_norm
 from serving.models.config import ModelConfig
 from serving.models.cpu_gemm import PAD_ROWS, Linear, head, pack_head, pack_linears, small_rows
@@ -38,9 +39,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
-            if native_norm.usable(x, self.weight):      # one native call where F.rms_norm runs several
-                return native_norm.rms_norm(x, self.weight, self.eps)
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+            # bf16 weights of a model computing in fp32 (contract.runtime.compute_dtype): [H], ~1 us
+            weight = self.weight if self.weight.dtype == x.dtype else self.weight.float()
+            if native_norm.usable(x, weight):           # one native call where F.rms_norm runs several
+                return native_norm.rms_norm(x, weight, self.eps)
+            return F.rms_norm(x, weight.shape, weight, self.eps)
         # half precision: normalise in fp32, scale after casting back (as the HF reference does)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -158,8 +161,14 @@ class TargetLM(nn.Module):
         self.products: dict = {}        # how the products run, for /server_info kernels (pack_weights)
 
     @property
-    def dtype(self) -> torch.dtype:
+    def weight_dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype it computes in: activations, K/V and the drafter (contract.runtime.compute_dtype)."""
+        weights = str(self.weight_dtype).removeprefix("torch.")
+        return getattr(torch, compute_dtype(self.device.type, weights, self.config.hybrid))
 
     @property
     def device(self) -> torch.device:
@@ -195,7 +204,7 @@ class TargetLM(nn.Module):
         return [m for m in self.modules() if isinstance(m, Linear) and m.packed]
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(tokens)                     # [T] -> [T, hidden]
+        return self.embed_tokens(tokens).to(self.dtype)      # [T] -> [T, hidden]
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         return head(hidden, self.lm_head_weight, self.lm_head_packed, self.head_min_rows).float()  # [T, hidden] -> [T, vocab] fp32

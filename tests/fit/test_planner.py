@@ -179,7 +179,8 @@ def test_bundled_figures_take_the_pool_rows_from_max_total_tokens(tmp_path, qwen
     from ddops.profile import load_profile
     from tests.ops.helpers import write
     base = ("runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
-            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n"
+            "service: {device: cuda}\n")
     write(tmp_path, "default", base)
     write(tmp_path, "capped", base + "sglang: {extra_args: [--max-total-tokens=20000]}\n")
     models = Models(qwen8b, qwen8b_draft)
@@ -198,7 +199,8 @@ def test_bundled_figures_count_no_prefix_store_with_disable_radix_cache(tmp_path
     from ddops.profile import load_profile
     from tests.ops.helpers import write
     base = ("runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
-            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n"
+            "service: {device: cuda}\n")
     write(tmp_path, "default", base)
     write(tmp_path, "off", base + "sglang: {extra_args: [--disable-radix-cache]}\n")
     models = Models(qwen8b, qwen8b_draft)
@@ -221,7 +223,8 @@ def test_a_bundled_fit_is_the_total_within_the_card_less_its_cuda_context(tmp_pa
     from ddops.profile import load_profile
     from tests.ops.helpers import write
     base = ("runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: bfloat16}\n"
-            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n")
+            "speculative: {algorithm: dflash, draft_model_path: /m/d}\nmemory: {context_length: 4096}\n"
+            "service: {device: cuda}\n")
     write(tmp_path, "p", base)
     write(tmp_path, "one", base + "sglang: {extra_args: [--max-total-tokens=4112]}\n")
     profile, models = load_profile("p", tmp_path), Models(qwen8b, qwen8b_draft)

@@ -156,12 +156,15 @@ def test_runtime_prediction_matches_its_own_measurement(served):
 
 
 def test_kv_cache_is_its_rows_over_the_layers_that_keep_kv(served):
-    """Per row: 2 (K and V) x layers x kv heads x head_dim x dtype bytes, over the target's
+    """Per row: 2 (K and V) x layers x kv heads x head_dim x bytes of the dtype it computes in
+    (fp32 for bf16 weights on CPU, /server_info kernels.compute_dtype), over the target's
     full-attention layers, and over the draft's layers for the draft's rows."""
     profile, url, (target_rows, draft_rows) = served
     info = httpx.get(url + "/server_info", timeout=10).json()
     models = read_models(profile, local_reader())
-    width = 4 if info["dtype"] == "float32" else 2
+    width = 4 if info["kernels"]["compute_dtype"] == "float32" else 2
+    assert info["kernels"]["compute_dtype"] == ("float32" if info["dtype"] == "float32" or
+                                                 (info["device"] == "cpu" and not models.target.linear) else info["dtype"])
 
     def per_row(a):
         return 2 * a.layers * a.kv_heads * a.head_dim * width
@@ -171,13 +174,13 @@ def test_kv_cache_is_its_rows_over_the_layers_that_keep_kv(served):
 
 def test_the_prefix_store_is_its_rows_and_traffic_past_its_capacity_grows_nothing(served):
     """A dense target's prefix store: 128 blocks x 8 rows, each the target's K/V of a position
-    plus, with a drafter, its target features (taps x hidden, runtime dtype); a hybrid keeps
+    plus, with a drafter, its target features (taps x hidden), in the dtype it computes in; a hybrid keeps
     none, nor does a server given --disable-radix-cache (/server_info says whether it keeps one).
     Ten prompts of 14 full blocks each (140 > 128) leave every figure as it was."""
     profile, url, _ = served
     before = httpx.get(url + "/server_info", timeout=10).json()
     models = read_models(profile, local_reader())
-    width = 4 if before["dtype"] == "float32" else 2
+    width = 4 if before["kernels"]["compute_dtype"] == "float32" else 2
     a = models.target.attention
     features = models.draft.feature_width if models.draft else 0
     disabled = "--disable-radix-cache" in profile.sglang.extra_args
@@ -200,6 +203,7 @@ def test_a_hybrid_reports_its_linear_state_and_kernels(served):
     if s is None:
         assert info["memory"]["state_cache_bytes"] == 0
         return
+    assert info["kernels"]["compute_dtype"] == info["dtype"]       # a hybrid computes in its weights' dtype
     width = 4 if info["dtype"] == "float32" else 2
     per_layer = (s.conv_kernel - 1) * s.conv_dim * width + s.v_heads * s.k_head_dim * s.v_head_dim * 4
     slots = 1 if profile.method.is_speculative else 32

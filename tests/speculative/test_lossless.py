@@ -1,9 +1,10 @@
 """Greedy speculative output equals plain greedy output, token for token, through the real engine
 (its batch runner, one request at a time).
 
-Llama and Qwen3 tiny fp32 targets with distilled DFlash drafts (so rounds really accept
-several tokens), many prompts and lengths, stop strings, stop ids (EOS) and max_tokens
-boundaries that fall inside a round.
+Llama and Qwen3 tiny fp32 targets, and the Llama one in bf16 (packed bf16 products, fp32
+between them: serving.contract.runtime.compute_dtype), with distilled DFlash drafts (so rounds
+really accept several tokens), many prompts and lengths, stop strings, stop ids (EOS) and
+max_tokens boundaries that fall inside a round.
 """
 
 import pytest
@@ -14,6 +15,7 @@ from serving.engine.stops import StopRule
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
 from serving.engine.build import runner_factory
+from serving.models import inspect_checkpoint, load_model
 from serving.speculative import METHODS, SpecOptions
 
 TEXTS = ["The capital of France is", "def fibonacci(n):", "Servers listen on a port,", "A"]
@@ -51,20 +53,40 @@ def cases(plain: Engine, tokenizer):
     return out
 
 
+def plain(arch, target, tiny_dirs):
+    tokenizer = Tokenizer.from_dir(tiny_dirs[arch])
+    engine = engine_for("none", target, tokenizer, None)
+    runs = [(prompt, rule, engine.generate(prompt, GREEDY, rule)) for prompt, rule in cases(engine, tokenizer)]
+    engine.stop()
+    return arch, target, tokenizer, runs
+
+
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
 def plain_runs(request, tiny_dirs, targets):
-    arch = request.param
-    tokenizer = Tokenizer.from_dir(tiny_dirs[arch])
-    plain = engine_for("none", targets[arch], tokenizer, None)
-    runs = [(prompt, rule, plain.generate(prompt, GREEDY, rule)) for prompt, rule in cases(plain, tokenizer)]
-    plain.stop()
-    return arch, tokenizer, runs
+    return plain(request.param, targets[request.param], tiny_dirs)
+
+
+@pytest.fixture(scope="module")
+def plain_runs_bf16(tiny_dirs):
+    return plain("llama", load_model(inspect_checkpoint(tiny_dirs["llama"]), torch.bfloat16, "cpu", 1024), tiny_dirs)
 
 
 @pytest.mark.parametrize("name, block, budget, adaptive", SETTINGS)
-def test_greedy_speculative_equals_plain(plain_runs, targets, distilled_drafts, name, block, budget, adaptive):
-    arch, tokenizer, runs = plain_runs
-    engine = engine_for(name, targets[arch], tokenizer, distilled_drafts[arch], block, budget, adaptive)
+def test_greedy_speculative_equals_plain(plain_runs, distilled_drafts, name, block, budget, adaptive):
+    equal_to_plain(plain_runs, distilled_drafts, name, block, budget, adaptive)
+
+
+@pytest.mark.parametrize("name, block, budget, adaptive", [SETTINGS[0], SETTINGS[4], SETTINGS[6]])
+def test_greedy_speculative_equals_plain_in_bf16(plain_runs_bf16, distilled_drafts, name, block, budget, adaptive):
+    """bf16 weights: every pass's products round the same rows the same way, and the attention
+    between them runs in fp32, so a verify tree's tokens are plain decoding's."""
+    assert plain_runs_bf16[1].weight_dtype == torch.bfloat16
+    equal_to_plain(plain_runs_bf16, distilled_drafts, name, block, budget, adaptive)
+
+
+def equal_to_plain(plain_runs, distilled_drafts, name, block, budget, adaptive):
+    arch, target, tokenizer, runs = plain_runs
+    engine = engine_for(name, target, tokenizer, distilled_drafts[arch], block, budget, adaptive)
     if adaptive:  # explore every round: settings switch all the time (on these tiny targets plain wins)
         controller = engine.runner.spec.controller(1)     # one request at a time: batch size 1
         controller.churn = True
