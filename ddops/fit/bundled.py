@@ -33,8 +33,8 @@ from ddops.fit.profile_fit import Models, needs_gpu, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
-from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, compute_dtype, draft_kv_rows,
-                                      head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows, state_slots)
+from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, auto_dtype, compute_dtype,
+                                      draft_kv_rows, head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import kv_bytes, linear_state_bytes
 
 
@@ -82,11 +82,13 @@ class PoolRule:
                 "exact": self.exact}
 
 
-def runtime_dtype(profile: Profile, target: ModelFacts) -> str:
-    """The runtime's --dtype auto: the checkpoint's dtype on CUDA, float32 on CPU."""
+def runtime_dtype(profile: Profile, target: ModelFacts, device: str, cpu_flags: frozenset[str] | None = None) -> str:
+    """The dtype the runtime loads the target in: the profile's, or its --dtype auto
+    (serving.contract.runtime.auto_dtype). On CPU auto follows the host's flags; without them
+    (no host read) the figure is float32's, the larger a CPU host can get."""
     if profile.model.dtype != "auto":
         return profile.model.dtype
-    return target.dtype if profile.service.device == "cuda" else "float32"
+    return auto_dtype(device, target.dtype, cpu_flags or frozenset())
 
 
 def device_of(profile: Profile) -> str:
@@ -94,13 +96,15 @@ def device_of(profile: Profile) -> str:
 
 
 def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = None,
-                   memory_source: str = "not known", device: str | None = None) -> BundledMemory:
+                   memory_source: str = "not known", device: str | None = None,
+                   cpu_flags: frozenset[str] | None = None) -> BundledMemory:
     """What the runtime allocates; `memory_bytes` is what its pool rule caps from on the device
-    (CPU: the host's memory or the unit's limit, CUDA: the card's free memory before load)."""
+    (CPU: the host's memory or the unit's limit, CUDA: the card's free memory before load);
+    `cpu_flags` the CPU host's, which its dtype may follow."""
     target, draft = models.target, models.draft
-    dtype = runtime_dtype(profile, target)
-    hybrid, speculative = target.linear is not None, profile.method.is_speculative
     on = device or device_of(profile)
+    dtype = runtime_dtype(profile, target, on, cpu_flags)
+    hybrid, speculative = target.linear is not None, profile.method.is_speculative
     compute = compute_dtype(on, dtype, hybrid)     # the drafter, K/V, state and prefix rows' dtype
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
@@ -139,10 +143,11 @@ class BundledFit:
         return self.usable_bytes is None or self.memory.predicted_bytes <= self.usable_bytes
 
 
-def bundled_fit(profile: Profile, models: Models, card: GpuKind | None, host_bytes: int | None = None) -> BundledFit:
+def bundled_fit(profile: Profile, models: Models, card: GpuKind | None, host_bytes: int | None = None,
+                cpu_flags: frozenset[str] | None = None) -> BundledFit:
     """On a card the pool rule's memory is the card's less the CUDA context (assuming nothing
     else holds memory there; the runtime measures the free memory at start); on CPU the host's
-    memory as read from it (`host_bytes`), else not known."""
+    memory as read from it (`host_bytes`), else not known, and its flags (`cpu_flags`)."""
     usable = card.memory_bytes - CUDA_CONTEXT if card else None
     if card:
         source = (f"{card.name}'s memory less the CUDA context, the card otherwise free "
@@ -150,9 +155,9 @@ def bundled_fit(profile: Profile, models: Models, card: GpuKind | None, host_byt
         memory = bundled_memory(profile, models, usable, source, "cuda")
     elif host_bytes is not None:
         memory = bundled_memory(profile, models, host_bytes, "the host's memory (MemTotal, or the unit's MemoryMax)",
-                                "cpu")
+                                "cpu", cpu_flags)
     else:
-        memory = bundled_memory(profile, models)
+        memory = bundled_memory(profile, models, cpu_flags=cpu_flags)
     return BundledFit(memory, card, usable)
 
 

@@ -2,7 +2,7 @@
 
 The bundled runtime: MemTotal, lowered to the unit's MemoryMax= (the limit systemd puts on its
 cgroup), parsed by the same stdlib functions the runtime uses on itself at start
-(serving.contract.host_memory). SGLang's CPU engine (docs/sglang.md "Memory"): per NUMA node,
+(serving.contract.host_memory), and the CPU's flags, which its --dtype auto follows. SGLang's CPU engine (docs/sglang.md "Memory"): per NUMA node,
 the smallest node's MemTotal for its default fraction and MemAvailable / nodes as the memory
 free before its weights load; a deploy stops the unit it replaces first, so what that unit
 holds now counts as free."""
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ddops import systemd
 from ddops.remote import framing
 from serving.contract.host_memory import host_memory, limit_value
+from serving.contract.runtime import cpu_flags
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,23 @@ class NodeMemory:
     nodes: int
 
 
-def read_host_memory(remote, unit: str) -> int | None:
-    """Bytes, or None when the host's /proc/meminfo cannot be read."""
+@dataclass(frozen=True)
+class CpuHost:
+    """What the bundled runtime reads of its CPU host at start: the memory its pool is sized from
+    (None when /proc/meminfo cannot be read) and the CPU's flags, which its --dtype auto follows
+    (serving.contract.runtime.auto_dtype)."""
+    memory: int | None
+    flags: frozenset[str]
+
+
+def read_host_memory(remote, unit: str) -> CpuHost:
+    """The host's memory, lowered to the unit's MemoryMax, and its CPU flags, in one round trip."""
     answers = framing.ask(remote, framing.file("meminfo", "/proc/meminfo"),
-                          framing.output("limit", systemd.show(unit, "-p MemoryMax --value") + " 2>/dev/null"))
+                          framing.output("limit", systemd.show(unit, "-p MemoryMax --value") + " 2>/dev/null"),
+                          framing.output("flags", "grep -m1 '^flags' /proc/cpuinfo"))
     limit = limit_value(framing.text(answers, "limit"))
-    return host_memory(framing.text(answers, "meminfo"), [] if limit is None else [limit])
+    return CpuHost(host_memory(framing.text(answers, "meminfo"), [] if limit is None else [limit]),
+                   cpu_flags(framing.text(answers, "flags")))
 
 
 def read_node_memory(remote, unit: str) -> NodeMemory | None:

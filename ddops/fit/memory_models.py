@@ -49,7 +49,8 @@ class MemoryModel:
 
 
 def _exact(profile: Profile, card: GpuKind | None, models: Models, tp: int | None, memory) -> Prediction:
-    fit = bundled_fit(profile, models, card if needs_gpu(profile) else None, memory)
+    fit = bundled_fit(profile, models, card if needs_gpu(profile) else None, memory.memory if memory else None,
+                      memory.flags if memory else None)
     return Prediction(fit.fits, (), fit)
 
 

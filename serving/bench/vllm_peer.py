@@ -2,8 +2,8 @@
 against vLLM's DFlash on the same draft, DDTree against vLLM's DFlash, in one run.
 
     python -m serving.bench.vllm_peer --model DIR --draft DIR [--concurrency 1,8,16] [--limit 16]
-        [--max-tokens 64] [--budget 16] [--vllm-python PY] [--vllm-mode compiled|eager] [--json FILE]
-        [--plain-only | --spec-only]
+        [--max-tokens 64] [--budget 16] [--dtypes bfloat16,float32] [--vllm-python PY]
+        [--vllm-mode compiled|eager] [--json FILE] [--plain-only | --spec-only]
 
 Two phases, each with one vLLM server (plain, then with `--speculative-config` DFlash on the
 draft) pinned to its own core (taskset, serving.bench.vllm_side) and the bundled runtime pinned
@@ -15,8 +15,13 @@ bundled server on the bundled core, started after the first stops). Per side: co
 tokens per second of wall time, TTFT p50 and accepted length. Prints the ratios bundled / vLLM
 measured in this run (issue 22's goals: plain >= 1.0x at concurrency 1 and 8; DDTree >= 1.2x
 vLLM's DFlash). Needs vLLM in $DDOPS_CACHE/vllm-venv (`make vllm`); a peer, never imported.
-`--plain-only` runs phase one alone (one vLLM start). Figures mean something only on an
-otherwise idle machine; the load average before and after is printed with them.
+Phase one runs once per `--dtypes` entry, both sides in that dtype (vLLM's CPU backend
+recommends bf16 where the CPU has AVX512-BF16 or AMX; its fp32 figures are the reference), and
+sets each figure against the weight-streaming limit (serving.bench.roofline): the bandwidth the
+bundled core reads memory at, measured in this run before phase one, over the bytes of weights
+one step reads in that dtype, times the clients. Phase two runs in the first dtype. `--plain-only`
+runs phase one alone. Figures mean something only on an otherwise idle machine; the load
+average before and after is printed with them.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 
 import httpx
 
+from serving.bench import roofline
 from serving.bench.vllm_side import Side, ask, start_vllm, vllm_counters, wait_health
 from serving.speculative import resolve
 from serving.tools.local_server import ServerProcess
@@ -54,17 +60,17 @@ def rate(url: str, name: str, prompts: list[str], clients: int, max_tokens: int)
             "tokens": tokens, "texts": [s.texts[0] if s.texts else "" for s in sides]}
 
 
-def bundled(model: Path, log: Path, *flags: str) -> ServerProcess:
+def bundled(model: Path, log: Path, dtype: str, *flags: str) -> ServerProcess:
     server = ServerProcess(model, log, "--served-model-name", "m", "--context-length", "2048",
-                           "--log-level", "warning", *flags, threads=1)
+                           "--log-level", "warning", "--dtype", dtype, *flags, threads=1)
     os.sched_setaffinity(server.process.pid, {BUNDLED_CORE})
     server.wait_ready(timeout_s=300)
     return server
 
 
-def vllm(args, work: Path, draft: Path | None):
+def vllm(args, work: Path, draft: Path | None, dtype: str):
     process, url = start_vllm(args.vllm_python, args.model, draft, args.block, work / "vllm.log", core=VLLM_CORE,
-                              eager=args.vllm_mode == "eager")
+                              eager=args.vllm_mode == "eager", dtype=dtype)
     wait_health(url, process, work / "vllm.log")
     return process, url
 
@@ -74,9 +80,11 @@ def stop_vllm(process) -> None:
     process.wait(timeout=60)
 
 
-def plain_phase(args, work: Path, prompts: list[str]) -> dict:
-    ours = bundled(args.model, work / "bundled-plain.log")
-    process, url = vllm(args, work, None)
+def plain_phase(args, work: Path, prompts: list[str], dtype: str, gb_s: float) -> dict:
+    """Both sides plain in `dtype` at each concurrency, each figure beside the limit."""
+    ours = bundled(args.model, work / f"bundled-plain-{dtype}.log", dtype)
+    process, url = vllm(args, work, None, dtype)
+    weight_bytes = roofline.step_bytes(args.model, dtype)
     out = {}
     try:
         for c in args.concurrency:
@@ -85,7 +93,10 @@ def plain_phase(args, work: Path, prompts: list[str]) -> dict:
             rate(url, "vLLM", batch[:c], c, 8)
             first, second = (("bundled", ours.url), ("vLLM", url))[:: 1 if c % 2 else -1]
             runs = {name: rate(u, name, batch, c, args.max_tokens) for name, u in (first, second)}
-            out[str(c)] = {"bundled": runs["bundled"], "vllm": runs["vLLM"],
+            limit = roofline.limit_tok_s(gb_s, weight_bytes, c)
+            for side in runs.values():
+                side["of_limit"] = round(side["tok_s"] / limit, 3)
+            out[str(c)] = {"bundled": runs["bundled"], "vllm": runs["vLLM"], "limit_tok_s": round(limit, 1),
                            "ratio_tok_s": round(runs["bundled"]["tok_s"] / runs["vLLM"]["tok_s"], 3)}
     finally:
         ours.stop()
@@ -106,7 +117,8 @@ def spec_flags(args, algorithm: str) -> list[str]:
 
 
 def spec_phase(args, work: Path, prompts: list[str]) -> dict:
-    process, url = vllm(args, work, args.draft)
+    dtype = args.dtypes[0]
+    process, url = vllm(args, work, args.draft, dtype)
     out = {}
     try:
         rate(url, "vLLM", prompts[:1], 1, 8)
@@ -115,7 +127,7 @@ def spec_phase(args, work: Path, prompts: list[str]) -> dict:
         drafts, accepted = (a - b for a, b in zip(vllm_counters(url), before))
         out["vllm_dflash"]["accept_length"] = round(1 + accepted / drafts, 3) if drafts else None
         for algorithm in ("DFLASH", "DDTREE"):
-            ours = bundled(args.model, work / f"bundled-{algorithm.lower()}.log", *spec_flags(args, algorithm))
+            ours = bundled(args.model, work / f"bundled-{algorithm.lower()}.log", dtype, *spec_flags(args, algorithm))
             try:
                 rate(ours.url, "bundled", prompts[:1], 1, 8)
                 out[f"bundled_{algorithm.lower()}"] = rate(ours.url, "bundled", prompts, 1, args.max_tokens)
@@ -141,6 +153,8 @@ def parse(argv=None):
     ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="default")
     ap.add_argument("--limit", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--dtypes", type=lambda s: s.split(","), default=["bfloat16", "float32"],
+                    help="phase one per dtype, both sides in it; phase two in the first")
     ap.add_argument("--vllm-python", default=os.environ.get("DDOPS_VLLM_PYTHON") or str(cache / "vllm-venv/bin/python"))
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--vllm-mode", choices=("compiled", "eager"), default="compiled",
@@ -157,24 +171,32 @@ def main(argv=None) -> int:
     args = parse(argv)
     prompts = PROMPT_SETS[args.prompts]()[: args.limit]
     work = Path(tempfile.mkdtemp(prefix="ddops-peer-"))
+    gb_s = roofline.stream_gb_s(BUNDLED_CORE)
     result = {"model": str(args.model), "draft": str(args.draft), "max_tokens": args.max_tokens,
               "adaptive": args.adaptive, "vllm_mode": args.vllm_mode, "load_before": os.getloadavg()[0],
-              "plain": {} if args.spec_only else plain_phase(args, work, prompts)}
+              "stream_gb_s": round(gb_s, 2), "stream_core": BUNDLED_CORE,
+              "plain": {} if args.spec_only else {d: plain_phase(args, work, prompts, d, gb_s) for d in args.dtypes}}
     if not args.plain_only:
         result["speculative"] = spec_phase(args, work, prompts)
+        result["speculative"]["dtype"] = args.dtypes[0]
     result["load_after"] = os.getloadavg()[0]
-    for row in [*result["plain"].values(), *(v for v in result.get("speculative", {}).values() if isinstance(v, dict))]:
+    rows = [row for by_c in result["plain"].values() for row in by_c.values()]
+    for row in [*rows, *(v for v in result.get("speculative", {}).values() if isinstance(v, dict))]:
         for side in (row.get("bundled"), row.get("vllm"), row):
             if isinstance(side, dict):
                 side.pop("texts", None)
     text = json.dumps(result, indent=1)
     print(text)
-    for c, row in result["plain"].items():
-        print(f"plain, concurrency {c}: bundled / vLLM ({args.vllm_mode}) tok/s {row['ratio_tok_s']:.2f}x")
+    print(f"one core reads {gb_s:.1f} GB/s (torch sum over 512 MiB, core {BUNDLED_CORE}, this run)")
+    for dtype, by_c in result["plain"].items():
+        for c, row in by_c.items():
+            print(f"plain {dtype}, concurrency {c}: bundled / vLLM ({args.vllm_mode}) tok/s {row['ratio_tok_s']:.2f}x; "
+                  f"of the weight-streaming limit ({row['limit_tok_s']:.0f} tok/s): bundled "
+                  f"{row['bundled']['of_limit']:.0%}, vLLM {row['vllm']['of_limit']:.0%}")
     spec = result.get("speculative")
     if spec:
         adaptive = " (adaptive)" if args.adaptive == "on" else ""
-        print(f"DFlash{adaptive}: bundled / vLLM DFlash tok/s {spec['ratio_dflash_tok_s']:.2f}x; "
+        print(f"DFlash{adaptive} ({spec['dtype']}): bundled / vLLM DFlash tok/s {spec['ratio_dflash_tok_s']:.2f}x; "
               f"DDTree:{args.budget}{adaptive} / vLLM DFlash {spec['ratio_ddtree_over_vllm_dflash_tok_s']:.2f}x")
     print(f"load average (1 min) {result['load_before']:.2f} before, {result['load_after']:.2f} after")
     if args.json:

@@ -89,12 +89,12 @@ def vllm_counters(url: str) -> tuple[float, float]:
 
 
 def start_vllm(python: str, model: Path, draft: Path | None, block: int, log: Path, core: int,
-               eager: bool = True) -> tuple[subprocess.Popen, str]:
+               eager: bool = True, dtype: str = "float32") -> tuple[subprocess.Popen, str]:
     """vLLM's OpenAI server pinned to `core`; `eager=False` keeps vLLM's default torch.compile
     (slower to start, faster to decode: the configuration an operator gets without flags)."""
     port = free_port()
     cmd = ["taskset", "-c", str(core), python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-           "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
            "--max-model-len", "2048", *(["--enforce-eager"] if eager else [])]
     if draft is not None:
         cmd += ["--speculative-config", json.dumps({"method": "dflash", "model": str(draft),

@@ -119,8 +119,26 @@ def compute_dtype(device: str, dtype: str, hybrid: bool) -> str:
     return "float32" if device == "cpu" and dtype == "bfloat16" and not hybrid else dtype
 
 
-def cpu_dtype(cpu_flags: set[str] | frozenset[str]) -> str:
-    """--dtype auto on CPU: bfloat16 where the CPU multiplies bf16 natively (AVX512_BF16's
-    VDPBF16PS or AMX), which halves the bytes every decode step streams; float32 elsewhere
-    (oneDNN would emulate bf16 there, slower than fp32). `cpu_flags`: /proc/cpuinfo's flags."""
-    return "bfloat16" if {"avx512_bf16", "amx_bf16"} & set(cpu_flags) else "float32"
+def cpu_flags(cpuinfo: str | None) -> frozenset[str]:
+    """The instruction-set flags in /proc/cpuinfo's text (its first `flags` line); empty without one."""
+    for line in (cpuinfo or "").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def native_bf16(flags: frozenset[str]) -> bool:
+    """The CPU multiplies bf16 itself (AVX512_BF16's VDPBF16PS, or AMX tiles); elsewhere oneDNN
+    would emulate bf16 products, slower than fp32 ones."""
+    return bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def auto_dtype(device: str, declared: str, flags: frozenset[str]) -> str:
+    """--dtype auto. CUDA: the checkpoint's dtype (`declared`, bfloat16 when it declares none the
+    runtime runs). CPU: bfloat16 for a bf16 checkpoint on a CPU with native bf16 products, which
+    halves the bytes a decode step streams; float32 otherwise, which holds bf16 and fp16 weights
+    exactly (no fp16 products on CPU, and an fp32 checkpoint is not rounded unasked)."""
+    if device == "cuda":
+        return declared
+    return "bfloat16" if declared == "bfloat16" and native_bf16(flags) else "float32"

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
 from serving.contract.runtime import compute_dtype
+from serving.kernels.linear_bf16 import is_blocked
 from serving.kernels import rms_norm as native_norm
 from serving.models.config import ModelConfig
 from serving.models.cpu_gemm import PAD_ROWS, Linear, head, pack_head, pack_linears, small_rows
@@ -39,7 +40,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
-            # bf16 weights of a model computing in fp32 (contract.runtime.compute_dtype): [H], ~1 us
+            # bf16 weights of a model computing in fp32 before pack_weights widens them: [H], ~1 us
             weight = self.weight if self.weight.dtype == x.dtype else self.weight.float()
             if native_norm.usable(x, weight):           # one native call where F.rms_norm runs several
                 return native_norm.rms_norm(x, weight, self.eps)
@@ -184,14 +185,17 @@ class TargetLM(nn.Module):
         rows run faster padded on this CPU (measured: cpu_gemm.small_rows). Returns the layers packed."""
         self.lm_head_packed = pack_head(self.lm_head_weight)    # a buffer: serving.memory counts it
         count = pack_linears(self)
-        products = [(m.weight, m.bias) for m in self._packed_linears()]
-        if self.lm_head_packed is not None:
-            products.insert(0, (self.lm_head_packed, None))     # the largest: measured first
-        rows, ms = small_rows(products)
+        for norm in (m for m in self.modules() if isinstance(m, RMSNorm)):   # [H] vectors: a few KB
+            norm.weight.data = norm.weight.data.to(self.dtype)  # no cast per call when computing in fp32
+        products = [(m.weight, m.bias, m.out_features, m.in_features) for m in self._packed_linears()]
+        if self.lm_head_packed is not None:                     # the largest: measured first
+            products.insert(0, (self.lm_head_packed, None, *self.lm_head_weight.shape))
+        rows, ms = small_rows(products, self.dtype)
         self.pad_products(rows)
         if ms:
-            self.products = {"products": f"oneDNN packed; fewer than {rows} rows padded to {rows}" if rows > 1
-                             else "oneDNN packed", "products_ms_1_vs_4_rows": [ms[1], ms[PAD_ROWS]]}
+            kind = "bf16 blocked (serving/kernels/linear_bf16.c)" if is_blocked(products[0][0]) else "oneDNN packed"
+            self.products = {"products": f"{kind}; fewer than {rows} rows padded to {rows}" if rows > 1 else kind,
+                             "products_ms_1_vs_4_rows": [ms[1], ms[PAD_ROWS]]}
         return count
 
     def pad_products(self, rows: int) -> None:

@@ -1,0 +1,61 @@
+"""The bf16 products (serving.kernels.linear_bf16) against F.linear, and where a bf16 model runs them."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from serving.kernels import linear_bf16
+from serving.kernel_report import target_kernels
+from serving.models.cpu_gemm import Linear, head
+from serving.tools.tiny import write_tiny
+from tests.serving.conftest import load
+
+
+def test_the_kernel_builds_and_passes_its_probe_on_this_host():
+    ok, why = linear_bf16.available("cpu")       # make setup installs gcc; a wrong kernel fails its probe
+    assert ok, why
+    ok, why = linear_bf16.available("meta")
+    assert not ok and "CPU" in why
+
+
+@pytest.mark.parametrize("n, k, bias", [(576, 576, False), (1536, 576, False), (576, 1536, True),
+                                        (70, 33, True), (1, 1, False), (200, 7, False)])
+def test_products_are_f_linear_of_the_bf16_rounded_rows(n, k, bias):
+    """The same products as a bf16 matmul (inputs rounded to nearest even, exact products), summed
+    in fp32; partial column blocks and odd K are padded with zeros that add nothing."""
+    gen = torch.Generator().manual_seed(n * k)
+    w, x = torch.randn(n, k, generator=gen).bfloat16(), torch.randn(9, k, generator=gen)
+    b = torch.randn(n, generator=gen) if bias else None
+    got = linear_bf16.product(x, linear_bf16.pack(w), n, b)
+    want = F.linear(x.bfloat16().float(), w.float(), b)
+    assert got.shape == (9, n) and got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=2e-5 * want.abs().max().item(), rtol=0)
+    as_bf16 = linear_bf16.product(x.bfloat16(), linear_bf16.pack(w), n, b)      # bf16 rows come back bf16
+    assert as_bf16.dtype == torch.bfloat16 and torch.equal(as_bf16, got.bfloat16())
+
+
+def test_a_row_is_the_same_alone_and_in_any_batch():
+    """Row i's result does not depend on the rows beside it (bit for bit, 1 to 33 rows), which is
+    what keeps a sequence's logits the same alone, batched and in a verify tree."""
+    w = torch.randn(960, 576).bfloat16()
+    blocked, x = linear_bf16.pack(w), torch.randn(33, 576)
+    alone = torch.cat([linear_bf16.product(x[i:i + 1], blocked, 960) for i in range(33)])
+    for m in range(1, 34):
+        assert torch.equal(linear_bf16.product(x[:m], blocked, 960), alone[:m]), m
+
+
+def test_a_bf16_model_packs_its_products_and_head_blocked_and_says_so(tmp_path):
+    """A bf16 model on CPU: every Linear and the head's copy blocked for the kernel, the dense
+    table kept for lookups, activations and K/V in fp32; /server_info's kernels name the products."""
+    model = load(write_tiny(tmp_path / "m", arch="llama", dtype="bfloat16"), torch.bfloat16)
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    assert linears and all(m.packed and linear_bf16.is_blocked(m.weight) for m in linears)
+    assert linear_bf16.is_blocked(model.lm_head_packed) and model.lm_head_weight.dim() == 2
+    assert model.dtype == torch.float32 and model.new_cache(4).k.dtype == torch.float32
+    kernels = target_kernels(model)
+    assert kernels["products"].startswith("bf16 blocked") and kernels["compute_dtype"] == "float32"
+    hidden = torch.randn(3, model.config.hidden_size)
+    with torch.inference_mode():
+        logits = head(hidden, model.lm_head_weight, model.lm_head_packed)
+    dense = F.linear(hidden.bfloat16().float(), model.lm_head_weight.float())
+    torch.testing.assert_close(logits, dense, atol=2e-5 * dense.abs().max().item(), rtol=0)
