@@ -1,5 +1,5 @@
 """python -m serving.bench --model M --draft D [--methods none,dflash,ddtree:16,ddtree:64]
-[--prompts SET|FILE] [--max-tokens N] [--repeat N] [--json OUT] [--peer]
+[--prompts SET|FILE] [--max-tokens N] [--repeat N] [--dtype float32|bfloat16] [--json OUT] [--peer]
 
 Runs every method on the same prompts in one process, interleaved prompt by prompt (so load
 on a shared machine falls on every method alike), and prints a Rich table; --json writes
@@ -27,6 +27,8 @@ def parse(argv):
     ap.add_argument("--limit", type=int, default=0, help="use only the first N prompts")
     ap.add_argument("--repeat", type=int, default=1, help="run the prompt set this many times")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the target's weights (bfloat16 on CPU: bf16 products, fp32 between them)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--peer", action="store_true",
                     help="also run z-lab's dflash package's own generation loop on the same target and draft")
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
         return 2
     prompts = [tokenizer.encode_chat([{"role": "user", "content": t}]) for t in texts]
     capacity = max(map(len, prompts)) + args.max_tokens + 8
-    target = load_model(checkpoint, torch.float32, "cpu", capacity + 128)
+    target = load_model(checkpoint, getattr(torch, args.dtype), "cpu", capacity + 128)
     stop_ids = frozenset(checkpoint.config.eos_token_ids) | frozenset(tokenizer.eos_ids)
     kernels = target_kernels(target)   # as /server_info reports them
     console.print(f"loaded {args.model} ({len(prompts)} prompts, max {args.max_tokens} tokens, "
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
     compare(results)
     console.print(table(results, f"{args.model.name} + {args.draft.name if args.draft else '-'}"))
     if args.json:
-        report = {"model": str(args.model), "draft": str(args.draft) if args.draft else None,
+        report = {"model": str(args.model), "draft": str(args.draft) if args.draft else None, "dtype": args.dtype,
                   "max_tokens": args.max_tokens, "prompts": len(prompts), "repeat": args.repeat,
                   "threads": torch.get_num_threads(), "kernels": kernels,
                   "methods": [r.summary() for r in results]}

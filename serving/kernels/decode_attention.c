@@ -1,18 +1,25 @@
-/* Attention of one plain decode step for B sequences, reading each one's keys and values where
- * they lie in the pool (serving/kernels/decode_attention.py says why and when it runs).
+/* Attention of B new rows, each over its own keys where they lie in the pool: the rows of a
+ * plain decode step (one per sequence) and those of a verify pass (a chain's or a tree's rows),
+ * in one call (serving/kernels/decode_attention.py says why and when it runs).
  *
  * Layouts, fp32, element strides:
  *   q       [B, H, D]   q[b, h, d]      at q + b * q_stride + h * D + d
- *   k_new   [B, KV, D]  the new key of sequence b at k_new + b * k_stride + kv * D (v_new alike)
+ *   k_new   [B, KV, D]  the new key of row b at k_new + b * k_stride + kv * D (v_new alike)
  *   pool_k  [KV, R, D]  contiguous: row r of KV head kv at pool_k + (kv * R + r) * D (pool_v alike)
- *   starts, lengths [B]: sequence b's keys are pool rows [starts[b], starts[b] + lengths[b]);
- *                        the last of them is its new row, written here first
+ *   writes  [B]         the pool row row b's new key and value go to; every row is written
+ *                       before any is read, so a tree row reads its ancestors' new rows
+ *   starts, prefix [B]: row b's keys are pool rows [starts[b], starts[b] + prefix[b]), then
+ *   extra_offsets [B + 1], extra_rows: the pool rows extra_rows[extra_offsets[b] ..
+ *                       extra_offsets[b + 1]) (a tree row's ancestors and itself, in order)
  *   out     [B, H, D]   contiguous
  * Query head h reads KV head h / G (G = H / KV), as the model's grouped-query attention does.
  *
- * Each (sequence, KV head) is one task: its G query heads score every key once, softmax in two
- * passes over a [G, n] buffer, then sum the values. A task reads only its own sequence's rows,
- * so a sequence's output does not depend on which other sequences share the batch.
+ * Each (row, KV head) is one task: its G query heads score every key once, softmax in two
+ * passes over a [G, n] buffer, then sum the values. A task reads only its own keys, so a row's
+ * output does not depend on the rows beside it, and a row over the same keys gives the same bits
+ * whether it is a decode row (all keys in the prefix) or a verify row (ancestors listed): the
+ * same instructions run over the same values in the same order. That is what keeps speculative
+ * output equal to plain output at T=0 to the last bit, whatever the dtype of the products.
  */
 #include <math.h>
 #include <stdint.h>
@@ -20,11 +27,11 @@
 #include <string.h>
 
 static void write_new_rows(const float *k_new, int64_t k_stride, const float *v_new, int64_t v_stride,
-                           float *pool_k, float *pool_v, int64_t R, const int64_t *starts,
-                           const int64_t *lengths, int64_t B, int64_t KV, int64_t D)
+                           float *pool_k, float *pool_v, int64_t R, const int64_t *writes,
+                           int64_t B, int64_t KV, int64_t D)
 {
     for (int64_t b = 0; b < B; b++) {
-        int64_t row = starts[b] + lengths[b] - 1;
+        int64_t row = writes[b];
         for (int64_t kv = 0; kv < KV; kv++) {
             memcpy(pool_k + (kv * R + row) * D, k_new + b * k_stride + kv * D, D * sizeof(float));
             memcpy(pool_v + (kv * R + row) * D, v_new + b * v_stride + kv * D, D * sizeof(float));
@@ -50,17 +57,31 @@ static inline float sum_lanes(vf a)
     return a[0];
 }
 
+/* Where key j of a task lies: pool row start + j for j < prefix, then the listed rows. */
+typedef struct {
+    const float *keys;     /* the KV head's pool rows: [R, D] */
+    const float *values;
+    int64_t start, prefix;
+    const int64_t *extra;  /* pool rows of keys prefix, prefix + 1, ... */
+} Keys;
+
+static inline int64_t key_row(const Keys *k, int64_t j)
+{
+    return j < k->prefix ? k->start + j : k->extra[j - k->prefix];
+}
+
 /* scores [G, n]: q_g . k_j * scale. Inlined with D a constant (attend_task's callers), the
  * D / W products of a dot unroll into registers. */
-static inline __attribute__((always_inline)) void score(const float *q, const float *keys,
-                                                        const float *values, int64_t n, int64_t G,
+static inline __attribute__((always_inline)) void score(const float *q, const Keys *keys, int64_t n, int64_t G,
                                                         const int64_t D, float scale, float *scores)
 {
     for (int64_t j = 0; j < n; j++) {
-        const float *kj = keys + j * D;
+        const float *kj = keys->keys + key_row(keys, j) * D;
+        const float *ahead = keys->keys + key_row(keys, j + PREFETCH_ROWS < n ? j + PREFETCH_ROWS : j) * D;
+        const float *vj = keys->values + key_row(keys, j) * D;
         for (int64_t c = 0; c < D; c += 64 / sizeof(float)) {   /* each cache line of a row */
-            __builtin_prefetch(kj + PREFETCH_ROWS * D + c);
-            __builtin_prefetch(values + j * D + c);
+            __builtin_prefetch(ahead + c);
+            __builtin_prefetch(vj + c);
         }
         for (int64_t g = 0; g < G; g++) {
             const float *qg = q + g * D;
@@ -80,7 +101,7 @@ static inline __attribute__((always_inline)) void score(const float *q, const fl
 }
 
 /* one query head: p = softmax(scores [n]) in place; out [D] = sum_j p_j values_j */
-static inline __attribute__((always_inline)) void weigh(float *scores, const float *values, int64_t n,
+static inline __attribute__((always_inline)) void weigh(float *scores, const Keys *keys, int64_t n,
                                                         const int64_t D, float *out)
 {
     float top = scores[0];
@@ -97,7 +118,7 @@ static inline __attribute__((always_inline)) void weigh(float *scores, const flo
         vf acc[16] = {{0}};
         for (int64_t j = 0; j < n; j++) {
             const float p = scores[j];
-            const float *vj = values + j * D;
+            const float *vj = keys->values + key_row(keys, j) * D;
             for (int64_t c = 0; c < D / W; c++)
                 acc[c] += p * *(const vf *)(vj + c * W);
         }
@@ -108,7 +129,7 @@ static inline __attribute__((always_inline)) void weigh(float *scores, const flo
     memset(out, 0, D * sizeof(float));
     for (int64_t j = 0; j < n; j++) {
         const float p = scores[j];
-        const float *vj = values + j * D;
+        const float *vj = keys->values + key_row(keys, j) * D;
 #pragma omp simd
         for (int64_t d = 0; d < D; d++)
             out[d] += p * vj[d];
@@ -118,29 +139,31 @@ static inline __attribute__((always_inline)) void weigh(float *scores, const flo
         out[d] *= inv;
 }
 
-/* one (sequence, KV head): its G query heads over its n rows; scores a [G, n] buffer */
-static inline __attribute__((always_inline)) void attend_task(const float *q, const float *keys,
-                                                              const float *values, int64_t n, int64_t G,
-                                                              const int64_t D, float scale, float *scores,
-                                                              float *out)
+/* one (row, KV head): its G query heads over its n keys; scores a [G, n] buffer */
+static inline __attribute__((always_inline)) void attend_task(const float *q, const Keys *keys, int64_t n,
+                                                              int64_t G, const int64_t D, float scale,
+                                                              float *scores, float *out)
 {
-    score(q, keys, values, n, G, D, scale, scores);
+    score(q, keys, n, G, D, scale, scores);
     for (int64_t g = 0; g < G; g++)
-        weigh(scores + g * n, values, n, D, out + g * D);
+        weigh(scores + g * n, keys, n, D, out + g * D);
 }
 
-int ddops_decode_attention_f32(const float *q, int64_t q_stride, const float *k_new, int64_t k_stride,
-                               const float *v_new, int64_t v_stride, float *pool_k, float *pool_v,
-                               int64_t R, const int64_t *starts, const int64_t *lengths, float *out,
-                               int64_t B, int64_t H, int64_t KV, int64_t D, float scale, int threads)
+int ddops_rows_attention_f32(const float *q, int64_t q_stride, const float *k_new, int64_t k_stride,
+                             const float *v_new, int64_t v_stride, float *pool_k, float *pool_v, int64_t R,
+                             const int64_t *writes, const int64_t *starts, const int64_t *prefix,
+                             const int64_t *extra_offsets, const int64_t *extra_rows, float *out,
+                             int64_t B, int64_t H, int64_t KV, int64_t D, float scale, int threads)
 {
     const int64_t G = H / KV;
     int failed = 0;
-    write_new_rows(k_new, k_stride, v_new, v_stride, pool_k, pool_v, R, starts, lengths, B, KV, D);
+    write_new_rows(k_new, k_stride, v_new, v_stride, pool_k, pool_v, R, writes, B, KV, D);
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (threads > 1) reduction(| : failed)
     for (int64_t task = 0; task < B * KV; task++) {
-        const int64_t b = task / KV, kv = task % KV, n = lengths[b];
-        const int64_t first = (kv * R + starts[b]) * D;
+        const int64_t b = task / KV, kv = task % KV;
+        const int64_t n = prefix[b] + extra_offsets[b + 1] - extra_offsets[b];
+        const Keys keys = {pool_k + kv * R * D, pool_v + kv * R * D, starts[b], prefix[b],
+                           extra_rows + extra_offsets[b]};
         float *scores = malloc((size_t)(G * n) * sizeof(float));
         if (scores == NULL) {
             failed = 1;
@@ -149,10 +172,10 @@ int ddops_decode_attention_f32(const float *q, int64_t q_stride, const float *k_
         const float *qb = q + b * q_stride + kv * G * D;
         float *ob = out + (b * H + kv * G) * D;
         switch (D) {     /* the usual head sizes get code with D a constant */
-        case 64: attend_task(qb, pool_k + first, pool_v + first, n, G, 64, scale, scores, ob); break;
-        case 128: attend_task(qb, pool_k + first, pool_v + first, n, G, 128, scale, scores, ob); break;
-        case 256: attend_task(qb, pool_k + first, pool_v + first, n, G, 256, scale, scores, ob); break;
-        default: attend_task(qb, pool_k + first, pool_v + first, n, G, D, scale, scores, ob);
+        case 64: attend_task(qb, &keys, n, G, 64, scale, scores, ob); break;
+        case 128: attend_task(qb, &keys, n, G, 128, scale, scores, ob); break;
+        case 256: attend_task(qb, &keys, n, G, 256, scale, scores, ob); break;
+        default: attend_task(qb, &keys, n, G, D, scale, scores, ob);
         }
         free(scores);
     }

@@ -27,9 +27,9 @@ PROBE_TOLERANCE = 1e-5
 
 @functools.cache
 def _library():
-    return build.function("decode_attention", "ddops_decode_attention_f32", ctypes.c_int,
-                          [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
-                           _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int], _probe, "SDPA")
+    return build.function("decode_attention", "ddops_rows_attention_f32", ctypes.c_int,
+                          [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR,
+                           _PTR, _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int], _probe, "SDPA")
 
 
 def available(dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
@@ -45,9 +45,21 @@ def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 def attend(q, k, v, pool_k, pool_v, starts, lengths, fn=None) -> torch.Tensor:
-    """q [B, H, D], k, v [B, KV, D] (the new rows); pool_k, pool_v [KV, R, D] one layer's pool;
-    starts, lengths int64 [B] (lengths count the new row). Writes k, v at row starts + lengths - 1
-    and returns out [B, H * D]."""
+    """A plain decode step: q [B, H, D], k, v [B, KV, D] (the new rows); pool_k, pool_v [KV, R, D]
+    one layer's pool; starts, lengths int64 [B] (lengths count the new row). Writes k, v at row
+    starts + lengths - 1 and returns out [B, H * D]."""
+    return attend_rows(q, k, v, pool_k, pool_v, starts + lengths - 1, starts, lengths,
+                       torch.zeros(len(starts) + 1, dtype=torch.int64), _NO_ROWS, fn)
+
+
+_NO_ROWS = torch.zeros(1, dtype=torch.int64)       # a valid pointer where no row lists a key
+
+
+def attend_rows(q, k, v, pool_k, pool_v, writes, starts, prefix, extra_offsets, extra_rows, fn=None) -> torch.Tensor:
+    """B new rows, each over its own keys: q [B, H, D], k, v [B, KV, D]; writes int64 [B] the pool
+    row each new k, v goes to (all written before any is read); row b's keys are pool rows
+    [starts[b], starts[b] + prefix[b]) then extra_rows[extra_offsets[b]:extra_offsets[b + 1]].
+    Returns out [B, H * D]."""
     fn = fn or _library()[0]
     B, H, D = q.shape
     KV = k.shape[1]
@@ -56,7 +68,8 @@ def attend(q, k, v, pool_k, pool_v, starts, lengths, fn=None) -> torch.Tensor:
     (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
     out = torch.empty(B, H * D, dtype=q.dtype)
     failed = fn(q.data_ptr(), qs, k.data_ptr(), ks, v.data_ptr(), vs, pool_k.data_ptr(), pool_v.data_ptr(),
-                pool_k.shape[1], starts.data_ptr(), lengths.data_ptr(), out.data_ptr(),
+                pool_k.shape[1], writes.data_ptr(), starts.data_ptr(), prefix.data_ptr(), extra_offsets.data_ptr(),
+                (extra_rows if len(extra_rows) else _NO_ROWS).data_ptr(), out.data_ptr(),
                 B, H, KV, D, D ** -0.5, torch.get_num_threads())
     if failed:
         raise MemoryError("decode attention: no memory for the scores buffer")

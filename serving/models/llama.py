@@ -26,7 +26,7 @@ from serving.kernels.linear_bf16 import is_blocked
 from serving.kernels import rms_norm as native_norm
 from serving.models.config import ModelConfig
 from serving.models.cpu_gemm import PAD_ROWS, Linear, head, pack_head, pack_linears, small_rows
-from serving.models.decode_attention import DecodeRows
+from serving.models.decode_attention import DecodeRows, NativeRows
 from serving.models.kv_cache import KVCache
 from serving.models.packing import row_slices
 from serving.models.rope import apply_rope, rope_tables
@@ -75,10 +75,17 @@ class Attention(nn.Module):
     def forward(self, x, rows: PackedRows, layer: int):
         """x [N, hidden], the packed rows -> [N, hidden]; each sequence's K/V written to its own cache."""
         q, k, v = self.project(x, rows.cos, rows.sin)
+        native = rows.native
+        if native is not None and native.rows is None:          # every row: decode, chain or tree rows
+            return self.o_proj(native.attend(layer, q, k, v))
         if rows.decode is not None:
             return self.o_proj(rows.decode.attend(layer, q, k, v))
         out = torch.empty(x.shape[0], self.heads * self.head_dim, dtype=x.dtype, device=x.device)
-        for cache, own, mask in zip(rows.caches, rows.slices, rows.masks):
+        if native is not None:                                  # beside long prompt chunks
+            out[native.rows] = native.attend(layer, q[native.rows], k[native.rows], v[native.rows])
+        for b, (cache, own, mask) in enumerate(zip(rows.caches, rows.slices, rows.masks)):
+            if native is not None and b in native.sequences:
+                continue
             keys, values = cache.write(layer, k[own].transpose(0, 1), v[own].transpose(0, 1))  # [KV, L, D]
             out[own] = attend(q[own], keys, values, mask)
         return self.o_proj(out)
@@ -139,7 +146,8 @@ class PackedRows:
     caches: list[KVCache]               # caches[b]: sequence b's
     slices: list[slice]                 # sequence b's rows of the N
     masks: list                         # its attention_mask (None, CAUSAL or bool [G * T_b, L_b])
-    decode: DecodeRows | None           # a plain decode step: one attention call per layer
+    native: NativeRows | None           # the rows the native kernel attends (decode, chain, tree rows)
+    decode: DecodeRows | None           # a plain decode step without the kernel: one SDPA call per layer
 
 
 class TargetLM(nn.Module):
@@ -240,11 +248,13 @@ class CausalLM(TargetLM):
         [N, len(capture) * H] or None.
         """
         x = self.embed(tokens)                                            # [N, hidden]
-        groups, masks = self.config.kv_groups, tree_masks or [None] * len(caches)
-        masks = [attention_mask(n, c.length, m, groups, x.device) for n, c, m in zip(counts, caches, masks)]
-        one_row = all(n == 1 for n in counts) and all(m is None for m in masks)
+        groups, trees = self.config.kv_groups, tree_masks or [None] * len(caches)
+        native = NativeRows.plan(caches, counts, trees, x.device)
+        masks = [None if native is not None and b in native.sequences else attention_mask(n, c.length, m, groups, x.device)
+                 for b, (n, c, m) in enumerate(zip(counts, caches, trees))]
+        one_row = native is None and all(n == 1 for n in counts) and all(m is None for m in trees)
         rows = PackedRows(self.cos.index_select(0, positions), self.sin.index_select(0, positions), caches,
-                          row_slices(counts), masks, DecodeRows.plan(caches, x.device) if one_row else None)
+                          row_slices(counts), masks, native, DecodeRows.plan(caches, x.device) if one_row else None)
         captured = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, rows, i)

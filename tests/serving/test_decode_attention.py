@@ -1,5 +1,6 @@
-"""The native decode attention (serving/kernels) against the PyTorch form it replaces, and the
-fallback when it cannot be built."""
+"""The native attention of decode and verify rows (serving/kernels) against the PyTorch form it
+replaces, its bit-for-bit sameness between a decode row and a verify row over the same keys, and
+the fallback when it cannot be built."""
 
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import torch
 from serving.engine.kv_pool import KVPool
 from serving.kernels import build
 from serving.kernels import decode_attention as native
-from serving.models.decode_attention import DecodeRows
+from serving.models.decode_attention import DecodeRows, NativeRows
 
 
 class Dims:
@@ -39,10 +40,14 @@ def projection(B, heads, kv_heads, D):
 
 
 def torch_form(caches, layer, q, k, v):
-    plan = DecodeRows.plan(caches, "cpu")
-    gather = DecodeRows(plan.pool, plan.starts, plan.lengths, False, plan.starts + plan.lengths - 1,
-                        *_padded(plan.starts, plan.lengths))
-    return gather.attend(layer, q, k, v)
+    """The gather and SDPA form (DecodeRows), built whether or not the kernel serves the pool."""
+    starts = torch.tensor([c.pool_start for c in caches])
+    lengths = torch.tensor([c.length + 1 for c in caches])
+    return DecodeRows(caches[0].pool, starts + lengths - 1, *_padded(starts, lengths)).attend(layer, q, k, v)
+
+
+def decode_plan(caches):
+    return NativeRows.plan(caches, [1] * len(caches), [None] * len(caches), "cpu")
 
 
 def _padded(starts, lengths):
@@ -65,8 +70,8 @@ def test_the_kernel_agrees_with_the_gather_and_sdpa_and_writes_the_new_rows(head
     pool, caches = pool_with(kv_heads, D, lengths)
     reference, _ = pool_with(kv_heads, D, lengths)
     q, k, v = projection(len(lengths), heads, kv_heads, D)
-    plan = DecodeRows.plan(caches, "cpu")
-    assert plan.in_place
+    plan = decode_plan(caches)
+    assert plan.rows is None and DecodeRows.plan(caches, "cpu") is None      # the kernel takes every row
     got = plan.attend(1, q, k, v)
     want = torch_form([reference_view(reference, c) for c in caches], 1, q, k, v)
     assert got.shape == (len(lengths), heads * D)
@@ -83,16 +88,41 @@ def reference_view(reference, cache):
 def test_a_sequences_attention_is_the_same_alone_and_in_any_batch():
     pool, caches = pool_with(3, 64, [30, 5, 61, 12])
     q, k, v = projection(4, 9, 3, 64)
-    crowd = DecodeRows.plan(caches, "cpu").attend(0, q, k, v)
+    crowd = decode_plan(caches).attend(0, q, k, v)
     for b in range(4):
-        alone = DecodeRows.plan([caches[b]], "cpu").attend(0, q[b:b + 1], k[b:b + 1], v[b:b + 1])
+        alone = decode_plan([caches[b]]).attend(0, q[b:b + 1], k[b:b + 1], v[b:b + 1])
         assert torch.equal(alone[0], crowd[b])
+
+
+def test_a_verify_row_is_a_decode_row_over_the_same_keys_to_the_bit():
+    """A tree row attends over the committed rows and its ancestors, listed where they lie; the
+    same keys laid out one after another, as they are once a verify pass's path is kept and
+    plain decoding reads them, give the same bits. So does a chain row over its rows so far."""
+    pool, caches = pool_with(3, 64, [37, 37])
+    tree, flat = caches
+    rows = [tree.pool_start + 37 + r for r in (0, 2, 5)]          # a path of three tree rows, scattered
+    for i, r in enumerate(rows):                                   # the kept path, in order, after 37 rows
+        for kv in (pool.k, pool.v):
+            kv[0, :, flat.pool_start + 37 + i] = kv[0, :, r]
+    for kv in (pool.k, pool.v):                                    # the same committed rows
+        kv[0, :, flat.pool_start:flat.pool_start + 37] = kv[0, :, tree.pool_start:tree.pool_start + 37]
+    q, k, v = projection(1, 9, 3, 64)
+    k[0], v[0] = pool.k[0, :, rows[-1]], pool.v[0, :, rows[-1]]     # the row's own K/V, written again as it is
+    as_tree = native.attend_rows(q, k, v, pool.k[0], pool.v[0], torch.tensor([rows[-1]]),
+                                 torch.tensor([tree.pool_start]), torch.tensor([37]), torch.tensor([0, 3]),
+                                 torch.tensor(rows))
+    as_decode = native.attend_rows(q, k, v, pool.k[0], pool.v[0], torch.tensor([flat.pool_start + 39]),
+                                   torch.tensor([flat.pool_start]), torch.tensor([40]), torch.tensor([0, 0]),
+                                   torch.zeros(0, dtype=torch.int64))
+    assert torch.equal(as_tree, as_decode)
+    flat.length = 39                                               # and as a decode step of the model's plan
+    assert torch.equal(decode_plan([flat]).attend(0, q, k, v), as_decode)
 
 
 def test_threads_split_the_work_without_changing_a_bit():
     pool, caches = pool_with(3, 64, [50, 9, 33, 70, 2, 18])
     q, k, v = projection(6, 9, 3, 64)
-    plan = DecodeRows.plan(caches, "cpu")
+    plan = decode_plan(caches)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -117,18 +147,18 @@ def test_without_a_compiler_the_pytorch_form_runs_and_says_why(tmp_path):
     script = (
         "import torch\n"
         "from serving.kernels import decode_attention as native\n"
-        "from serving.models.decode_attention import DecodeRows\n"
+        "from serving.models.decode_attention import DecodeRows, NativeRows\n"
         "from tests.serving.test_decode_attention import pool_with, projection\n"
         "ok, why = native.available(torch.float32, 'cpu')\n"
         "pool, caches = pool_with(3, 64, [4, 9])\n"
         "q, k, v = projection(2, 9, 3, 64)\n"
         "plan = DecodeRows.plan(caches, 'cpu')\n"
-        "print(ok, plan.in_place, tuple(plan.attend(0, q, k, v).shape), why)\n")
+        "print(ok, NativeRows.plan(caches, [1, 1], [None, None], 'cpu'), tuple(plan.attend(0, q, k, v).shape), why)\n")
     env = {"PATH": "/usr/bin:/bin", "CC": str(tmp_path / "no-such-cc"), build.CACHE_ENV: str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
                           cwd=str(__import__("pathlib").Path(__file__).parents[2]))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("False False (2, 576) decode_attention.c did not build or load")
+    assert done.stdout.startswith("False None (2, 576) decode_attention.c did not build or load")
     assert not list((tmp_path / "cache").glob("*.so"))
 
 
@@ -141,3 +171,37 @@ def test_a_build_lands_whole_in_its_cache_and_is_reused(tmp_path, monkeypatch):
     stamp = built[0].stat().st_mtime_ns
     assert build.load.__wrapped__("decode_attention")[0] is not None
     assert built[0].stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_kept_tree_path_gives_plain_decodings_logits_to_the_bit(tiny_llama, dtype):
+    """One verify pass over a tree (the kernel's tree rows), its path kept, then one more row;
+    against the same tokens decoded one at a time from the same prompt: every logit equal, bit
+    for bit, in fp32 and with bf16 weights (whose products round nothing, but whose next
+    product would amplify any difference the attention left)."""
+    from tests.serving.conftest import load
+    model = load(tiny_llama, dtype)
+    pool = KVPool(model.config, 256, model.dtype, "cpu")
+    prompt = torch.tensor([5, 17, 42, 99, 3, 250, 7, 311, 64, 12, 40])
+    a, b = pool.reserve(64), pool.reserve(64)
+    for cache in (a, b):
+        model.forward_packed(prompt, torch.arange(11), [cache], [11])
+        cache.commit(11)
+    # tree rows: 0 root; 1, 2 children of 0; 3 child of 2; 4 child of 1; path 0 -> 2 -> 3
+    tokens, depths, parents = [8, 30, 31, 33, 34], [0, 1, 1, 2, 2], [-1, 0, 0, 2, 1]
+    mask = torch.zeros(5, 5, dtype=torch.bool)
+    for r in range(5):
+        p = r
+        while p >= 0:
+            mask[r, p], p = True, parents[p]
+    tree_logits, _ = model.forward_packed(torch.tensor(tokens), 11 + torch.tensor(depths), [a], [5], [mask])
+    a.keep([0, 2, 3])
+    plain = []
+    for t in (8, 31, 33):
+        logits, _ = model.forward_packed(torch.tensor([t]), torch.tensor([b.length]), [b], [1])
+        b.commit(1)
+        plain.append(logits[0])
+    assert torch.equal(tree_logits[[0, 2, 3]], torch.stack(plain))
+    after_tree, _ = model.forward_packed(torch.tensor([9]), torch.tensor([14]), [a], [1])
+    after_plain, _ = model.forward_packed(torch.tensor([9]), torch.tensor([14]), [b], [1])
+    assert torch.equal(after_tree, after_plain)
