@@ -45,9 +45,15 @@ static float from_bf16(uint16_t value)
     return out;
 }
 
-int64_t ddops_blocked_bf16_elements(int64_t N, int64_t K)
+/* 1 where this build multiplies with VDPBF16PS; the C form below is for probing elsewhere, too
+ * slow to serve (serving/kernels/linear_bf16.py then leaves bf16 weights to oneDNN) */
+int ddops_linear_bf16_native(void)
 {
-    return (N + GROUP - 1) / GROUP * GROUP * ((K + 1) / 2 * 2);
+#ifdef DDOPS_DPBF16
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 /* w [N, K] bf16 (row-major) -> blocked [ceil(N / 64), ceil(K / 2), 64, 2], zero padded */
