@@ -34,7 +34,8 @@ from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
 from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, auto_dtype, compute_dtype,
-                                      draft_kv_rows, head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows, state_slots)
+                                      draft_kv_rows, head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows,
+                                      state_slots)
 from serving.contract.sizes import kv_bytes, linear_state_bytes
 
 
@@ -109,7 +110,8 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
     head = head_copies(on, dtype) * target.vocab_size * target.hidden_size
-    weights = target.weight_bytes(dtype) + int(head * dtype_bytes(dtype)) + (draft.weight_bytes(compute) if draft else 0)
+    weights = (target.weight_bytes(dtype) + int(head * dtype_bytes(dtype))
+               + (draft.weight_bytes(compute) if draft else 0))
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
     state = sequences * _state(target.linear, compute)
     features = draft.feature_width * dtype_bytes(compute) if draft else 0

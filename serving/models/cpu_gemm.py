@@ -28,7 +28,7 @@ one core; 57.7 ms at 2 rows). Which CPU this is, nothing in its flags says, so `
 measures it once at load: a pass over the model's packed products (each weight streamed from
 memory once, as in a decode step; at most 256 MB of them) at 1 row and at 4 rows.
 
-bf16 weights, where serving/kernels/linear_bf16 built and probed, are packed into that kernel's
+bf16 weights, where serving/kernels/linear_bf16.c built and probed, are packed into that kernel's
 blocked layout instead of oneDNN's (`pack_matrix`): it read SmolLM2's layers 1.5x as fast as
 oneDNN's bf16 product at one row and 1.3x at eight (its docstring has the figures). Its rows do
 not depend on each other either, and its results are fp32, unrounded.

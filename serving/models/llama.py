@@ -250,7 +250,8 @@ class CausalLM(TargetLM):
         x = self.embed(tokens)                                            # [N, hidden]
         groups, trees = self.config.kv_groups, tree_masks or [None] * len(caches)
         native = NativeRows.plan(caches, counts, trees, x.device)
-        masks = [None if native is not None and b in native.sequences else attention_mask(n, c.length, m, groups, x.device)
+        kernel_takes = native.sequences if native is not None else frozenset()
+        masks = [None if b in kernel_takes else attention_mask(n, c.length, m, groups, x.device)
                  for b, (n, c, m) in enumerate(zip(counts, caches, trees))]
         one_row = native is None and all(n == 1 for n in counts) and all(m is None for m in trees)
         rows = PackedRows(self.cos.index_select(0, positions), self.sin.index_select(0, positions), caches,
