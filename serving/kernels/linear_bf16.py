@@ -85,17 +85,20 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 def product(rows: torch.Tensor, blocked: torch.Tensor, n: int, bias: torch.Tensor | None = None,
             min_rows: int = 1, fn=None) -> torch.Tensor:
-    """rows [M, K] @ the packed [n, K] weight -> [M, n], in rows' dtype (fp32 sums; bf16 rows
+    """rows [..., K] @ the packed [n, K] weight -> [..., n], in rows' dtype (fp32 sums; bf16 rows
     are widened for the kernel and the result rounded back); fewer than `min_rows` rows run
     padded with zero rows inside the kernel."""
     fn = fn or _library()[0]
-    x = rows if rows.dtype == torch.float32 and rows.stride(-1) == 1 else rows.float().contiguous()
-    m, k = x.shape
+    lead, k = rows.shape[:-1], rows.shape[-1]                 # [..., K] runs as rows [M, K]
+    x = rows.reshape(-1, k)
+    x = x if x.dtype == torch.float32 and x.stride(-1) == 1 else x.float().contiguous()
+    m = x.shape[0]
     b = None if bias is None else bias.float().contiguous()
     out = torch.empty(m, n, dtype=torch.float32)
     if fn(x.data_ptr(), m, x.stride(0), blocked.data_ptr(), n, k, None if b is None else b.data_ptr(),
           out.data_ptr(), n, min_rows, torch.get_num_threads()):
         raise MemoryError("linear_bf16: no memory for the rounded input rows")
+    out = out.view(*lead, n)
     return out if rows.dtype == torch.float32 else out.to(rows.dtype)
 
 

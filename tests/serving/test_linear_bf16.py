@@ -32,6 +32,8 @@ def test_products_are_f_linear_of_the_bf16_rounded_rows(n, k, bias):
     torch.testing.assert_close(got, want, atol=2e-5 * want.abs().max().item(), rtol=0)
     as_bf16 = linear_bf16.product(x.bfloat16(), linear_bf16.pack(w), n, b)      # bf16 rows come back bf16
     assert as_bf16.dtype == torch.bfloat16 and torch.equal(as_bf16, got.bfloat16())
+    batched = linear_bf16.product(x.view(3, 3, k), linear_bf16.pack(w), n, b)     # [..., K] rows
+    assert batched.shape == (3, 3, n) and torch.equal(batched.view(9, n), got)
 
 
 def test_a_row_is_the_same_alone_and_in_any_batch():
