@@ -13,7 +13,8 @@ import os
 from dataclasses import asdict, dataclass, replace
 
 from serving import speculative
-from serving.contract.runtime import auto_dtype, cpu_flags, max_total_tokens_problem
+from serving.contract.runtime import auto_dtype, max_total_tokens_problem
+from serving.device_memory import host_cpu_flags
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -175,18 +176,10 @@ def resolve(args: ServerArgs, model_config, cuda_available: bool) -> ServerArgs:
     dtype = args.dtype
     if dtype == "auto":
         declared = model_config.torch_dtype if model_config.torch_dtype in DTYPES else "bfloat16"
-        dtype = auto_dtype(device, declared, cpu_flags(_read("/proc/cpuinfo")) if device == "cpu" else frozenset())
+        dtype = auto_dtype(device, declared, host_cpu_flags() if device == "cpu" else frozenset())
     context = args.context_length or model_config.max_position_embeddings
     return replace(args, device=device, dtype=dtype, context_length=context,
                    max_request_bytes=args.max_request_bytes or request_bytes_bound(context))
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def request_bytes_bound(context: int) -> int:

@@ -1,5 +1,6 @@
-"""How much memory the device the runtime serves from has, read once at start for the pool rule
-(serving.contract.runtime.pool_rows).
+"""What the runtime reads of its own host at start: how much memory the device it serves from
+has, for the pool rule (serving.contract.runtime.pool_rows), and the CPU's flags, for its
+--dtype auto (serving.contract.runtime.auto_dtype) and the native kernels' build cache.
 
 CPU: the host's MemTotal, or less where a cgroup limits this process (a systemd unit's
 MemoryMax= is its cgroup's memory.max; v1's memory.limit_in_bytes is read too), the lowest
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from serving.contract.host_memory import host_memory, limit_value
+from serving.contract.runtime import cpu_flags
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -25,6 +27,11 @@ def device_memory(device: str) -> int | None:
 
         return int(torch.cuda.mem_get_info()[0])
     return host_memory(_read("/proc/meminfo"), _cgroup_limits(_read("/proc/self/cgroup")))
+
+
+def host_cpu_flags() -> frozenset[str]:
+    """This host's CPU flags (/proc/cpuinfo), the same parse ddops fit applies to a remote host's."""
+    return cpu_flags(_read("/proc/cpuinfo"))
 
 
 def _cgroup_limits(self_cgroup: str | None) -> list[int]:

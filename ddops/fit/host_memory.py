@@ -2,7 +2,8 @@
 
 The bundled runtime: MemTotal, lowered to the unit's MemoryMax= (the limit systemd puts on its
 cgroup), parsed by the same stdlib functions the runtime uses on itself at start
-(serving.contract.host_memory), and the CPU's flags, which its --dtype auto follows. SGLang's CPU engine (docs/sglang.md "Memory"): per NUMA node,
+(serving.contract.host_memory), and the CPU's flags, which its --dtype auto follows. SGLang's
+CPU engine (docs/sglang.md "Memory"): per NUMA node,
 the smallest node's MemTotal for its default fraction and MemAvailable / nodes as the memory
 free before its weights load; a deploy stops the unit it replaces first, so what that unit
 holds now counts as free."""

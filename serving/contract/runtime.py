@@ -95,13 +95,13 @@ def prefix_rows(hybrid: bool, disable_radix_cache: bool) -> int:
     return 0 if hybrid or disable_radix_cache else PREFIX_BLOCKS * PREFIX_BLOCK
 
 
-# The dtypes whose products run packed on CPU (oneDNN's blocked layout, serving.models.cpu_gemm).
+# The dtypes whose products run packed on CPU (oneDNN's layout, or bf16's blocked kernel: serving.models.cpu_gemm).
 PACKED_ON_CPU = ("float32", "bfloat16")
 
 
 def head_copies(device: str, dtype: str) -> int:
     """Copies of the LM head [vocab, hidden] the runtime keeps beside its parameters: on CPU at
-    a packed dtype one, packed into oneDNN's layout for the head's product (serving.models.cpu_gemm;
+    a packed dtype one, packed for the head's product (serving.models.cpu_gemm.pack_matrix;
     the dense matrix stays for the embedding lookup and the rows drafters read); none elsewhere."""
     return 1 if device == "cpu" and dtype in PACKED_ON_CPU else 0
 

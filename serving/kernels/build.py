@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from serving.device_memory import host_cpu_flags
+
 HERE = Path(__file__).parent
 COMPILE = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]
 LINK = ["-shared", "-fopenmp", "-lmvec", "-lm"]
@@ -36,16 +38,6 @@ def cache_dir() -> Path:
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache" if Path.home().is_dir() else None)
     return Path(base or tempfile.gettempdir()) / "ddops-kernels"
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
-    except OSError:
-        pass
-    return ""
 
 
 def _compiler_version(cc: str) -> str:
@@ -61,7 +53,8 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
     try:
         source = (HERE / f"{name}.c").read_bytes()      # shipped as package data (pyproject.toml)
         key = hashlib.sha256(b"\0".join([source, " ".join(COMPILE + LINK).encode(),
-                                         _compiler_version(cc).encode(), _cpu_flags().encode()])).hexdigest()[:16]
+                                         _compiler_version(cc).encode(),
+                                         " ".join(sorted(host_cpu_flags())).encode()])).hexdigest()[:16]
         target = cache_dir() / f"{name}-{key}.so"
         if not target.exists():
             _compile(cc, HERE / f"{name}.c", target)

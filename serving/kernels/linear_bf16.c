@@ -13,8 +13,9 @@
  * depend on the other rows or on M (the same instructions in the same order for every row), so
  * a sequence's logits are the same alone, batched and in a verify tree.
  *
- * With AVX512_BF16 the step is VDPBF16PS (16 lanes += a pair of bf16 products each); elsewhere
- * the same sums in C, lane by lane, in the same order.
+ * The step is VDPBF16PS (16 lanes += a pair of bf16 products each). A build without AVX512_BF16
+ * has no product: ddops_linear_bf16_native says so, and serving/kernels/linear_bf16.py leaves
+ * bf16 weights to oneDNN there.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,16 +38,7 @@ static uint16_t to_bf16(float value)
     return (uint16_t)(bits >> 16);
 }
 
-static float from_bf16(uint16_t value)
-{
-    uint32_t bits = (uint32_t)value << 16;
-    float out;
-    memcpy(&out, &bits, sizeof out);
-    return out;
-}
-
-/* 1 where this build multiplies with VDPBF16PS; the C form below is for probing elsewhere, too
- * slow to serve (serving/kernels/linear_bf16.py then leaves bf16 weights to oneDNN) */
+/* 1 where this build multiplies with VDPBF16PS, 0 where ddops_linear_bf16 only returns 2 */
 int ddops_linear_bf16_native(void)
 {
 #ifdef DDOPS_DPBF16
@@ -107,29 +99,20 @@ static void pass(const uint16_t *g, int64_t pairs, const uint32_t *xb, int nr, f
     default: pass_4(g, pairs, xb, sums);
     }
 }
-#else
-static void pass(const uint16_t *g, int64_t pairs, const uint32_t *xb, int nr, float *sums)
-{
-    for (int i = 0; i < nr; i++)
-        for (int c = 0; c < GROUP; c++) {
-            float lane = 0.0f;
-            for (int64_t p = 0; p < pairs; p++) {
-                const uint16_t *w = g + (p * GROUP + c) * 2;
-                const uint32_t x = xb[i * pairs + p];
-                lane += from_bf16(w[0]) * from_bf16((uint16_t)(x & 0xffffu)) +
-                        from_bf16(w[1]) * from_bf16((uint16_t)(x >> 16));
-            }
-            sums[i * GROUP + c] = lane;
-        }
-}
 #endif
 
-/* 0 on success, 1 when the rounded input rows could not be allocated. Fewer than `min_rows` rows
+/* 0 on success, 1 when the rounded input rows could not be allocated, 2 in a build without
+ * AVX512_BF16 (nothing computed). Fewer than `min_rows` rows
  * run padded with zero rows (which may stream faster; serving.models.cpu_gemm.small_rows decides)
  * whose results are dropped. */
 int ddops_linear_bf16(const float *x, int64_t M, int64_t x_stride, const uint16_t *blocked, int64_t N, int64_t K,
                       const float *bias, float *out, int64_t out_stride, int64_t min_rows, int threads)
 {
+#ifndef DDOPS_DPBF16
+    (void)x, (void)M, (void)x_stride, (void)blocked, (void)N, (void)K, (void)bias, (void)out, (void)out_stride;
+    (void)min_rows, (void)threads;
+    return 2;
+#else
     const int64_t pairs = (K + 1) / 2, groups = (N + GROUP - 1) / GROUP, rows = M < min_rows ? min_rows : M;
     uint32_t *xb = calloc((size_t)(rows * pairs), sizeof(uint32_t));   /* x rows as bf16 (k, k+1) pairs */
     if (xb == NULL)
@@ -155,4 +138,5 @@ int ddops_linear_bf16(const float *x, int64_t M, int64_t x_stride, const uint16_
     }
     free(xb);
     return 0;
+#endif
 }

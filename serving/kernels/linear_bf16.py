@@ -51,17 +51,14 @@ def available(device) -> tuple[bool, str]:
     server pays the build at start), else (False, why)."""
     if torch.device(device).type != "cpu":
         return False, f"the kernel is for CPU, not {device}"
-    fn, why = _library()
-    if fn is not None and not _native():
-        return False, "this CPU has no AVX512_BF16 (VDPBF16PS): oneDNN runs bf16 weights"
-    return fn is not None, why
-
-
-@functools.cache
-def _native() -> bool:
-    lib, _ = build.load("linear_bf16")
+    lib, why = build.load("linear_bf16")
+    if lib is None:
+        return False, why
     lib.ddops_linear_bf16_native.restype = ctypes.c_int
-    return bool(lib.ddops_linear_bf16_native())
+    if not lib.ddops_linear_bf16_native():
+        return False, "this CPU has no AVX512_BF16 (VDPBF16PS): oneDNN runs bf16 weights"
+    fn, why = _library()
+    return fn is not None, why
 
 
 def blocked_shape(n: int, k: int) -> tuple[int, int, int, int]:

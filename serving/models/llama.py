@@ -39,12 +39,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            # bf16 weights of a model computing in fp32 before pack_weights widens them: [H], ~1 us
-            weight = self.weight if self.weight.dtype == x.dtype else self.weight.float()
-            if native_norm.usable(x, weight):           # one native call where F.rms_norm runs several
-                return native_norm.rms_norm(x, weight, self.eps)
-            return F.rms_norm(x, weight.shape, weight, self.eps)
+        if x.dtype == torch.float32:     # a bf16 model's norm weights are widened at load (pack_weights)
+            if native_norm.usable(x, self.weight):      # one native call where F.rms_norm runs several
+                return native_norm.rms_norm(x, self.weight, self.eps)
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # half precision: normalise in fp32, scale after casting back (as the HF reference does)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
