@@ -4,11 +4,18 @@ A decode step streams every weight once, so on CPU its time is the bytes of the 
 the bandwidth a core reads at; bf16 weights halve the bytes. oneDNN's packed bf16 product
 (serving.models.cpu_gemm) read SmolLM2's layers at 10 GB/s at one row on this project's 2-core
 AMD EPYC (avx512_bf16, no AMX), where one core sums memory at 15.8-18.7 GB/s. This kernel
-(linear_bf16.c) lays each weight out so a product reads it front to back in one stream, 64
-columns x a pair of k per 256-byte step, and multiplies with VDPBF16PS: the layers' products
-took 16.0 / 15.5 / 18.8 / 28.4 ms at 1 / 4 / 8 / 16 rows against oneDNN's 24.1 / 21.4 / 24.8 /
-30.7 (one core, interleaved, medians of 6; `python -m serving.bench.products`). Software
-prefetching made it slower (18.1-23.5 ms at one row), so it has none.
+(linear_bf16.c) lays each weight out so a product reads it front to back in one stream, 32
+columns x a pair of k per 128-byte step, and multiplies with VDPBF16PS: with 64-column groups the
+layers' products took 16.0 / 15.5 / 18.8 / 28.4 ms at 1 / 4 / 8 / 16 rows against oneDNN's
+24.1 / 21.4 / 24.8 / 30.7 (one core, interleaved, medians of 6; `python -m
+serving.bench.products`); 32-column groups, which let 8 rows share one pass, made 8 and 16 rows
+a further 10-25 % faster (linear_bf16.c has the figures). Software prefetching made it slower
+(18.1-23.5 ms at one row), so it has none.
+
+The RMSNorm before a projection, the SwiGLU before the down projection and the residual add
+after a projection run inside the product's call (`product`'s norm, swiglu and residual;
+cpu_gemm.Linear.fused): one call, one tensor and one pass over the rows fewer for each, about
+1-2 ms of a SmolLM2 decode step's 21-30 ms (`serving.bench.batch_step`).
 
 Inputs are fp32 rows (what a bf16 target computes in: serving.contract.runtime.compute_dtype),
 rounded to bf16 in the kernel; outputs fp32, unrounded. Used only for inference, on CPU, when
@@ -27,14 +34,15 @@ import torch.nn.functional as F
 from serving.kernels import build
 
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
-GROUP = 64                 # columns per block (linear_bf16.c)
+GROUP = 32                 # columns per block (linear_bf16.c)
 PROBE_TOLERANCE = 1e-4     # of max |reference|: fp32 sums in another order
 
 
 @functools.cache
 def _library():
     return build.function("linear_bf16", "ddops_linear_bf16", ctypes.c_int,
-                          [_PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, _PTR, _I64, _I64, ctypes.c_int], _probe,
+                          [_PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, _PTR, ctypes.c_float, ctypes.c_int, _PTR, _I64,
+                           _PTR, _I64, _I64, ctypes.c_int], _probe,
                           "F.linear of bf16-rounded inputs")
 
 
@@ -62,7 +70,7 @@ def available(device) -> tuple[bool, str]:
 
 
 def blocked_shape(n: int, k: int) -> tuple[int, int, int, int]:
-    """[ceil(N / 64), ceil(K / 2), 64, 2]: N padded with zero rows to 64, K with a zero column to even."""
+    """[ceil(N / 32), ceil(K / 2), 32, 2]: N padded with zero rows to 32, K with a zero column to even."""
     return (-(-n // GROUP), -(-k // 2), GROUP, 2)
 
 
@@ -81,31 +89,57 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 def product(rows: torch.Tensor, blocked: torch.Tensor, n: int, bias: torch.Tensor | None = None,
-            min_rows: int = 1, fn=None) -> torch.Tensor:
-    """rows [..., K] @ the packed [n, K] weight -> [..., n], in rows' dtype (fp32 sums; bf16 rows
-    are widened for the kernel and the result rounded back); fewer than `min_rows` rows run
-    padded with zero rows inside the kernel."""
+            min_rows: int = 1, fn=None, *, norm: tuple[torch.Tensor, float] | None = None, swiglu: bool = False,
+            residual: torch.Tensor | None = None) -> torch.Tensor:
+    """rows [..., K] @ the packed [n, K] weight (+ bias) -> [..., n], in rows' dtype (fp32 sums;
+    bf16 rows are widened for the kernel and the result rounded back); fewer than `min_rows` rows
+    run padded with zero rows inside the kernel. Fused around the product, each optional:
+    norm = (weight [K], eps): each row RMS-normalised first; swiglu: rows are [..., 2K], gate
+    then up, and the input is silu(gate) * up; residual [..., n]: added to the result."""
     fn = fn or _library()[0]
-    lead, k = rows.shape[:-1], rows.shape[-1]                 # [..., K] runs as rows [M, K]
-    x = rows.reshape(-1, k)
-    x = x if x.dtype == torch.float32 and x.stride(-1) == 1 else x.float().contiguous()
+    lead, width = rows.shape[:-1], rows.shape[-1]             # [..., K] runs as rows [M, K]
+    k = width // 2 if swiglu else width
+    x = _rows_f32(rows.reshape(-1, width))
     m = x.shape[0]
     b = None if bias is None else bias.float().contiguous()
+    w = None if norm is None else norm[0].float().contiguous()
+    r = None if residual is None else _rows_f32(residual.reshape(-1, n))
     out = torch.empty(m, n, dtype=torch.float32)
-    if fn(x.data_ptr(), m, x.stride(0), blocked.data_ptr(), n, k, None if b is None else b.data_ptr(),
-          out.data_ptr(), n, min_rows, torch.get_num_threads()):
+    if fn(x.data_ptr(), m, x.stride(0), blocked.data_ptr(), n, k, _ptr(b), _ptr(w), norm[1] if norm else 0.0,
+          int(swiglu), _ptr(r), r.stride(0) if r is not None else 0, out.data_ptr(), n, min_rows,
+          torch.get_num_threads()):
         raise MemoryError("linear_bf16: no memory for the rounded input rows")
     out = out.view(*lead, n)
     return out if rows.dtype == torch.float32 else out.to(rows.dtype)
 
 
+def _rows_f32(x: torch.Tensor) -> torch.Tensor:
+    """[M, K] fp32 with contiguous rows (a row stride between them is kept)."""
+    return x if x.dtype == torch.float32 and x.stride(-1) == 1 else x.float().contiguous()
+
+
+def _ptr(t: torch.Tensor | None):
+    return None if t is None else t.data_ptr()
+
+
 def _probe(fn) -> bool:
+    """The product, and each fusion on inputs whose fused values every exact implementation
+    computes to the same bits (so their bf16 rounding cannot differ from the reference's by a
+    step on another CPU's libm): rows of +-2 with eps 0 normalise by exactly 1/2; a gate of +-30
+    gives silu exactly 30 or about -3e-12."""
     gen = torch.Generator().manual_seed(0)
-    for n, k in ((70, 33), (128, 64)):          # a partial block and an odd K; whole blocks
+    for n, k in ((70, 33), (128, 64)):          # a partial group and an odd K; whole groups
         w, x = torch.randn(n, k, generator=gen).bfloat16(), torch.randn(3, k, generator=gen)
-        bias = torch.randn(n, generator=gen)
-        got = product(x, pack(w), n, bias, 4, fn)
-        want = F.linear(x.bfloat16().float(), w.float(), bias)
-        if not (got - want).abs().max() <= PROBE_TOLERANCE * want.abs().max():
-            return False
+        bias, weight = torch.randn(n, generator=gen), torch.randn(k, generator=gen).bfloat16().float()
+        signs = torch.randn(3, k, generator=gen).sign()
+        gate_up = torch.cat([30 * signs, torch.randn(3, k, generator=gen)], dim=-1)
+        residual = torch.randn(3, n, generator=gen)
+        cases = [(product(x, pack(w), n, bias, 4, fn), x),
+                 (product(2 * signs, pack(w), n, bias, 4, fn, norm=(weight, 0.0)), signs * weight),
+                 (product(gate_up, pack(w), n, bias, 1, fn, swiglu=True, residual=residual) - residual,
+                  F.silu(gate_up[:, :k]) * gate_up[:, k:])]
+        for got, rows in cases:
+            want = F.linear(rows.bfloat16().float(), w.float(), bias)
+            if not (got - want).abs().max() <= PROBE_TOLERANCE * want.abs().max():
+                return False
     return True

@@ -97,6 +97,24 @@ class Linear(nn.Linear):
             self.weight = nn.Parameter(packed, requires_grad=False)
             self.packed = True
 
+    def fused(self, x: torch.Tensor, norm: nn.Module | None = None, swiglu: bool = False,
+              residual: torch.Tensor | None = None) -> torch.Tensor:
+        """residual + this product of norm(x), or of silu(gate) * up where x is [T, 2K] gate then
+        up (`norm`: an RMSNorm, its `weight` and `eps`; each part optional). A blocked bf16 weight
+        runs it in one kernel call on fp32 rows (linear_bf16.product); any other weight, as the
+        operations one by one."""
+        if self.packed and linear_bf16.is_blocked(self.weight) and x.dtype == torch.float32 and x.dim() == 2:
+            return linear_bf16.product(x, self.weight, self.out_features, self.bias, self.min_rows,
+                                       norm=None if norm is None else (norm.weight, norm.eps), swiglu=swiglu,
+                                       residual=residual)
+        if norm is not None:
+            x = norm(x)
+        if swiglu:
+            gate, up = x.chunk(2, dim=-1)
+            x = F.silu(gate) * up
+        out = self(x)
+        return out if residual is None else residual + out
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed:
             return product(x, self.weight, self.bias, self.min_rows if x.dim() == 2 else 1, self.out_features)

@@ -59,10 +59,10 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, c.rms_norm_eps, dtype) if c.qk_norm else None
 
-    def project(self, x, cos, sin):
-        """x [T, hidden] -> q [T, heads, D], k and v [T, KV, D], q and k rotated."""
+    def project(self, x, norm, cos, sin):
+        """x [T, hidden], before `norm` -> q [T, heads, D], k and v [T, KV, D], q and k rotated."""
         T, H, KV, D = x.shape[0], self.heads, self.kv_heads, self.head_dim
-        qkv = self.qkv_proj(x)                                   # [T, (H + 2 KV) * D]
+        qkv = self.qkv_proj.fused(x, norm)                       # [T, (H + 2 KV) * D]
         v = qkv[:, (H + KV) * D:].view(T, KV, D)
         if self.q_norm is None:       # q and k side by side rotate in one pass: [T, H + KV, D]
             qk = apply_rope(qkv[:, :(H + KV) * D].view(T, H + KV, D), cos, sin)
@@ -70,15 +70,20 @@ class Attention(nn.Module):
         q, k = self.q_norm(qkv[:, :H * D].view(T, H, D)), self.k_norm(qkv[:, H * D:(H + KV) * D].view(T, KV, D))
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
-    def forward(self, x, rows: PackedRows, layer: int):
-        """x [N, hidden], the packed rows -> [N, hidden]; each sequence's K/V written to its own cache."""
-        q, k, v = self.project(x, rows.cos, rows.sin)
+    def forward(self, x, norm, rows: PackedRows, layer: int):
+        """x [N, hidden], the packed rows -> x + attention(norm(x)) [N, hidden]; each sequence's K/V
+        written to its own cache."""
+        q, k, v = self.project(x, norm, rows.cos, rows.sin)
+        return self.o_proj.fused(self.attend(q, k, v, rows, layer), residual=x)
+
+    def attend(self, q, k, v, rows: PackedRows, layer: int):
+        """q [N, heads, D], k, v [N, KV, D] -> [N, heads * D]."""
         native = rows.native
         if native is not None and native.rows is None:          # every row: decode, chain or tree rows
-            return self.o_proj(native.attend(layer, q, k, v))
+            return native.attend(layer, q, k, v)
         if rows.decode is not None:
-            return self.o_proj(rows.decode.attend(layer, q, k, v))
-        out = torch.empty(x.shape[0], self.heads * self.head_dim, dtype=x.dtype, device=x.device)
+            return rows.decode.attend(layer, q, k, v)
+        out = torch.empty(q.shape[0], self.heads * self.head_dim, dtype=q.dtype, device=q.device)
         if native is not None:                                  # beside long prompt chunks
             out[native.rows] = native.attend(layer, q[native.rows], k[native.rows], v[native.rows])
         for b, (cache, own, mask) in enumerate(zip(rows.caches, rows.slices, rows.masks)):
@@ -86,7 +91,7 @@ class Attention(nn.Module):
                 continue
             keys, values = cache.write(layer, k[own].transpose(0, 1), v[own].transpose(0, 1))  # [KV, L, D]
             out[own] = attend(q[own], keys, values, mask)
-        return self.o_proj(out)
+        return out
 
 
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask) -> torch.Tensor:
@@ -121,6 +126,11 @@ class MLP(nn.Module):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
+    def residual(self, x, norm):
+        """x + forward(norm(x)): the norm and the residual inside the products where they fuse
+        (cpu_gemm.Linear.fused)."""
+        return self.down_proj.fused(self.gate_up_proj.fused(x, norm), swiglu=True, residual=x)
+
 
 class DecoderLayer(nn.Module):
     def __init__(self, c: ModelConfig, dtype: torch.dtype):
@@ -131,8 +141,8 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(c, dtype)
 
     def forward(self, x, rows: PackedRows, layer: int):
-        x = x + self.self_attn(self.input_layernorm(x), rows, layer)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn(x, self.input_layernorm, rows, layer)        # x + attention(norm(x))
+        return self.mlp.residual(x, self.post_attention_layernorm)
 
 
 @dataclass(frozen=True)
