@@ -15,7 +15,7 @@
  * and head) at 8 rows took 26.8 -> 20.1 and 22.1 -> 19.8 ms in two runs (one core, medians of 21
  * interleaved), at 16 rows 35.3 -> 30.1 and 33.3 -> 31.0; at 1 and 4 rows the two layouts were
  * within the runs' noise (7 %). Software prefetching of the next group did not help (8 rows:
- * 23.7 -> 25.1 ms), nor did reading half a 64-column step a pass (27 ms: strided streams). */
+ * 23.7 -> 25.1 ms), nor did reading half a 64-column step a pass (27 ms: strided streams).
  *
  * Each x row is rounded to bf16 once (round to nearest even, as torch's .to(bfloat16)), so every
  * product is exactly a bf16 product; sums are fp32, over k pairs in order. Row m's results never
