@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import mmap
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,7 @@ from serving.kernels import build
 _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 GROUP = 32                 # columns per block (linear_bf16.c)
 PROBE_TOLERANCE = 1e-4     # of max |reference|: fp32 sums in another order
+HUGE_PAGE = 2 << 20        # the x86-64 transparent huge page
 
 
 @functools.cache
@@ -79,13 +81,36 @@ def is_blocked(t: torch.Tensor) -> bool:
     return not t.is_mkldnn and t.dim() == 4 and t.dtype == torch.bfloat16
 
 
-def pack(weight: torch.Tensor) -> torch.Tensor:
-    """A bf16 [N, K] matrix in the kernel's blocked layout (a new tensor; the matrix is not kept)."""
+def pack(weight: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
+    """A bf16 [N, K] matrix in the kernel's blocked layout: `into` (a contiguous bf16 tensor of
+    blocked_shape, such as a slice of an `arena`) or a new tensor; the matrix is not kept."""
     weight = weight.detach().contiguous()
     n, k = weight.shape
-    blocked = torch.empty(blocked_shape(n, k), dtype=torch.bfloat16)
+    blocked = torch.empty(blocked_shape(n, k), dtype=torch.bfloat16) if into is None else into
+    if tuple(blocked.shape) != blocked_shape(n, k) or blocked.dtype != torch.bfloat16 or not blocked.is_contiguous():
+        raise ValueError(f"pack: {tuple(blocked.shape)} {blocked.dtype} is not the blocked {blocked_shape(n, k)} bf16")
     _packer()(weight.data_ptr(), n, k, blocked.data_ptr())
     return blocked
+
+
+def arena(elements: int) -> torch.Tensor:
+    """A flat bf16 tensor of `elements` for packed weights, on anonymous memory starting at a
+    2 MiB boundary that the OS is asked to back with transparent huge pages (madvise
+    MADV_HUGEPAGE, before anything touches it; where the OS has no such advice, ordinary pages).
+
+    A product streams its weight front to back, and on 4 KiB pages the stream pays a page walk
+    each 4 KiB and the hardware prefetcher stops at each page's end: on this project's EPYC a
+    one-thread pass over 256 MiB read 15-17 GB/s on 4 KiB pages and 23-28 GB/s on huge pages
+    (the kernel's own VDPBF16PS loop alike; a C loop, three runs each)."""
+    if elements == 0:
+        return torch.empty(0, dtype=torch.bfloat16)
+    memory = mmap.mmap(-1, elements * 2 + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # (shared: no THP)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    view = ctypes.c_char.from_buffer(memory)
+    start = ctypes.addressof(view)
+    del view                                              # a live export would pin the mapping
+    return torch.frombuffer(memory, dtype=torch.bfloat16, count=elements, offset=-start % HUGE_PAGE)
 
 
 def product(rows: torch.Tensor, blocked: torch.Tensor, n: int, bias: torch.Tensor | None = None,

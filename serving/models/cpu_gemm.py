@@ -11,7 +11,7 @@ dense copy dropped).
 The packed weight replaces the dense one (no copy: the same bytes, in an opaque layout), so a
 packed `Linear` can no longer be loaded into or read as a matrix; packing comes after loading.
 The LM head stays dense too (it is the token embedding of tied models, and drafters read its
-rows), and a packed copy of it runs the head's product (`pack_head`): oneDNN on the dense
+rows), and a packed copy of it runs the head's product (`pack_matrices`): oneDNN on the dense
 [V, H] matrix took 8.3 ms at 8 rows against 4.6 ms packed (SmolLM2's [49152, 576], one core),
 which made the dense head a fifth of a batched decode step. The copy costs V x H more bytes,
 as in vLLM's CPU backend, which packs the vocabulary embedding's matrix for the head and keeps
@@ -36,6 +36,7 @@ not depend on each other either, and its results are fp32, unrounded.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -61,7 +62,7 @@ def packable(weight: torch.Tensor) -> bool:
 def pack_matrix(weight: torch.Tensor) -> torch.Tensor | None:
     """`weight` [N, K] packed for `product`: bf16 into linear_bf16's blocked layout where that
     kernel runs, else into oneDNN's where oneDNN runs it; None where neither does."""
-    if weight.dtype == torch.bfloat16 and weight.dim() == 2 and linear_bf16.available(weight.device)[0]:
+    if _blocked(weight):
         return linear_bf16.pack(weight)
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS) if packable(weight) else None
 
@@ -91,9 +92,10 @@ class Linear(nn.Linear):
     packed = False
     min_rows = 1    # fewer rows run padded to this many (small_rows)
 
-    def pack(self) -> None:
-        packed = None if self.packed else pack_matrix(self.weight)
-        if packed is not None:
+    def take(self, packed: torch.Tensor | None) -> None:
+        """Run on `packed`, this weight packed (pack_matrices), in place of the dense weight;
+        None: stay dense."""
+        if packed is not None and not self.packed:
             self.weight = nn.Parameter(packed, requires_grad=False)
             self.packed = True
 
@@ -123,12 +125,26 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
 
-def pack_linears(module: nn.Module) -> int:
-    """Pack every `Linear` under `module` (a loaded model); returns how many were packed."""
-    linears = [m for m in module.modules() if isinstance(m, Linear)]
-    for linear in linears:
-        linear.pack()
-    return sum(linear.packed for linear in linears)
+def pack_matrices(weights: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """Each weight packed for `product` (pack_matrix), in order. The bf16 ones the blocked kernel
+    runs lie side by side in one arena on huge pages (linear_bf16.arena), in the order given
+    (a model gives the order its forward reads them, so a step streams one run of memory)."""
+    shapes = [linear_bf16.blocked_shape(*w.shape) if _blocked(w) else None for w in weights]
+    store = linear_bf16.arena(sum(math.prod(s) for s in shapes if s is not None))
+    packed, at = [], 0
+    for weight, shape in zip(weights, shapes):
+        if shape is None:
+            packed.append(pack_matrix(weight))
+            continue
+        size = math.prod(shape)
+        packed.append(linear_bf16.pack(weight, store[at:at + size].view(shape)))
+        at += size
+    return packed
+
+
+def _blocked(weight: torch.Tensor) -> bool:
+    """pack_matrix would put this weight in linear_bf16's blocked layout."""
+    return weight.dtype == torch.bfloat16 and weight.dim() == 2 and linear_bf16.available(weight.device)[0]
 
 
 def small_rows(products: list[tuple[torch.Tensor, torch.Tensor | None, int, int]], dtype: torch.dtype,
@@ -159,15 +175,10 @@ def small_rows(products: list[tuple[torch.Tensor, torch.Tensor | None, int, int]
     return (PAD_ROWS if ms[PAD_ROWS] < 0.97 * ms[1] else 1), ms
 
 
-def pack_head(weight: torch.Tensor) -> torch.Tensor | None:
-    """A packed copy of the dense head [V, H] for `head` (`pack_matrix`), or None where nothing packs it."""
-    return pack_matrix(weight)
-
-
 def head(hidden: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor | None = None,
          min_rows: int = 1) -> torch.Tensor:
     """hidden [..., H] @ weight [V, H]^T -> [..., V] in hidden's dtype, weight dense (the LM head),
-    `packed` its `pack_head` copy if the model keeps one. oneDNN's op has no backward: a draft
+    `packed` its packed copy (pack_matrices) if the model keeps one. oneDNN's op has no backward: a draft
     trained through the target's head (serving/tools/train_draft.py) would learn nothing from
     it, so a hidden that carries gradients takes F.linear."""
     if hidden.requires_grad and torch.is_grad_enabled():

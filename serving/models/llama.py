@@ -25,7 +25,7 @@ from serving.contract.runtime import compute_dtype
 from serving.kernels.linear_bf16 import is_blocked
 from serving.kernels import rms_norm as native_norm
 from serving.models.config import ModelConfig
-from serving.models.cpu_gemm import PAD_ROWS, Linear, head, pack_head, pack_linears, small_rows
+from serving.models.cpu_gemm import PAD_ROWS, Linear, head, pack_matrices, small_rows
 from serving.models.decode_attention import DecodeRows, NativeRows
 from serving.models.kv_cache import KVCache
 from serving.models.packing import row_slices
@@ -199,8 +199,11 @@ class TargetLM(nn.Module):
         """After loading: the layers' projections in oneDNN's layout on CPU, and a packed copy of
         the head beside the dense one (serving.models.cpu_gemm); then whether products of fewer
         rows run faster padded on this CPU (measured: cpu_gemm.small_rows). Returns the layers packed."""
-        self.lm_head_packed = pack_head(self.lm_head_weight)    # a buffer: serving.memory counts it
-        count = pack_linears(self)
+        linears = [m for m in self.modules() if isinstance(m, Linear)]      # in the order a forward reads them
+        *layers, self.lm_head_packed = pack_matrices([m.weight for m in linears] + [self.lm_head_weight])
+        for linear, packed in zip(linears, layers):   # the head's copy: a buffer, which serving.memory counts
+            linear.take(packed)
+        count = sum(m.packed for m in linears)
         for norm in (m for m in self.modules() if isinstance(m, RMSNorm)):   # [H] vectors: a few KB
             norm.weight.data = norm.weight.data.to(self.dtype)  # no cast per call when computing in fp32
         products = [(m.weight, m.bias, m.out_features, m.in_features) for m in self._packed_linears()]

@@ -75,7 +75,7 @@ class DFlashDrafter:
         self.vocab = None if vocab is None else torch.tensor(vocab, dtype=torch.long, device=self.device)
         # [V', H] rows of the target's LM head (a copy: a gather per round would cost as much);
         # the whole vocabulary shares the target's packed copy of it where the target keeps one
-        # (serving.models.cpu_gemm.pack_head: 19 -> 5.7 ms for a block of 7 rows on one core)
+        # (serving.models.cpu_gemm.pack_matrices: 19 -> 5.7 ms for a block of 7 rows on one core)
         self.head = target.lm_head_weight if vocab is None else target.lm_head_weight[self.vocab].contiguous()
         self.head_packed = target.lm_head_packed if vocab is None else None    # None where not packed
 

@@ -29,7 +29,7 @@ DFLASH2 = {"block_size": BLOCK, "mask_token_id": MASK, "target_layer_ids": [1, 2
            "output_multiplier": 0.8, "input_embedding_scale": 1.5}
 
 # our draft's logits come out of the target's oneDNN-packed head copy (serving.models.cpu_gemm.
-# pack_head), the package's out of F.linear: the two products differ in the last bits (up to
+# pack_matrices), the package's out of F.linear: the two products differ in the last bits (up to
 # 1.6e-5 on these logits); which tokens are proposed is compared exactly where it matters
 PACKAGE_TOLERANCE = 1e-4
 

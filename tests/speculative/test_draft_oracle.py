@@ -32,7 +32,7 @@ LAYOUTS = {
 }
 
 # our draft's logits come out of the target's oneDNN-packed head copy (serving.models.cpu_gemm.
-# pack_head), the package's out of F.linear: the two products differ in the last bits (up to
+# pack_matrices), the package's out of F.linear: the two products differ in the last bits (up to
 # 1.6e-5 on these logits), far inside what a wrong layout moves (over 1e-3, checked below)
 PACKAGE_TOLERANCE = 1e-4
 
