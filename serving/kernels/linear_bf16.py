@@ -10,12 +10,13 @@ layers' products took 16.0 / 15.5 / 18.8 / 28.4 ms at 1 / 4 / 8 / 16 rows agains
 24.1 / 21.4 / 24.8 / 30.7 (one core, interleaved, medians of 6; `python -m
 serving.bench.products`); 32-column groups, which let 8 rows share one pass, made 8 and 16 rows
 a further 10-25 % faster (linear_bf16.c has the figures). Software prefetching made it slower
-(18.1-23.5 ms at one row), so it has none.
+(18.1-23.5 ms at one row), so it has none. A model's packed weights lie in one `arena` on huge
+pages, which is what let the stream reach the core's bandwidth (its docstring has the figures).
 
 The RMSNorm before a projection, the SwiGLU before the down projection and the residual add
 after a projection run inside the product's call (`product`'s norm, swiglu and residual;
-cpu_gemm.Linear.fused): one call, one tensor and one pass over the rows fewer for each, about
-1-2 ms of a SmolLM2 decode step's 21-30 ms (`serving.bench.batch_step`).
+cpu_gemm.Linear.fused): one call, one tensor and one pass over the rows fewer for each. On
+SmolLM2's decode step that was within the runs' noise (docs/serving.md "bf16 on CPU").
 
 Inputs are fp32 rows (what a bf16 target computes in: serving.contract.runtime.compute_dtype),
 rounded to bf16 in the kernel; outputs fp32, unrounded. Used only for inference, on CPU, when
