@@ -101,7 +101,7 @@ PACKED_ON_CPU = ("float32", "bfloat16")
 
 def head_copies(device: str, dtype: str) -> int:
     """Copies of the LM head [vocab, hidden] the runtime keeps beside its parameters: on CPU at
-    a packed dtype one, packed for the head's product (serving.models.cpu_gemm.pack_matrix;
+    a packed dtype one, packed for the head's product (serving.models.cpu_gemm.pack_matrices;
     the dense matrix stays for the embedding lookup and the rows drafters read); none elsewhere."""
     return 1 if device == "cpu" and dtype in PACKED_ON_CPU else 0
 

@@ -29,7 +29,7 @@ measures it once at load: a pass over the model's packed products (each weight s
 memory once, as in a decode step; at most 256 MB of them) at 1 row and at 4 rows.
 
 bf16 weights, where serving/kernels/linear_bf16.c built and probed, are packed into that kernel's
-blocked layout instead of oneDNN's (`pack_matrix`): it read SmolLM2's layers 1.5x as fast as
+blocked layout instead of oneDNN's (`pack_matrices`): it read SmolLM2's layers 1.5x as fast as
 oneDNN's bf16 product at one row and 1.3x at eight (its docstring has the figures). Its rows do
 not depend on each other either, and its results are fp32, unrounded.
 """
@@ -59,17 +59,9 @@ def packable(weight: torch.Tensor) -> bool:
                                              and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def pack_matrix(weight: torch.Tensor) -> torch.Tensor | None:
-    """`weight` [N, K] packed for `product`: bf16 into linear_bf16's blocked layout where that
-    kernel runs, else into oneDNN's where oneDNN runs it; None where neither does."""
-    if _blocked(weight):
-        return linear_bf16.pack(weight)
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS) if packable(weight) else None
-
-
 def product(rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, min_rows: int = 1,
             n: int | None = None) -> torch.Tensor:
-    """rows [M, K] @ a packed [N, K] weight (`pack_matrix`; n = N, which a blocked bf16 weight
+    """rows [M, K] @ a packed [N, K] weight (`pack_matrices`; n = N, which a blocked bf16 weight
     does not keep) -> [M, N] in rows' dtype; fewer than `min_rows` rows run padded with zero rows
     (row i of the product does not depend on the others) and the padding is dropped. Rows of
     another dtype than a oneDNN weight's (fp32 activations against bf16 weights:
@@ -126,15 +118,17 @@ class Linear(nn.Linear):
 
 
 def pack_matrices(weights: list[torch.Tensor]) -> list[torch.Tensor | None]:
-    """Each weight packed for `product` (pack_matrix), in order. The bf16 ones the blocked kernel
-    runs lie side by side in one arena on huge pages (linear_bf16.arena), in the order given
-    (a model gives the order its forward reads them, so a step streams one run of memory)."""
+    """Each weight [N, K] packed for `product`, in order: bf16 ones where linear_bf16 runs into its
+    blocked layout, side by side in one arena on huge pages (linear_bf16.arena) in the order
+    given (a model gives the order its forward reads them, so a step streams one run of memory);
+    others into oneDNN's layout where oneDNN runs them (`packable`); None where neither does."""
     shapes = [linear_bf16.blocked_shape(*w.shape) if _blocked(w) else None for w in weights]
     store = linear_bf16.arena(sum(math.prod(s) for s in shapes if s is not None))
     packed, at = [], 0
     for weight, shape in zip(weights, shapes):
         if shape is None:
-            packed.append(pack_matrix(weight))
+            packed.append(torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
+                          if packable(weight) else None)
             continue
         size = math.prod(shape)
         packed.append(linear_bf16.pack(weight, store[at:at + size].view(shape)))
@@ -143,7 +137,7 @@ def pack_matrices(weights: list[torch.Tensor]) -> list[torch.Tensor | None]:
 
 
 def _blocked(weight: torch.Tensor) -> bool:
-    """pack_matrix would put this weight in linear_bf16's blocked layout."""
+    """linear_bf16 runs this weight: a bf16 matrix on a CPU where the kernel built and probed."""
     return weight.dtype == torch.bfloat16 and weight.dim() == 2 and linear_bf16.available(weight.device)[0]
 
 
