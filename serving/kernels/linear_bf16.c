@@ -147,18 +147,41 @@ static void input_row(const float *x, int64_t K, const float *norm, float eps, i
         in[i] = x[i] * scale * norm[i];
 }
 
-/* out[m] = residual[m] + (the product + bias): 0 on success, 1 when the input rows could not
+/* out[m] = residual[m] + (the product + bias), then its first rope_heads heads of head_dim
+ * rotated by cos, sin [M, head_dim] (`rotate`): 0 on success, 1 when the input rows could not
  * be allocated, 2 in a build without AVX512_BF16 (nothing computed). `norm`, `swiglu` (see
- * input_row), `bias` and `residual` may each be absent (NULL, 0). Fewer than `min_rows` rows run
+ * input_row), `bias`, `residual` and `cos` may each be absent (NULL, 0). Fewer than `min_rows` rows run
  * padded with zero rows (which may stream faster; serving.models.cpu_gemm.small_rows decides)
  * whose results are dropped. */
+/* RoPE (rotate-half) of the first `heads` heads of D columns of each out row, in place:
+ * row m's cos, sin [D] at cos + m * D, sin + m * D (the q and k heads of a q/k/v projection). */
+static void rotate(float *out, int64_t M, int64_t out_stride, const float *cos, const float *sin, int64_t heads,
+                   int64_t D)
+{
+    const int64_t half = D / 2;
+    for (int64_t m = 0; m < M; m++) {
+        const float *c = cos + m * D, *s = sin + m * D;
+        for (int64_t h = 0; h < heads; h++) {
+            float *o = out + m * out_stride + h * D;
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                const float a = o[i], b = o[i + half];
+                o[i] = a * c[i] - b * s[i];
+                o[i + half] = b * c[i + half] + a * s[i + half];
+            }
+        }
+    }
+}
+
 int ddops_linear_bf16(const float *x, int64_t M, int64_t x_stride, const uint16_t *blocked, int64_t N, int64_t K,
                       const float *bias, const float *norm, float eps, int swiglu, const float *residual,
-                      int64_t residual_stride, float *out, int64_t out_stride, int64_t min_rows, int threads)
+                      int64_t residual_stride, const float *cos, const float *sin, int64_t rope_heads,
+                      int64_t head_dim, float *out, int64_t out_stride, int64_t min_rows, int threads)
 {
 #ifndef DDOPS_DPBF16
     (void)x, (void)M, (void)x_stride, (void)blocked, (void)N, (void)K, (void)bias, (void)norm, (void)eps;
-    (void)swiglu, (void)residual, (void)residual_stride, (void)out, (void)out_stride, (void)min_rows, (void)threads;
+    (void)swiglu, (void)residual, (void)residual_stride, (void)cos, (void)sin, (void)rope_heads, (void)head_dim;
+    (void)out, (void)out_stride, (void)min_rows, (void)threads;
     return 2;
 #else
     const int64_t pairs = (K + 1) / 2, groups = (N + GROUP - 1) / GROUP, rows = M < min_rows ? min_rows : M;
@@ -197,6 +220,8 @@ int ddops_linear_bf16(const float *x, int64_t M, int64_t x_stride, const uint16_
         }
     }
     free(xb);
+    if (cos != NULL)
+        rotate(out, M, out_stride, cos, sin, rope_heads, head_dim);
     return 0;
 #endif
 }

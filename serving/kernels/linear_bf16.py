@@ -13,10 +13,11 @@ a further 10-25 % faster (linear_bf16.c has the figures). Software prefetching m
 (18.1-23.5 ms at one row), so it has none. A model's packed weights lie in one `arena` on huge
 pages, which is what let the stream reach the core's bandwidth (its docstring has the figures).
 
-The RMSNorm before a projection, the SwiGLU before the down projection and the residual add
-after a projection run inside the product's call (`product`'s norm, swiglu and residual;
-cpu_gemm.Linear.fused): one call, one tensor and one pass over the rows fewer for each. On
-SmolLM2's decode step that was within the runs' noise (docs/serving.md "bf16 on CPU").
+The RMSNorm before a projection, the SwiGLU before the down projection, the residual add after
+a projection and the RoPE after the q/k/v projection run inside the product's call (`product`'s
+norm, swiglu, residual and rope; cpu_gemm.Linear.fused): one call, one tensor and one pass over
+the rows fewer for each. On SmolLM2's decode step the first three were within the runs' noise
+and the RoPE about 1 ms of 15 at one row (docs/serving.md "bf16 on CPU").
 
 Inputs are fp32 rows (what a bf16 target computes in: serving.contract.runtime.compute_dtype),
 rounded to bf16 in the kernel; outputs fp32, unrounded. Used only for inference, on CPU, when
@@ -45,7 +46,7 @@ HUGE_PAGE = 2 << 20        # the x86-64 transparent huge page
 def _library():
     return build.function("linear_bf16", "ddops_linear_bf16", ctypes.c_int,
                           [_PTR, _I64, _I64, _PTR, _I64, _I64, _PTR, _PTR, ctypes.c_float, ctypes.c_int, _PTR, _I64,
-                           _PTR, _I64, _I64, ctypes.c_int], _probe,
+                           _PTR, _PTR, _I64, _I64, _PTR, _I64, _I64, ctypes.c_int], _probe,
                           "F.linear of bf16-rounded inputs")
 
 
@@ -116,26 +117,31 @@ def arena(elements: int) -> torch.Tensor:
 
 def product(rows: torch.Tensor, blocked: torch.Tensor, n: int, bias: torch.Tensor | None = None,
             min_rows: int = 1, fn=None, *, norm: tuple[torch.Tensor, float] | None = None, swiglu: bool = False,
-            residual: torch.Tensor | None = None) -> torch.Tensor:
+            residual: torch.Tensor | None = None, rope: tuple[torch.Tensor, torch.Tensor, int] | None = None
+            ) -> torch.Tensor:
     """rows [..., K] @ the packed [n, K] weight (+ bias) -> [..., n], in rows' dtype (fp32 sums;
     bf16 rows are widened for the kernel and the result rounded back); fewer than `min_rows` rows
     run padded with zero rows inside the kernel. Fused around the product, each optional:
     norm = (weight [K], eps): each row RMS-normalised first; swiglu: rows are [..., 2K], gate
-    then up, and the input is silu(gate) * up; residual [..., n]: added to the result."""
+    then up, and the input is silu(gate) * up; residual [..., n]: added to the result;
+    rope = (cos, sin [M, D], heads): the result's first `heads` heads of D rotated after
+    (rotate-half, as serving.models.rope.apply_rope)."""
     fn = fn or _library()[0]
     lead, width = rows.shape[:-1], rows.shape[-1]             # [..., K] runs as rows [M, K]
     k = width // 2 if swiglu else width
-    x = _rows_f32(rows.reshape(-1, width))
+    x = _rows_f32(rows if rows.dim() == 2 else rows.reshape(-1, width))
     m = x.shape[0]
     b = None if bias is None else bias.float().contiguous()
     w = None if norm is None else norm[0].float().contiguous()
     r = None if residual is None else _rows_f32(residual.reshape(-1, n))
+    cos, sin, heads = (None, None, 0) if rope is None else (rope[0].float().contiguous(), rope[1].float().contiguous(),
+                                                              rope[2])
     out = torch.empty(m, n, dtype=torch.float32)
     if fn(x.data_ptr(), m, x.stride(0), blocked.data_ptr(), n, k, _ptr(b), _ptr(w), norm[1] if norm else 0.0,
-          int(swiglu), _ptr(r), r.stride(0) if r is not None else 0, out.data_ptr(), n, min_rows,
-          torch.get_num_threads()):
+          int(swiglu), _ptr(r), r.stride(0) if r is not None else 0, _ptr(cos), _ptr(sin), heads,
+          cos.shape[-1] if cos is not None else 0, out.data_ptr(), n, min_rows, torch.get_num_threads()):
         raise MemoryError("linear_bf16: no memory for the rounded input rows")
-    out = out.view(*lead, n)
+    out = out if rows.dim() == 2 else out.view(*lead, n)
     return out if rows.dtype == torch.float32 else out.to(rows.dtype)
 
 

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from serving.kernels import linear_bf16
+from serving.models.rope import apply_rope
 
 PACK_ROWS = 8   # the row count oneDNN tunes the blocked layout for (any M runs); decode batches
 PAD_ROWS = 4    # the row count a product of fewer rows may be padded to (small_rows decides)
@@ -92,22 +93,28 @@ class Linear(nn.Linear):
             self.packed = True
 
     def fused(self, x: torch.Tensor, norm: nn.Module | None = None, swiglu: bool = False,
-              residual: torch.Tensor | None = None) -> torch.Tensor:
+              residual: torch.Tensor | None = None, rope: tuple | None = None) -> torch.Tensor:
         """residual + this product of norm(x), or of silu(gate) * up where x is [T, 2K] gate then
-        up (`norm`: an RMSNorm, its `weight` and `eps`; each part optional). A blocked bf16 weight
-        runs it in one kernel call on fp32 rows (linear_bf16.product); any other weight, as the
-        operations one by one."""
+        up (`norm`: an RMSNorm, its `weight` and `eps`), its first `heads` heads of D rotated
+        after (rope = (cos, sin [T, D], heads)); each part optional. A blocked bf16 weight runs it
+        in one kernel call on fp32 rows (linear_bf16.product); any other weight, as the operations
+        one by one."""
         if self.packed and linear_bf16.is_blocked(self.weight) and x.dtype == torch.float32 and x.dim() == 2:
             return linear_bf16.product(x, self.weight, self.out_features, self.bias, self.min_rows,
                                        norm=None if norm is None else (norm.weight, norm.eps), swiglu=swiglu,
-                                       residual=residual)
+                                       residual=residual, rope=rope)
         if norm is not None:
             x = norm(x)
         if swiglu:
             gate, up = x.chunk(2, dim=-1)
             x = F.silu(gate) * up
         out = self(x)
-        return out if residual is None else residual + out
+        out = out if residual is None else residual + out
+        if rope is not None:
+            cos, sin, heads = rope
+            T, D = out.shape[0], cos.shape[-1]
+            out[:, :heads * D] = apply_rope(out[:, :heads * D].view(T, heads, D), cos, sin).view(T, heads * D)
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed:

@@ -62,11 +62,12 @@ class Attention(nn.Module):
     def project(self, x, norm, cos, sin):
         """x [T, hidden], before `norm` -> q [T, heads, D], k and v [T, KV, D], q and k rotated."""
         T, H, KV, D = x.shape[0], self.heads, self.kv_heads, self.head_dim
-        qkv = self.qkv_proj.fused(x, norm)                       # [T, (H + 2 KV) * D]
+        if self.q_norm is None:       # q and k side by side rotate with the product: H + KV heads
+            qkv = self.qkv_proj.fused(x, norm, rope=(cos, sin, H + KV))          # [T, (H + 2 KV) * D]
+            return qkv[:, :H * D].view(T, H, D), qkv[:, H * D:(H + KV) * D].view(T, KV, D), \
+                qkv[:, (H + KV) * D:].view(T, KV, D)
+        qkv = self.qkv_proj.fused(x, norm)
         v = qkv[:, (H + KV) * D:].view(T, KV, D)
-        if self.q_norm is None:       # q and k side by side rotate in one pass: [T, H + KV, D]
-            qk = apply_rope(qkv[:, :(H + KV) * D].view(T, H + KV, D), cos, sin)
-            return qk[:, :H], qk[:, H:], v
         q, k = self.q_norm(qkv[:, :H * D].view(T, H, D)), self.k_norm(qkv[:, H * D:(H + KV) * D].view(T, KV, D))
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 

@@ -6,7 +6,9 @@ import torch.nn.functional as F
 
 from serving.kernels import linear_bf16
 from serving.kernel_report import target_kernels
+from serving.models.config import RopeConfig
 from serving.models.cpu_gemm import Linear, head
+from serving.models.rope import apply_rope, rope_tables
 from serving.tools.tiny import write_tiny
 from tests.serving.conftest import load
 
@@ -64,8 +66,8 @@ def test_a_bf16_model_packs_its_products_and_head_blocked_and_says_so(tmp_path):
 
 
 def test_the_fused_norm_swiglu_and_residual_are_the_operations_one_by_one():
-    """`product`'s norm, swiglu and residual against the same operations in PyTorch before the
-    product: equal but for a last-bit difference that a bf16 rounding may turn into one step."""
+    """`product`'s norm, swiglu, residual and rope against the same operations in PyTorch around
+    the product: equal but for a last-bit difference that a bf16 rounding may turn into one step."""
     gen = torch.Generator().manual_seed(3)
     n, k = 200, 96
     w, bias = torch.randn(n, k, generator=gen).bfloat16(), torch.randn(n, generator=gen)
@@ -78,6 +80,12 @@ def test_the_fused_norm_swiglu_and_residual_are_the_operations_one_by_one():
         want = add + F.linear(rows.bfloat16().float(), w.float(), bias)
         scale = want.abs().max().item()
         assert (got - want).abs().max() < 2e-2 * scale and (got - want).abs().mean() < 1e-3 * scale
+    cos, sin = rope_tables(RopeConfig(theta=10000.0), 40, 64)   # 3 heads of 40 of the 200 columns rotate
+    cos, sin = cos[[3, 9, 17, 30, 63]], sin[[3, 9, 17, 30, 63]]
+    got = linear_bf16.product(x, blocked, n, bias, rope=(cos, sin, 3))
+    plain = F.linear(x.bfloat16().float(), w.float(), bias)
+    want = torch.cat([apply_rope(plain[:, :120].view(5, 3, 40), cos, sin).view(5, 120), plain[:, 120:]], dim=1)
+    torch.testing.assert_close(got, want, atol=1e-5 * want.abs().max().item(), rtol=0)
 
 
 def test_a_models_packed_weights_lie_in_one_arena_in_the_order_a_forward_reads_them(tmp_path):
