@@ -18,7 +18,8 @@ vLLM's DFlash). Needs vLLM in $DDOPS_CACHE/vllm-venv (`make vllm`); a peer, neve
 Phase one runs once per `--dtypes` entry, both sides in that dtype (vLLM's CPU backend
 recommends bf16 where the CPU has AVX512-BF16 or AMX; its fp32 figures are the reference), and
 sets each figure against the weight-streaming limit (serving.bench.roofline): the bandwidth the
-bundled core reads memory at, measured in this run before phase one, over the bytes of weights
+bundled core reads memory at (the better of ordinary and huge pages), measured in this run before
+phase one, over the bytes of weights
 one step reads in that dtype, times the clients. Phase two runs in the first dtype. `--plain-only`
 runs phase one alone. Figures mean something only on an otherwise idle machine; the load
 average before and after is printed with them.
@@ -173,10 +174,12 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ddops-peer-"))
     # one read of the core's bandwidth (the best of 5 sums) swung 15.8-19.1 GB/s here, 17.0-18.9
     # back to back: the best of 15, before any server starts, so no figure meets a slow read
-    gb_s = roofline.stream_gb_s(BUNDLED_CORE, repeats=15)
+    reads = roofline.stream_gb_s(BUNDLED_CORE, repeats=15)
+    gb_s = max(reads.values())
     result = {"model": str(args.model), "draft": str(args.draft), "max_tokens": args.max_tokens,
               "adaptive": args.adaptive, "vllm_mode": args.vllm_mode, "load_before": os.getloadavg()[0],
-              "stream_gb_s": round(gb_s, 2), "stream_core": BUNDLED_CORE,
+              "stream_gb_s": round(gb_s, 2), "stream_gb_s_by_page": {k: round(v, 2) for k, v in reads.items()},
+              "stream_core": BUNDLED_CORE,
               "plain": {} if args.spec_only else {d: plain_phase(args, work, prompts, d, gb_s) for d in args.dtypes}}
     if not args.plain_only:
         result["speculative"] = spec_phase(args, work, prompts)
@@ -189,7 +192,8 @@ def main(argv=None) -> int:
                 side.pop("texts", None)
     text = json.dumps(result, indent=1)
     print(text)
-    print(f"one core reads {gb_s:.1f} GB/s (the best of 15 torch sums over 512 MiB, core {BUNDLED_CORE}, this run)")
+    print(f"one core reads {gb_s:.1f} GB/s (the best of 15 torch sums over 512 MiB, core {BUNDLED_CORE}, this run; "
+          f"{reads['ordinary']:.1f} on ordinary pages, {reads['huge_pages']:.1f} on huge pages)")
     for dtype, by_c in result["plain"].items():
         for c, row in by_c.items():
             print(f"plain {dtype}, concurrency {c}: bundled / vLLM ({args.vllm_mode}) tok/s {row['ratio_tok_s']:.2f}x; "
