@@ -18,6 +18,7 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -52,7 +53,7 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
         return None, "no C compiler on PATH (cc, gcc)"
     try:
         source = (HERE / f"{name}.c").read_bytes()      # shipped as package data (pyproject.toml)
-        key = hashlib.sha256(b"\0".join([source, " ".join(COMPILE + LINK).encode(),
+        key = hashlib.sha256(b"\0".join([source, *_headers(source), " ".join(COMPILE + LINK).encode(),
                                          _compiler_version(cc).encode(),
                                          " ".join(sorted(host_cpu_flags())).encode()])).hexdigest()[:16]
         target = cache_dir() / f"{name}-{key}.so"
@@ -61,6 +62,13 @@ def load(name: str) -> tuple[ctypes.CDLL | None, str]:
         return ctypes.CDLL(str(target)), ""
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"{name}.c did not build or load: {str(err).strip()[:300]}"
+
+
+def _headers(source: bytes) -> list[bytes]:
+    """The bytes of this folder's headers a source includes (`#include "x.h"`): part of the
+    build's key, so a changed header rebuilds every kernel that includes it."""
+    names = re.findall(rb'^\s*#\s*include\s+"([^"]+)"', source, re.MULTILINE)
+    return [(HERE / name.decode()).read_bytes() for name in names]
 
 
 def _compile(cc: str, source: Path, target: Path) -> None:

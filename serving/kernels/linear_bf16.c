@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "rms_scale.h"
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define DDOPS_DPBF16 1
@@ -120,7 +122,7 @@ static const Pass SINGLE[ROWS] = {pass_1_1, pass_2_1, pass_3_1, pass_4_1, pass_5
 /* Row m's input, the values the product rounds to bf16 (K floats into `in`):
  *   x[m]                                      plain;
  *   x[m] * (mean(x[m]^2) + eps)^-1/2 * norm   with `norm` [K]: the RMSNorm before a projection,
- *                                             as serving/kernels/rms_norm.c computes it;
+ *                                             with rms_norm.c's scale (rms_scale.h);
  *   silu(x[m, :K]) * x[m, K:]                 with `swiglu` (x rows of 2K: gate, then up): the
  *                                             MLP's input to its down projection.
  * Fusing them here saves a call, a tensor and a pass over the rows per norm and MLP
@@ -137,11 +139,7 @@ static void input_row(const float *x, int64_t K, const float *norm, float eps, i
         memcpy(in, x, (size_t)K * sizeof(float));
         return;
     }
-    float squares = 0.0f;
-#pragma omp simd reduction(+ : squares)
-    for (int64_t i = 0; i < K; i++)
-        squares += x[i] * x[i];
-    const float scale = 1.0f / sqrtf(squares / (float)K + eps);
+    const float scale = rms_scale(x, K, eps);
 #pragma omp simd
     for (int64_t i = 0; i < K; i++)
         in[i] = x[i] * scale * norm[i];

@@ -5,8 +5,9 @@
  * its elements contiguous (a [T, hidden] activation: inner = 1; q or k heads viewed out of a
  * projection's output, [T, heads, D]: both strides). out is contiguous [outer, inner, H].
  */
-#include <math.h>
 #include <stdint.h>
+
+#include "rms_scale.h"
 
 void ddops_rms_norm_f32(const float *x, int64_t outer, int64_t outer_stride, int64_t inner,
                         int64_t inner_stride, const float *weight, int64_t H, float eps, float *out)
@@ -15,11 +16,7 @@ void ddops_rms_norm_f32(const float *x, int64_t outer, int64_t outer_stride, int
         for (int64_t b = 0; b < inner; b++) {
             const float *row = x + a * outer_stride + b * inner_stride;
             float *dst = out + (a * inner + b) * H;
-            float squares = 0.0f;
-#pragma omp simd reduction(+ : squares)
-            for (int64_t i = 0; i < H; i++)
-                squares += row[i] * row[i];
-            const float scale = 1.0f / sqrtf(squares / (float)H + eps);
+            const float scale = rms_scale(row, H, eps);
 #pragma omp simd
             for (int64_t i = 0; i < H; i++)
                 dst[i] = row[i] * scale * weight[i];
