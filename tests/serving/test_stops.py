@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from serving.engine import StopRule, TextAssembler
+from serving.models.tokenizer import Tokenizer
 
 PIECES = {1: "Hello", 2: ",", 3: " wor", 4: "ld", 5: "!", 6: " END", 7: "\n", 9: "<eos>"}
 
@@ -70,3 +75,72 @@ def test_a_round_running_past_a_stop_string_keeps_only_the_ids_up_to_it():
 def test_a_round_running_past_a_stop_id_or_max_tokens():
     assert run(StopRule(10, stop_ids=frozenset({9})), [[1, 2, 9, 3, 4]])[0].ids == [1, 2, 9]
     assert run(StopRule(2), [[1, 2, 3, 4]])[0].ids == [1, 2]
+
+
+# Real decoders: the incremental text equals a whole decode, and no decode grows with the answer.
+MIXED = ("def área(r):\n    return 3.14159 * r ** 2  # π r²\n"
+         "Grüße aus München! 日本語のテキスト、絵文字 🎉🚀 and ünïcödé.\n"
+         "SELECT name, COUNT(*) FROM users GROUP BY name HAVING COUNT(*) > 1;\n") * 20
+
+
+def _assemble(tokenizer, ids, rounds_of):
+    calls = []
+
+    def decode(window):
+        calls.append(len(window))
+        return tokenizer.decode(window)
+
+    text = TextAssembler(StopRule(len(ids) + 1), decode)
+    deltas, i = [], 0
+    while i < len(ids):
+        step = rounds_of(i)
+        deltas.append(text.feed(ids[i:i + step]))
+        i += step
+    return text, "".join(deltas), max(calls)
+
+
+def _sentencepiece_style():
+    """A BPE tokenizer with SentencePiece's decoders (▁ for spaces, byte fallback, the first
+    token's space stripped), trained here on MIXED."""
+    from tokenizers import Tokenizer as Backend, decoders, models, normalizers, pre_tokenizers, trainers
+
+    def backend_with(model):
+        backend = Backend(model)
+        backend.normalizer = normalizers.Replace(" ", "▁")
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+        backend.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                             decoders.Strip(" ", 1, 0)])
+        return backend
+
+    trained = backend_with(models.BPE(unk_token="<unk>"))
+    trained.train_from_iterator([MIXED[:300]], trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"],
+                                                                    limit_alphabet=40))
+    learned = json.loads(trained.to_str())["model"]
+    vocab = dict(learned["vocab"])
+    for b in range(256):                  # what no piece covers falls back to its UTF-8 bytes
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    backend = backend_with(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True))
+    backend.add_special_tokens(["<unk>"])
+    return backend
+
+
+@pytest.mark.parametrize("kind", ["smollm2", "sentencepiece"])
+def test_incremental_text_equals_a_whole_decode_in_short_windows(kind, smollm_dir):
+    if kind == "smollm2":
+        tokenizer = Tokenizer.from_dir(smollm_dir)
+        ids, special = tokenizer.encode(MIXED, prompt=False), tokenizer.token_id("<|im_start|>")
+        backend, space = tokenizer.backend, "Ġ"
+    else:
+        tokenizer = backend = _sentencepiece_style()
+        ids, special = tokenizer.encode(MIXED).ids, tokenizer.token_to_id("<unk>")
+        space = "▁"
+    spaced = [backend.id_to_token(t).startswith(space) for t in ids]     # a word's first token
+    with_specials = [t for i, t in enumerate(ids) for t in ([special, t] if spaced[i] and i % 3 == 0 else [t])]
+    for ids in (ids, with_specials):          # a special token decodes to nothing mid-answer
+        whole = tokenizer.decode(ids)
+        assert "\ufffd" not in whole and len(ids) > 1000
+        for rounds_of in (lambda i: 1, lambda i: 1 + i % 5):      # plain decoding; speculative rounds
+            text, shown, longest = _assemble(tokenizer, ids, rounds_of)
+            assert text.text == shown == whole
+            assert longest <= 8          # a window of the last few ids, not the answer so far
