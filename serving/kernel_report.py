@@ -13,13 +13,15 @@ from serving.models.llama import RMSNorm
 def target_kernels(target) -> dict:
     """Hybrids name their linear-attention path; every target with a batched decode step, its
     decode attention (serving.models.decode_attention); every target the dtype it computes in
-    (activations, K/V, drafter: serving.contract.runtime.compute_dtype)."""
+    (activations, drafter: serving.contract.runtime.compute_dtype) and the one its K/V rows are
+    kept in (kv_dtype)."""
     kernels = {"attention": "torch sdpa", **getattr(target, "kernels", {}), **getattr(target, "products", {}),
-               "compute_dtype": str(target.dtype).removeprefix("torch.")}
+               "compute_dtype": str(target.dtype).removeprefix("torch."),
+               "kv_dtype": str(target.kv_dtype).removeprefix("torch.")}
     if any(isinstance(m, RMSNorm) for m in target.modules()):    # a hybrid's zero-centred norms: torch
         kernels.update(_native_or_torch("rms_norm", norm_kernel.available(target.dtype, target.device)))
     if batched.decodes(target):
-        kernels.update(_native_or_torch("decode_attention", decode_kernel.available(target.dtype, target.device)))
+        kernels.update(_native_or_torch("decode_attention", decode_kernel.available(target.kv_dtype, target.device, target.dtype)))
     return kernels
 
 

@@ -2,8 +2,9 @@
 
 Allocation model (the same one ddops.fit uses for this runtime; the rows are
 serving.contract.runtime's rules, the parameter and cache bytes serving.contract.sizes'): every
-target parameter in the runtime dtype, and the drafter's parameters, the K/V, the state and the
-prefix rows in the dtype it computes in (`compute_dtype`: fp32 for bf16 weights on CPU), plus the K/V
+target parameter in the runtime dtype, the target's K/V rows in it too (`kv_dtype`), and the
+drafter's parameters and K/V, the state and the prefix store's features in the dtype it computes
+in (`compute_dtype`: fp32 for bf16 weights on CPU), plus the K/V
 preallocated for the server's life. The batch runner holds one target K/V pool over the
 full-attention layers of `--max-total-tokens` rows, resolved at start by `resolve_pool`
 (contract.runtime.pool_rows: max running sequences x (context + verify rows), within a share
@@ -38,7 +39,7 @@ from torch import nn
 
 from serving import speculative
 from serving.contract import sizes
-from serving.contract.runtime import (DEFAULT_MEM_FRACTION, compute_dtype, draft_kv_rows, head_copies, kv_rows,
+from serving.contract.runtime import (DEFAULT_MEM_FRACTION, compute_dtype, draft_kv_rows, head_copies, kv_dtype, kv_rows,
                                       one_at_a_time, pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import AttentionShape, DeltaNetShape, kv_bytes, linear_state_bytes, model_params
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
@@ -94,7 +95,7 @@ def layout(args) -> Layout:
         weights += draft_params(draft) * compute
         verify = method.verify_rows(args.speculative_num_draft_tokens or draft.block_size,
                                     args.speculative_ddtree_budget)
-    target_row = kv_bytes(*KVCache.dims(target), 1, compute)
+    target_row = kv_bytes(*KVCache.dims(target), 1, DTYPE_BYTES[kv_dtype(args.device, args.dtype, target.hybrid)])
     draft_row = kv_bytes(draft.num_layers, draft.num_kv_heads, draft.head_dim, 1, compute) if draft else 0
     linear = len(target.linear_layers)
     slots = state_slots(target.hybrid, method.speculative, args.max_running_requests)

@@ -33,7 +33,7 @@ from ddops.fit.profile_fit import Models, needs_gpu, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
-from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, auto_dtype, compute_dtype,
+from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, auto_dtype, compute_dtype, kv_dtype,
                                       draft_kv_rows, head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows,
                                       state_slots)
 from serving.contract.sizes import kv_bytes, linear_state_bytes
@@ -106,7 +106,8 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
     on = device or device_of(profile)
     dtype = runtime_dtype(profile, target, on, cpu_flags)
     hybrid, speculative = target.linear is not None, profile.method.is_speculative
-    compute = compute_dtype(on, dtype, hybrid)     # the drafter, K/V, state and prefix rows' dtype
+    compute = compute_dtype(on, dtype, hybrid)     # the drafter, its K/V, state and prefix features' dtype
+    rows_dtype = kv_dtype(on, dtype, hybrid)       # the target's K/V rows'
     context = profile.memory.context_length or target.max_position_embeddings
     verify = verify_tokens(profile, draft)
     head = head_copies(on, dtype) * target.vocab_size * target.hidden_size
@@ -116,8 +117,8 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
     state = sequences * _state(target.linear, compute)
     features = draft.feature_width * dtype_bytes(compute) if draft else 0
     store_rows = prefix_rows(hybrid, switch_on(profile, "--disable-radix-cache"))
-    prefix = store_rows * (_kv(target.attention, 1, compute) + int(features))
-    row = _kv(target.attention, 1, compute) + (_kv(draft.attention, 1, compute) if draft else 0)
+    prefix = store_rows * (_kv(target.attention, 1, rows_dtype) + int(features))
+    row = _kv(target.attention, 1, rows_dtype) + (_kv(draft.attention, 1, compute) if draft else 0)
     rule, max_total = None, int_value(profile, POOL_CAP_FLAG)
     if not one_at_a_time(hybrid, speculative):
         fraction = profile.memory.mem_fraction_static or DEFAULT_MEM_FRACTION[on]
@@ -127,7 +128,7 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
                               max_total)
     rows = kv_rows(hybrid, speculative, context, verify, max_total)
     draft_rows = draft_kv_rows(hybrid, speculative, context, verify, max_total) if draft else 0
-    kv = _kv(target.attention, rows, compute) + (_kv(draft.attention, draft_rows, compute) if draft else 0)
+    kv = _kv(target.attention, rows, rows_dtype) + (_kv(draft.attention, draft_rows, compute) if draft else 0)
     return BundledMemory(dtype, rows, weights, kv, state, draft_rows, prefix, rule)
 
 

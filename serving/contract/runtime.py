@@ -119,6 +119,16 @@ def compute_dtype(device: str, dtype: str, hybrid: bool) -> str:
     return "float32" if device == "cpu" and dtype == "bfloat16" and not hybrid else dtype
 
 
+def kv_dtype(device: str, dtype: str, hybrid: bool) -> str:
+    """The dtype a target's K/V rows (pool and prefix store) are kept in: its weights'. Where it
+    computes in fp32 over bf16 weights (compute_dtype), its rows are rounded to bf16 as they are
+    written and widen to fp32 as attention reads them, so every product and sum stays fp32 while
+    a step reads half the bytes (serving/kernels/decode_attention.c) and the pool holds twice the
+    rows. Every pass reads the same stored bits, so speculative output still equals plain output.
+    The drafter's own K/V stay in the compute dtype, its activations'."""
+    return dtype
+
+
 def cpu_flags(cpuinfo: str | None) -> frozenset[str]:
     """The instruction-set flags in /proc/cpuinfo's text (its first `flags` line); empty without one."""
     for line in (cpuinfo or "").splitlines():

@@ -73,7 +73,7 @@ class BatchRunner:
         self.max_running = 1 if alone else max_running or DEFAULT_MAX_RUNNING
         self.pool = pool_for(target, rows, self.max_running)
         width = self.spec.width if self.spec else 0      # the drafter's features are kept with the K/V
-        self.prefix = (PrefixCache.for_model(target.config, target.dtype, target.device, width)
+        self.prefix = (PrefixCache.for_model(target.config, target.kv_dtype, target.dtype, target.device, width)
                        if prefix_cache and batched.supports(target) else None)     # hybrids: state, not rows
         self.default_seed, self.sequences = seed, 0
         self.kernels = target_kernels(target)     # chosen (a native one built and probed) at start

@@ -46,4 +46,4 @@ def pool_for(target, tokens: int, sequences: int) -> KVPool:
     state slot for each of `sequences` running sequences."""
     if target.config.linear_layers:
         return HybridPool(target.config, tokens, sequences, target.dtype, target.device)
-    return KVPool(target.config, tokens, target.dtype, target.device)
+    return KVPool(target.config, tokens, target.kv_dtype, target.device)

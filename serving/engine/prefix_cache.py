@@ -37,11 +37,12 @@ class Block:
 
 
 class PrefixCache:
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device,
-                 feature_width: int = 0, max_blocks: int = PREFIX_BLOCKS):
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, kv_dtype: torch.dtype, dtype: torch.dtype,
+                 device, feature_width: int = 0, max_blocks: int = PREFIX_BLOCKS):
         rows = max_blocks * BLOCK
-        # k, v: [layers, kv_heads, rows, head_dim] as the pool's; features [rows, feature_width]
-        self.k = torch.empty(layers, kv_heads, rows, head_dim, dtype=dtype, device=device)
+        # k, v: [layers, kv_heads, rows, head_dim] as the pool's (kv_dtype); features [rows,
+        # feature_width] in the dtype the target computes in
+        self.k = torch.empty(layers, kv_heads, rows, head_dim, dtype=kv_dtype, device=device)
         self.v = torch.empty_like(self.k)
         self.features = torch.empty(rows, feature_width, dtype=dtype, device=device) if feature_width else None
         self.max_blocks = max_blocks
@@ -50,9 +51,9 @@ class PrefixCache:
         self.prompt_tokens = self.cached_tokens = 0        # counted once per prompt, for the hit rate
 
     @classmethod
-    def for_model(cls, config, dtype: torch.dtype, device, feature_width: int = 0,
+    def for_model(cls, config, kv_dtype: torch.dtype, dtype: torch.dtype, device, feature_width: int = 0,
                   max_blocks: int = PREFIX_BLOCKS) -> "PrefixCache":
-        return cls(*KVCache.dims(config), dtype, device, feature_width, max_blocks)
+        return cls(*KVCache.dims(config), kv_dtype, dtype, device, feature_width, max_blocks)
 
     def store_bytes(self) -> int:
         """Bytes of the preallocated store (serving.memory's prefix_cache_bytes)."""

@@ -84,11 +84,12 @@ def _compile(cc: str, source: Path, target: Path) -> None:
         os.replace(lib, target)
 
 
-def serves(built: tuple, dtype, device) -> tuple[bool, str]:
+def serves(built: tuple, dtype, device, dtypes=(torch.float32,)) -> tuple[bool, str]:
     """(True, "") when a kernel `built` by `function` serves tensors of this dtype on this device
-    (every kernel here is fp32 on CPU), else (False, why)."""
-    if torch.device(device).type != "cpu" or dtype != torch.float32:
-        return False, f"the kernel is for fp32 on CPU, not {dtype} on {device}"
+    (every kernel here runs on CPU, over the `dtypes` it names), else (False, why)."""
+    if torch.device(device).type != "cpu" or dtype not in dtypes:
+        names = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+        return False, f"the kernel is for {names} on CPU, not {dtype} on {device}"
     return built[0] is not None, built[1]
 
 

@@ -7,8 +7,11 @@ fifth of a SmolLM2 decode step at batch 8 on one core. This kernel reads the row
 (as vLLM's CPU backend does with its paged cache, `cpu_attention_with_kv_cache`), writes the new
 rows itself, and takes q, k, v straight from the projection's output (row strides, no copies).
 
-It runs only where it can: fp32 tensors on CPU, the library built (serving.kernels.build), and
-a probe at first use that agrees with SDPA. `available()` says which and why.
+It runs only where it can: fp32 rows over an fp32 or bf16 pool on CPU, the library built
+(serving.kernels.build), and a probe at first use that agrees with SDPA over each pool dtype.
+`available()` says which and why. A bf16 pool's rows widen to fp32 as they are read; new rows
+are rounded as torch rounds them (`Tensor.to(torch.bfloat16)`), so either writer leaves the same
+bits.
 """
 
 from __future__ import annotations
@@ -27,14 +30,20 @@ PROBE_TOLERANCE = 1e-5
 
 @functools.cache
 def _library():
-    return build.function("decode_attention", "ddops_rows_attention_f32", ctypes.c_int,
+    return build.function("decode_attention", "ddops_rows_attention", ctypes.c_int,
                           [_PTR, _I64, _PTR, _I64, _PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR,
-                           _PTR, _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int], _probe, "SDPA")
+                           _PTR, _I64, _I64, _I64, _I64, ctypes.c_float, ctypes.c_int, ctypes.c_int], _probe, "SDPA")
 
 
-def available(dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-    """(True, "") when the kernel serves a pool of this dtype on this device, else (False, why)."""
-    return build.serves(_library(), dtype, device)
+POOL_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def available(dtype: torch.dtype, device: torch.device, rows: torch.dtype = torch.float32) -> tuple[bool, str]:
+    """(True, "") when the kernel serves a pool of this dtype on this device, attending rows
+    (queries, new K/V) of dtype `rows`, else (False, why)."""
+    if rows != torch.float32:
+        return False, f"the kernel attends fp32 rows, not {rows}"
+    return build.serves(_library(), dtype, device, POOL_DTYPES)
 
 
 def _rows(t: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -65,30 +74,40 @@ def attend_rows(q, k, v, pool_k, pool_v, writes, starts, prefix, extra_offsets, 
     KV = k.shape[1]
     if not (pool_k.is_contiguous() and pool_v.is_contiguous()):
         raise ValueError("the pool's layer tensors must be contiguous")
+    if pool_k.dtype not in POOL_DTYPES or pool_v.dtype != pool_k.dtype or q.dtype != torch.float32:
+        raise ValueError(f"fp32 rows over an fp32 or bf16 pool, not {q.dtype} over {pool_k.dtype}")
     (q, qs), (k, ks), (v, vs) = _rows(q), _rows(k), _rows(v)
     out = torch.empty(B, H * D, dtype=q.dtype)
     failed = fn(q.data_ptr(), qs, k.data_ptr(), ks, v.data_ptr(), vs, pool_k.data_ptr(), pool_v.data_ptr(),
                 pool_k.shape[1], writes.data_ptr(), starts.data_ptr(), prefix.data_ptr(), extra_offsets.data_ptr(),
                 (extra_rows if len(extra_rows) else _NO_ROWS).data_ptr(), out.data_ptr(),
-                B, H, KV, D, D ** -0.5, torch.get_num_threads())
+                B, H, KV, D, D ** -0.5, pool_k.dtype == torch.bfloat16, torch.get_num_threads())
     if failed:
         raise MemoryError("decode attention: no memory for the scores buffer")
     return out
 
 
 def _probe(fn) -> bool:
-    """Two sequences of unequal length over one pool, against SDPA on the same rows."""
+    """Two sequences of unequal length over one pool of each dtype, against SDPA on the same
+    rows in fp32; a bf16 pool's new rows written as torch rounds them."""
+    return all(_agrees(fn, dtype) for dtype in POOL_DTYPES)
+
+
+def _agrees(fn, dtype: torch.dtype) -> bool:
     gen = torch.Generator().manual_seed(0)
     KV, G, D, R = 2, 3, 16, 24
-    pool_k, pool_v = torch.randn(KV, R, D, generator=gen), torch.randn(KV, R, D, generator=gen)
+    pool_k, pool_v = (torch.randn(KV, R, D, generator=gen).to(dtype) for _ in range(2))
     q, k, v = torch.randn(2, KV * G, D, generator=gen), torch.randn(2, KV, D, generator=gen), torch.randn(2, KV, D, generator=gen)
     starts, lengths = torch.tensor([3, 12]), torch.tensor([5, 9])
-    got = attend(q, k, v, pool_k.clone(), pool_v.clone(), starts, lengths, fn)
+    written_k, written_v = pool_k.clone(), pool_v.clone()
+    got = attend(q, k, v, written_k, written_v, starts, lengths, fn)
     for b in range(2):
         s, n = int(starts[b]), int(lengths[b])
         keys, values = pool_k[:, s:s + n].clone(), pool_v[:, s:s + n].clone()
-        keys[:, -1], values[:, -1] = k[b], v[b]
-        want = F.scaled_dot_product_attention(q[b].view(KV, G, 1, D), keys[:, None], values[:, None])
+        keys[:, -1], values[:, -1] = k[b], v[b]          # rounded to the pool's dtype as stored
+        if not (torch.equal(written_k[:, s:s + n], keys) and torch.equal(written_v[:, s:s + n], values)):
+            return False
+        want = F.scaled_dot_product_attention(q[b].view(KV, G, 1, D), keys[:, None].float(), values[:, None].float())
         if not torch.allclose(got[b], want.reshape(-1), atol=PROBE_TOLERANCE, rtol=0):
             return False
     return True

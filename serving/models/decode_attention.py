@@ -1,7 +1,7 @@
 """Attention of the rows that are not a prompt: a plain decode step's (one new row per sequence)
 and a verify pass's (a chain's or a tree's rows), for many sequences at once, one call per layer.
 
-On fp32 CPU pools the native kernel (serving.kernels.decode_attention) attends every such row
+On fp32 or bf16 CPU pools the native kernel (serving.kernels.decode_attention) attends every such row
 over its keys in place (`NativeRows`): a decode row over its sequence's rows, a chain row over the
 rows before it and itself, a tree row over the committed rows and its ancestors and itself. The
 kernel gives a row the same bits whichever of these it is, so a token a verify pass accepts has
@@ -46,12 +46,13 @@ class NativeRows:
     extra_rows: torch.Tensor     # int64 [E] a tree row's ancestors' and its own pool rows, in order
 
     @staticmethod
-    def plan(caches: list, counts: list[int], tree_masks: list, device) -> "NativeRows | None":
-        """For caches that are views of one pool the kernel serves: every sequence's rows that are
-        one decode row, a causal chain of at most CHAIN_ROWS, or a tree; None when none are."""
+    def plan(caches: list, counts: list[int], tree_masks: list, rows_dtype: torch.dtype, device) -> "NativeRows | None":
+        """For caches that are views of one pool the kernel serves, rows of `rows_dtype`: every
+        sequence's rows that are one decode row, a causal chain of at most CHAIN_ROWS, or a tree;
+        None when none are."""
         pool = caches[0].pool
-        if pool is None or any(c.pool is not pool for c in caches) or not native.available(pool.k.dtype,
-                                                                                           pool.k.device)[0]:
+        if pool is None or any(c.pool is not pool for c in caches) or not native.available(
+                pool.k.dtype, pool.k.device, rows_dtype)[0]:
             return None
         writes, starts, prefix, counts_extra, extra, rows, sequences = [], [], [], [], [], [], set()
         first = 0
@@ -103,12 +104,13 @@ class DecodeRows:
     width: int                   # L
 
     @staticmethod
-    def plan(caches: list, device) -> "DecodeRows | None":
-        """For two or more caches that are views of one pool, each taking one new row, where the
-        native kernel does not serve the pool (NativeRows does where it does); None otherwise."""
+    def plan(caches: list, rows_dtype: torch.dtype, device) -> "DecodeRows | None":
+        """For two or more caches that are views of one pool, each taking one new row of
+        `rows_dtype`, where the native kernel does not serve them (NativeRows does where it does);
+        None otherwise."""
         pool = caches[0].pool
         if (len(caches) == 1 or pool is None or any(c.pool is not pool for c in caches)
-                or native.available(pool.k.dtype, pool.k.device)[0]):
+                or native.available(pool.k.dtype, pool.k.device, rows_dtype)[0]):
             return None
         for c in caches:
             if c.length + 1 > c.capacity:
@@ -126,10 +128,10 @@ class DecodeRows:
         pool_k, pool_v = self.pool.k[layer], self.pool.v[layer]                  # [KV, rows, D]
         B, heads, D = q.shape
         KV = k.shape[1]
-        pool_k.index_copy_(1, self.write, k.transpose(0, 1))
-        pool_v.index_copy_(1, self.write, v.transpose(0, 1))
-        keys = pool_k.index_select(1, self.keys).view(KV, B, self.width, D).transpose(0, 1)   # [B, KV, L, D]
-        values = pool_v.index_select(1, self.keys).view(KV, B, self.width, D).transpose(0, 1)
+        pool_k.index_copy_(1, self.write, k.transpose(0, 1).to(pool_k.dtype))     # rounded where the rows are bf16
+        pool_v.index_copy_(1, self.write, v.transpose(0, 1).to(pool_v.dtype))
+        keys = pool_k.index_select(1, self.keys).view(KV, B, self.width, D).transpose(0, 1).to(q.dtype)  # [B, KV, L, D]
+        values = pool_v.index_select(1, self.keys).view(KV, B, self.width, D).transpose(0, 1).to(q.dtype)
         # query head h = kv * G + g: the G heads of one KV head are its G query rows
         out = F.scaled_dot_product_attention(q.view(B, KV, heads // KV, D), keys, values, attn_mask=self.visible)
         return out.reshape(B, heads * D)

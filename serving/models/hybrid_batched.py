@@ -30,7 +30,7 @@ def decode_step(model, tokens: torch.Tensor, positions: torch.Tensor, caches: li
     x = model.embed(tokens)                                           # [B, hidden]
     cos, sin = model.cos.index_select(0, positions), model.sin.index_select(0, positions)
     conv, recurrent, slots = _stacked_states(caches, x.device)
-    decode = DecodeRows.plan([c.kv for c in caches], x.device)
+    decode = DecodeRows.plan([c.kv for c in caches], x.dtype, x.device)
     captured = {}
     for i, layer in enumerate(model.layers):
         h = layer.input_layernorm(x)

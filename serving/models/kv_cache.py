@@ -51,13 +51,16 @@ class KVCache:
         return cls(*cls.dims(config), capacity, dtype, device)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store k, v [kv_heads, T, head_dim] at [length, length+T); return views of [0, length+T)."""
+        """Store k, v [kv_heads, T, head_dim] at [length, length+T); return [0, length+T) in k's
+        dtype: views, or, where the rows are kept in another (bf16 rows of an fp32 model:
+        contract.runtime.kv_dtype), copies of what was stored, so every reader sees the same bits."""
         end = self.length + k.shape[1]
         if end > self.capacity:
             raise ValueError(f"KV cache full: {end} tokens > capacity {self.capacity}")
         self.k[layer, :, self.length:end] = k
         self.v[layer, :, self.length:end] = v
-        return self.k[layer, :, :end], self.v[layer, :, :end]
+        keys, values = self.k[layer, :, :end], self.v[layer, :, :end]
+        return (keys, values) if keys.dtype == k.dtype else (keys.to(k.dtype), values.to(v.dtype))
 
     def commit(self, count: int) -> None:
         """Accept the `count` rows just written after `length` (plain decoding)."""

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.bias import causal_lower_right
 
-from serving.contract.runtime import compute_dtype
+from serving.contract.runtime import compute_dtype, kv_dtype
 from serving.kernels.linear_bf16 import is_blocked
 from serving.kernels import rms_norm as native_norm
 from serving.models.config import ModelConfig
@@ -189,6 +189,13 @@ class TargetLM(nn.Module):
         return getattr(torch, compute_dtype(self.device.type, weights, self.config.hybrid))
 
     @property
+    def kv_dtype(self) -> torch.dtype:
+        """The dtype its K/V rows are kept in (contract.runtime.kv_dtype): bf16 rows widen to
+        fp32 as attention reads them."""
+        weights = str(self.weight_dtype).removeprefix("torch.")
+        return getattr(torch, kv_dtype(self.device.type, weights, self.config.hybrid))
+
+    @property
     def device(self) -> torch.device:
         return self.embed_tokens.weight.device
 
@@ -242,7 +249,7 @@ class CausalLM(TargetLM):
                          RMSNorm(config.hidden_size, config.rms_norm_eps, dtype), config.head_dim, dtype)
 
     def new_cache(self, capacity: int) -> KVCache:
-        return KVCache.for_model(self.config, capacity, self.dtype, self.device)
+        return KVCache.for_model(self.config, capacity, self.kv_dtype, self.device)
 
     def forward(self, tokens, positions, cache: KVCache, tree_mask=None, capture=(), last_only=False):
         """One sequence, a batch of one: tokens, positions [T]; returns logits [T or 1, vocab] fp32
@@ -261,13 +268,13 @@ class CausalLM(TargetLM):
         """
         x = self.embed(tokens)                                            # [N, hidden]
         groups, trees = self.config.kv_groups, tree_masks or [None] * len(caches)
-        native = NativeRows.plan(caches, counts, trees, x.device)
+        native = NativeRows.plan(caches, counts, trees, x.dtype, x.device)
         kernel_takes = native.sequences if native is not None else frozenset()
         masks = [None if b in kernel_takes else attention_mask(n, c.length, m, groups, x.device)
                  for b, (n, c, m) in enumerate(zip(counts, caches, trees))]
         one_row = native is None and all(n == 1 for n in counts) and all(m is None for m in trees)
         rows = PackedRows(self.cos.index_select(0, positions), self.sin.index_select(0, positions), caches,
-                          row_slices(counts), masks, native, DecodeRows.plan(caches, x.device) if one_row else None)
+                          row_slices(counts), masks, native, DecodeRows.plan(caches, x.dtype, x.device) if one_row else None)
         captured = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, rows, i)

@@ -9,6 +9,7 @@ from ddops.fit.bundled import bundled_memory
 from ddops.profile import load_profile
 from serving.config import parse_args, resolve
 from serving.contract.runtime import auto_dtype, compute_dtype, cpu_flags, native_bf16
+from serving.contract.sizes import kv_bytes
 from serving.models.config import read_model_config
 from serving.tools.tiny import write_tiny
 from tests.ops.helpers import write
@@ -39,9 +40,9 @@ def test_the_runtime_resolves_auto_from_this_hosts_flags(tmp_path):
 
 def test_fit_counts_the_dtype_the_host_would_run(tmp_path, qwen8b, qwen8b_draft):
     """A bf16 checkpoint under dtype auto on a CPU host: with the host's flags read, bf16 weights
-    and fp32 K/V, prefix rows and drafter (what the runtime allocates there); without them,
-    float32 throughout, the larger of the two, so a fit that did not read the host never
-    under-counts."""
+    and target K/V rows, and an fp32 drafter, its K/V and the prefix rows' features (what the
+    runtime allocates there); without them, float32 throughout, the larger of the two, so a fit
+    that did not read the host never under-counts."""
     write(tmp_path, "p", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: auto}\n"
                          "speculative: {algorithm: dflash, draft_model_path: /m/d}\n"
                          "memory: {context_length: 4096, max_running_requests: 2}\nservice: {device: cpu}\n")
@@ -49,7 +50,15 @@ def test_fit_counts_the_dtype_the_host_would_run(tmp_path, qwen8b, qwen8b_draft)
     read = bundled_memory(profile, models, device="cpu", cpu_flags=cpu_flags(CPUINFO))
     unread = bundled_memory(profile, models, device="cpu")
     assert (read.dtype, unread.dtype) == ("bfloat16", "float32")
-    assert read.kv_cache_bytes == unread.kv_cache_bytes          # fp32 K/V either way
-    assert read.prefix_cache_bytes == unread.prefix_cache_bytes
+    target, draft_kv = qwen8b.attention, qwen8b_draft.attention
+
+    def rows(a, count, width):
+        return kv_bytes(a.layers, a.kv_heads, a.head_dim, count, width, a.v_head_dim)
+    assert read.kv_slots == unread.kv_slots and read.draft_kv_slots == unread.draft_kv_slots
+    assert read.kv_cache_bytes == rows(target, read.kv_slots, 2) + rows(draft_kv, read.draft_kv_slots, 4)
+    assert unread.kv_cache_bytes == rows(target, read.kv_slots, 4) + rows(draft_kv, read.draft_kv_slots, 4)
+    features = qwen8b_draft.feature_width * 4
+    assert read.prefix_cache_bytes == 128 * 8 * (rows(target, 1, 2) + features)
+    assert unread.prefix_cache_bytes == 128 * 8 * (rows(target, 1, 4) + features)
     draft = qwen8b_draft.weight_bytes("float32")
     assert unread.weights_bytes - draft == 2 * (read.weights_bytes - draft)   # target and head copy halve

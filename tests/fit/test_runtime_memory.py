@@ -156,35 +156,39 @@ def test_runtime_prediction_matches_its_own_measurement(served):
 
 
 def test_kv_cache_is_its_rows_over_the_layers_that_keep_kv(served):
-    """Per row: 2 (K and V) x layers x kv heads x head_dim x bytes of the dtype it computes in
-    (fp32 for bf16 weights on CPU, /server_info kernels.compute_dtype), over the target's
-    full-attention layers, and over the draft's layers for the draft's rows."""
+    """Per row: 2 (K and V) x layers x kv heads x head_dim x bytes, over the target's
+    full-attention layers in the weights' dtype (/server_info kernels.kv_dtype), and over the
+    draft's layers for the draft's rows in the dtype it computes in (fp32 for bf16 weights on
+    CPU, kernels.compute_dtype)."""
     profile, url, (target_rows, draft_rows) = served
     info = httpx.get(url + "/server_info", timeout=10).json()
     models = read_models(profile, local_reader())
-    width = 4 if info["kernels"]["compute_dtype"] == "float32" else 2
+    compute = 4 if info["kernels"]["compute_dtype"] == "float32" else 2
     assert info["kernels"]["compute_dtype"] == ("float32" if info["dtype"] == "float32" or
                                                  (info["device"] == "cpu" and not models.target.linear) else info["dtype"])
+    assert info["kernels"]["kv_dtype"] == info["dtype"]
+    rows = 4 if info["dtype"] == "float32" else 2
 
-    def per_row(a):
+    def per_row(a, width):
         return 2 * a.layers * a.kv_heads * a.head_dim * width
-    draft = per_row(models.draft.attention) * draft_rows if models.draft else 0
-    assert info["memory"]["kv_cache_bytes"] == per_row(models.target.attention) * target_rows + draft
+    draft = per_row(models.draft.attention, compute) * draft_rows if models.draft else 0
+    assert info["memory"]["kv_cache_bytes"] == per_row(models.target.attention, rows) * target_rows + draft
 
 
 def test_the_prefix_store_is_its_rows_and_traffic_past_its_capacity_grows_nothing(served):
     """A dense target's prefix store: 128 blocks x 8 rows, each the target's K/V of a position
-    plus, with a drafter, its target features (taps x hidden), in the dtype it computes in; a hybrid keeps
-    none, nor does a server given --disable-radix-cache (/server_info says whether it keeps one).
-    Ten prompts of 14 full blocks each (140 > 128) leave every figure as it was."""
+    in the pool's dtype plus, with a drafter, its target features (taps x hidden) in the dtype it computes
+    in; a hybrid keeps none, nor does a server given --disable-radix-cache (/server_info says
+    whether it keeps one). Ten prompts of 14 full blocks each (140 > 128) leave every figure as it was."""
     profile, url, _ = served
     before = httpx.get(url + "/server_info", timeout=10).json()
     models = read_models(profile, local_reader())
-    width = 4 if before["kernels"]["compute_dtype"] == "float32" else 2
+    compute = 4 if before["kernels"]["compute_dtype"] == "float32" else 2
+    kv = 4 if before["kernels"]["kv_dtype"] == "float32" else 2
     a = models.target.attention
     features = models.draft.feature_width if models.draft else 0
     disabled = "--disable-radix-cache" in profile.sglang.extra_args
-    row = 0 if models.target.linear or disabled else (2 * a.layers * a.kv_heads * a.head_dim + features) * width
+    row = 0 if models.target.linear or disabled else 2 * a.layers * a.kv_heads * a.head_dim * kv + features * compute
     assert before["memory"]["prefix_cache_bytes"] == 128 * 8 * row
     assert before["prefix_cache"] == (row > 0) and before["disable_radix_cache"] == disabled
     for j in range(10):
@@ -210,3 +214,4 @@ def test_a_hybrid_reports_its_linear_state_and_kernels(served):
     assert info["memory"]["state_cache_bytes"] == slots * s.layers * per_layer > 0
     assert info["kernels"]["linear_attention"] == "torch" and info["kernels"]["torch_because"] == "device is cpu"
     assert info["kernels"]["decode_attention"] == ("native" if info["dtype"] == "float32" else "torch")   # this host has cc
+    # (a bf16 hybrid computes in bf16, and the kernel attends fp32 rows)

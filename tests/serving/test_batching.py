@@ -205,7 +205,7 @@ def test_the_prefix_cache_is_bounded_and_evicts_the_least_recent(llama_model):
     for rows in (view.k, view.v):          # known values: the pool's own memory is uninitialised (may hold NaN)
         rows[:, :, :32].copy_(torch.randn(rows[:, :, :32].shape, generator=g))
     view.commit(32)
-    cache = PrefixCache.for_model(llama_model.config, llama_model.dtype, "cpu", max_blocks=5)
+    cache = PrefixCache.for_model(llama_model.config, llama_model.kv_dtype, llama_model.dtype, "cpu", max_blocks=5)
     size = cache.store_bytes()
     assert size == 2 * view.k[:, :, :40].numel() * view.k.element_size()   # 5 blocks x 8 rows of K and V
     a, b = list(range(3, 35)), list(range(100, 132))          # 4 blocks each

@@ -19,10 +19,10 @@ class Dims:
         self.full_attention_layers, self.num_key_value_heads, self.head_dim = list(range(layers)), kv_heads, head_dim
 
 
-def pool_with(kv_heads, head_dim, lengths, seed=0):
+def pool_with(kv_heads, head_dim, lengths, seed=0, dtype=torch.float32):
     """A filled pool with one cache per length (committed rows), reserved with a gap between."""
     torch.manual_seed(seed)
-    pool = KVPool(Dims(2, kv_heads, head_dim), 64 * len(lengths) + 64, torch.float32, "cpu")
+    pool = KVPool(Dims(2, kv_heads, head_dim), 64 * len(lengths) + 64, dtype, "cpu")
     pool.k.normal_(), pool.v.normal_()
     caches = []
     for n in lengths:
@@ -47,7 +47,7 @@ def torch_form(caches, layer, q, k, v):
 
 
 def decode_plan(caches):
-    return NativeRows.plan(caches, [1] * len(caches), [None] * len(caches), "cpu")
+    return NativeRows.plan(caches, [1] * len(caches), [None] * len(caches), torch.float32, "cpu")
 
 
 def _padded(starts, lengths):
@@ -58,20 +58,24 @@ def _padded(starts, lengths):
 
 
 def test_the_kernel_builds_and_passes_its_probe_on_this_host():
-    """make setup installs gcc, so the native path is the one served here; a kernel that builds
-    but disagrees with SDPA fails its probe and this."""
-    ok, why = native.available(torch.float32, "cpu")
-    assert ok, why
+    """make setup installs gcc, so the native path is the one served here, over fp32 and bf16
+    pools; a kernel that builds but disagrees with SDPA fails its probe and this."""
+    for dtype in (torch.float32, torch.bfloat16):
+        ok, why = native.available(dtype, "cpu")
+        assert ok, why
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("heads,kv_heads,D", [(9, 3, 64), (8, 8, 128), (4, 2, 256), (4, 2, 24), (6, 1, 16), (2, 1, 288)])
-def test_the_kernel_agrees_with_the_gather_and_sdpa_and_writes_the_new_rows(heads, kv_heads, D):
+def test_the_kernel_agrees_with_the_gather_and_sdpa_and_writes_the_new_rows(heads, kv_heads, D, dtype):
+    """Over a bf16 pool the new rows are rounded as torch rounds them (the pools equal to the
+    bit) and the rows read widen to fp32, so the kernel matches SDPA over the same stored rows."""
     lengths = [1, 7, 40, 19]
-    pool, caches = pool_with(kv_heads, D, lengths)
-    reference, _ = pool_with(kv_heads, D, lengths)
+    pool, caches = pool_with(kv_heads, D, lengths, dtype=dtype)
+    reference, _ = pool_with(kv_heads, D, lengths, dtype=dtype)
     q, k, v = projection(len(lengths), heads, kv_heads, D)
     plan = decode_plan(caches)
-    assert plan.rows is None and DecodeRows.plan(caches, "cpu") is None      # the kernel takes every row
+    assert plan.rows is None and DecodeRows.plan(caches, torch.float32, "cpu") is None      # the kernel takes every row
     got = plan.attend(1, q, k, v)
     want = torch_form([reference_view(reference, c) for c in caches], 1, q, k, v)
     assert got.shape == (len(lengths), heads * D)
@@ -94,11 +98,12 @@ def test_a_sequences_attention_is_the_same_alone_and_in_any_batch():
         assert torch.equal(alone[0], crowd[b])
 
 
-def test_a_verify_row_is_a_decode_row_over_the_same_keys_to_the_bit():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_verify_row_is_a_decode_row_over_the_same_keys_to_the_bit(dtype):
     """A tree row attends over the committed rows and its ancestors, listed where they lie; the
     same keys laid out one after another, as they are once a verify pass's path is kept and
     plain decoding reads them, give the same bits. So does a chain row over its rows so far."""
-    pool, caches = pool_with(3, 64, [37, 37])
+    pool, caches = pool_with(3, 64, [37, 37], dtype=dtype)
     tree, flat = caches
     rows = [tree.pool_start + 37 + r for r in (0, 2, 5)]          # a path of three tree rows, scattered
     for i, r in enumerate(rows):                                   # the kept path, in order, after 37 rows
@@ -135,8 +140,10 @@ def test_threads_split_the_work_without_changing_a_bit():
 
 
 def test_the_kernel_declines_other_dtypes_and_devices_with_a_reason():
-    ok, why = native.available(torch.bfloat16, "cpu")
-    assert not ok and "bfloat16" in why
+    ok, why = native.available(torch.float16, "cpu")
+    assert not ok and "float16" in why
+    ok, why = native.available(torch.bfloat16, "cpu", torch.bfloat16)    # a bf16 hybrid's rows: SDPA's
+    assert not ok and "fp32 rows" in why
     ok, why = native.available(torch.float32, "meta")
     assert not ok and "meta" in why
 
@@ -152,8 +159,8 @@ def test_without_a_compiler_the_pytorch_form_runs_and_says_why(tmp_path):
         "ok, why = native.available(torch.float32, 'cpu')\n"
         "pool, caches = pool_with(3, 64, [4, 9])\n"
         "q, k, v = projection(2, 9, 3, 64)\n"
-        "plan = DecodeRows.plan(caches, 'cpu')\n"
-        "print(ok, NativeRows.plan(caches, [1, 1], [None, None], 'cpu'), tuple(plan.attend(0, q, k, v).shape), why)\n")
+        "plan = DecodeRows.plan(caches, torch.float32, 'cpu')\n"
+        "print(ok, NativeRows.plan(caches, [1, 1], [None, None], torch.float32, 'cpu'), tuple(plan.attend(0, q, k, v).shape), why)\n")
     env = {"PATH": "/usr/bin:/bin", "CC": str(tmp_path / "no-such-cc"), build.CACHE_ENV: str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
                           cwd=str(__import__("pathlib").Path(__file__).parents[2]))

@@ -50,14 +50,16 @@ def test_a_row_is_the_same_alone_and_in_any_batch():
 
 def test_a_bf16_model_packs_its_products_and_head_blocked_and_says_so(tmp_path):
     """A bf16 model on CPU: every Linear and the head's copy blocked for the kernel, the dense
-    table kept for lookups, activations and K/V in fp32; /server_info's kernels name the products."""
+    table kept for lookups, activations in fp32 and K/V rows in bf16, which the native decode
+    attention reads; /server_info's kernels name them."""
     model = load(write_tiny(tmp_path / "m", arch="llama", dtype="bfloat16"), torch.bfloat16)
     linears = [m for m in model.modules() if isinstance(m, Linear)]
     assert linears and all(m.packed and linear_bf16.is_blocked(m.weight) for m in linears)
     assert linear_bf16.is_blocked(model.lm_head_packed) and model.lm_head_weight.dim() == 2
-    assert model.dtype == torch.float32 and model.new_cache(4).k.dtype == torch.float32
+    assert model.dtype == torch.float32 and model.new_cache(4).k.dtype == torch.bfloat16
     kernels = target_kernels(model)
     assert kernels["products"].startswith("bf16 blocked") and kernels["compute_dtype"] == "float32"
+    assert kernels["kv_dtype"] == "bfloat16" and kernels["decode_attention"] == "native"
     hidden = torch.randn(3, model.config.hidden_size)
     with torch.inference_mode():
         logits = head(hidden, model.lm_head_weight, model.lm_head_packed)
