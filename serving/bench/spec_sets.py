@@ -1,5 +1,6 @@
 """python -m serving.bench.spec_sets --model M --draft D [--sets default,random-words,unseen]
 [--methods none,dflash,dflash+adaptive,...] [--max-tokens N] [--limit N] [--repeat N] [--threads N]
+[--dtype float32|bfloat16]
 
 Speculation per prompt set, as ratios to plain decoding measured in one run. For each set
 every method gets a fresh runner (an adaptive controller starts cold, its warm-up and trials
@@ -33,6 +34,8 @@ def parse(argv):
     ap.add_argument("--limit", type=int, default=4, help="the first N prompts of each set (0: all)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch default)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the target's weights (bfloat16 on CPU: bf16 products and K/V rows, fp32 between them)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     return ap.parse_args(argv)
 
@@ -100,11 +103,11 @@ def main(argv=None) -> int:
     prompts = {name: [tokenizer.encode_chat([{"role": "user", "content": t}]) for t in ts]
                for name, ts in texts.items()}
     capacity = max(len(p) for ps in prompts.values() for p in ps) + args.max_tokens + 8
-    target = load_model(checkpoint, torch.float32, "cpu", capacity + 128)
+    target = load_model(checkpoint, getattr(torch, args.dtype), "cpu", capacity + 128)
     stop_ids = frozenset(checkpoint.config.eos_token_ids) | frozenset(tokenizer.eos_ids)
     before = load()
     console.print(f"{args.model.name} + {args.draft.name}: {', '.join(f'{n} ({len(p)})' for n, p in prompts.items())}"
-                  f" prompts, max {args.max_tokens} tokens, {torch.get_num_threads()} threads; {before}")
+                  f" prompts, max {args.max_tokens} tokens, {args.dtype}, {torch.get_num_threads()} threads; {before}")
     results = []
     for name in sets:
         console.print(f"set {name}: {', '.join(m.label for m in methods)}, interleaved ...")
@@ -116,7 +119,7 @@ def main(argv=None) -> int:
     console.print(table(results, sets))
     console.print(f"{before} before, {after} after")
     if args.json:
-        report = {"model": str(args.model), "draft": str(args.draft), "max_tokens": args.max_tokens,
+        report = {"model": str(args.model), "draft": str(args.draft), "dtype": args.dtype, "max_tokens": args.max_tokens,
                   "limit": args.limit, "repeat": args.repeat, "threads": torch.get_num_threads(),
                   "load_before": before, "load_after": after, "results": results}
         args.json.write_text(json.dumps(report, indent=2))
