@@ -39,7 +39,8 @@ from torch import nn
 
 from serving import speculative
 from serving.contract import sizes
-from serving.contract.runtime import (DEFAULT_MEM_FRACTION, compute_dtype, draft_kv_rows, head_copies, kv_dtype, kv_rows,
+from serving.contract.runtime import (DEFAULT_MEM_FRACTION, compute_dtype, draft_kv_rows, draft_projection_dtype,
+                                      head_copies, kv_dtype, kv_rows,
                                       one_at_a_time, pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import AttentionShape, DeltaNetShape, kv_bytes, linear_state_bytes, model_params
 from serving.models.config import LinearAttention, ModelConfig, read_model_config
@@ -92,7 +93,9 @@ def layout(args) -> Layout:
     if method.speculative and args.speculative_draft_model_path:
         path = args.speculative_draft_model_path
         draft = DraftConfig.from_dict(_config(path), str(Path(path) / "config.json"))
-        weights += draft_params(draft) * compute
+        projections = draft_projections(draft)
+        weights += (projections * DTYPE_BYTES[draft_projection_dtype(args.device, args.dtype, target.hybrid)]
+                    + (draft_params(draft) - projections) * compute)
         verify = method.verify_rows(args.speculative_num_draft_tokens or draft.block_size,
                                     args.speculative_ddtree_budget)
     target_row = kv_bytes(*KVCache.dims(target), 1, DTYPE_BYTES[kv_dtype(args.device, args.dtype, target.hybrid)])
@@ -146,9 +149,17 @@ def target_params(c: ModelConfig) -> int:
 
 def draft_params(c: DraftConfig) -> int:
     """The runtime's DFlash draft layer has no biases and always norms q and k."""
-    attention = AttentionShape(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, qk_norm=True)
-    return sizes.draft_params(attention, c.intermediate_size, c.num_layers, len(c.target_layer_ids), c.vocab_size,
-                              c.conv_kernel, c.conv_group, c.selector_rank)
+    return sizes.draft_params(_draft_attention(c), c.intermediate_size, c.num_layers, len(c.target_layer_ids),
+                              c.vocab_size, c.conv_kernel, c.conv_group, c.selector_rank)
+
+
+def draft_projections(c: DraftConfig) -> int:
+    return sizes.draft_projection_params(_draft_attention(c), c.intermediate_size, c.num_layers,
+                                         len(c.target_layer_ids))
+
+
+def _draft_attention(c: DraftConfig) -> AttentionShape:
+    return AttentionShape(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, qk_norm=True)
 
 
 def _deltanet(L: LinearAttention | None) -> DeltaNetShape | None:

@@ -33,7 +33,8 @@ from ddops.fit.profile_fit import Models, needs_gpu, verify_tokens
 from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
-from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, auto_dtype, compute_dtype, kv_dtype,
+from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, auto_dtype, compute_dtype,
+                                      draft_projection_dtype, kv_dtype,
                                       draft_kv_rows, head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows,
                                       state_slots)
 from serving.contract.sizes import kv_bytes, linear_state_bytes
@@ -112,7 +113,7 @@ def bundled_memory(profile: Profile, models: Models, memory_bytes: int | None = 
     verify = verify_tokens(profile, draft)
     head = head_copies(on, dtype) * target.vocab_size * target.hidden_size
     weights = (target.weight_bytes(dtype) + int(head * dtype_bytes(dtype))
-               + (draft.weight_bytes(compute) if draft else 0))
+               + (draft_weight_bytes(draft, draft_projection_dtype(on, dtype, hybrid), compute) if draft else 0))
     sequences = state_slots(hybrid, speculative, profile.memory.max_running_requests)
     state = sequences * _state(target.linear, compute)
     features = draft.feature_width * dtype_bytes(compute) if draft else 0
@@ -162,6 +163,12 @@ def bundled_fit(profile: Profile, models: Models, card: GpuKind | None, host_byt
     else:
         memory = bundled_memory(profile, models, cpu_flags=cpu_flags)
     return BundledFit(memory, card, usable)
+
+
+def draft_weight_bytes(draft: ModelFacts, projections: str, rest: str) -> int:
+    """A drafter's parameters: its projection matrices in `projections`, the rest in `rest`."""
+    packed = min(draft.projection_params, draft.params)
+    return int(packed * dtype_bytes(projections) + (draft.params - packed) * dtype_bytes(rest)) + draft.fixed_bytes
 
 
 def _kv(a: Attention, rows: int, dtype: str) -> int:

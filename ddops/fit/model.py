@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ddops import exits
 from serving.contract.drafts import architecture, draft_arch, draft_value
 from serving.contract.pairing import target_layer_ids
-from serving.contract.sizes import AttentionShape, DeltaNetShape, draft_params, model_params
+from serving.contract.sizes import AttentionShape, DeltaNetShape, draft_params, draft_projection_params, model_params
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2,
                "fp8_e4m3": 1, "fp8_e5m2": 1, "fp4_e2m1": 0.5,
@@ -79,6 +79,7 @@ class ModelFacts:
     kv_heads_declared: bool = True  # False: no num_key_value_heads, read as num_attention_heads
     feature_width: int = 0  # DFlash drafts: target features per position (taps x hidden size)
     intermediate_size: int = 0  # the MLP's width (vLLM's activation estimate)
+    projection_params: int = 0  # DFlash drafts: params in projection matrices (sizes.draft_projection_params)
 
     def weight_bytes(self, dtype: str | None = None) -> int:
         """Bytes once loaded in `dtype` (default: the checkpoint's own)."""
@@ -128,6 +129,7 @@ def facts_from_config(config: dict, path: str, params: tuple[int, int] | None = 
         attention_heads=int(heads), kv_heads_declared=c.get("num_key_value_heads") is not None,
         feature_width=_feature_width(c, path) if is_draft(c) else 0,
         intermediate_size=int(c.get("intermediate_size") or 0),
+        projection_params=_draft_projections(c, layers) if is_draft(c) else 0,
     )
 
 
@@ -188,6 +190,11 @@ def _draft_params(c: dict, attention: AttentionShape, inter: int, layers: int, t
         return draft_params(attention, inter, layers, taps, int(c["vocab_size"]), *convs, rank)
     except (TypeError, ValueError, ZeroDivisionError) as err:
         raise ModelFactsError(f"{path}: dflash_config conv/selector fields missing or malformed ({err})") from None
+
+
+def _draft_projections(c: dict, layers: int) -> int:
+    return draft_projection_params(_attention_shape(c), int(c.get("intermediate_size") or 0), layers,
+                                   len(target_layer_ids(c)))
 
 
 def _attention_shape(c: dict) -> AttentionShape:

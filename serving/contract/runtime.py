@@ -119,6 +119,15 @@ def compute_dtype(device: str, dtype: str, hybrid: bool) -> str:
     return "float32" if device == "cpu" and dtype == "bfloat16" and not hybrid else dtype
 
 
+def draft_projection_dtype(device: str, dtype: str, hybrid: bool) -> str:
+    """The dtype a drafter's projection matrices (fc, each layer's q/k/v/o and gate/up/down:
+    sizes.draft_projection_params) are kept in: its target's weights'. Where the target computes
+    in fp32 over bf16 weights (compute_dtype), they run through the same packed bf16 products as
+    the target's, fp32 between them: SmolLM2's draft pass 6.2 -> 3.5 ms on one core. Its other
+    parameters (norms, DFlash 2's convs and selector) stay in the compute dtype."""
+    return dtype
+
+
 def kv_dtype(device: str, dtype: str, hybrid: bool) -> str:
     """The dtype a target's K/V rows (pool and prefix store) are kept in: its weights'. Where it
     computes in fp32 over bf16 weights (compute_dtype), its rows are rounded to bf16 as they are

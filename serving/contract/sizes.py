@@ -32,12 +32,22 @@ class AttentionShape:
     qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3 and later)
 
     @property
+    def weights(self) -> int:
+        """The q, k, v and o projections' matrices."""
+        return self.hidden * (self._q_rows + self._kv_rows) + self.heads * self.head_dim * self.hidden
+
+    @property
     def params(self) -> int:
-        q_rows = self.heads * self.head_dim * (2 if self.gated else 1)
-        kv_rows = 2 * self.kv_heads * self.head_dim
-        weights = self.hidden * (q_rows + kv_rows) + self.heads * self.head_dim * self.hidden
-        bias = q_rows + kv_rows if self.bias else 0
-        return weights + bias + (2 * self.head_dim if self.qk_norm else 0)
+        bias = self._q_rows + self._kv_rows if self.bias else 0
+        return self.weights + bias + (2 * self.head_dim if self.qk_norm else 0)
+
+    @property
+    def _q_rows(self) -> int:
+        return self.heads * self.head_dim * (2 if self.gated else 1)
+
+    @property
+    def _kv_rows(self) -> int:
+        return 2 * self.kv_heads * self.head_dim
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,13 @@ def draft_params(attention: AttentionShape, intermediate: int, layers: int, taps
         if conv_kernel else 0
     selector = 2 * vocab * selector_rank + hidden * selector_rank
     return taps * hidden * hidden + hidden + body + hidden + convs + selector
+
+
+def draft_projection_params(attention: AttentionShape, intermediate: int, layers: int, taps: int) -> int:
+    """The part of `draft_params` in projection matrices: fc and each layer's q, k, v, o, gate, up
+    and down (what the runtime packs; contract.runtime.draft_projection_dtype)."""
+    return taps * attention.hidden * attention.hidden + layers * (attention.weights
+                                                                  + 3 * attention.hidden * intermediate)
 
 
 def kv_bytes(layers: int, kv_heads: int, head_dim: int, rows: int, width: float, v_head_dim: int | None = None) -> int:

@@ -17,9 +17,9 @@ from .base import Drafter, Method, MethodSpec, Needs, PreflightError, SpecOption
 
 
 def _dflash_drafter(target, options: SpecOptions) -> Drafter:
-    from .dflash import DFlashDrafter, load_model, load_vocab
+    from .dflash import DFlashDrafter, load_for, load_vocab
 
-    model = load_model(options.draft_path, dtype=target.dtype, device=target.device)
+    model = load_for(target, options.draft_path)
     vocab = load_vocab(options.draft_path, target.config.vocab_size) if options.draft_vocab else None
     return DFlashDrafter(model, target, options.block_size, vocab)
 

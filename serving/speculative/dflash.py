@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from serving.contract.runtime import draft_projection_dtype
 from serving.models.config import ModelError
 from serving.models.kv_cache import KVCache
 from serving.models.loader import TensorReader, tensor_files
@@ -213,3 +214,12 @@ def load_model(path: str | Path, dtype: torch.dtype, device: str | torch.device)
             weights[key] = tensor.float()
     model.load_state_dict(weights)
     return model.to(device=device, dtype=dtype).eval()
+
+
+def load_for(target, path: str | Path) -> DFlashDraftModel:
+    """`load_model` for serving beside `target`: computing in the target's dtype, its projection
+    matrices kept in the target's weights' (keep_projections)."""
+    model = load_model(path, dtype=target.dtype, device=target.device)
+    weights = str(target.weight_dtype).removeprefix("torch.")
+    model.keep_projections(getattr(torch, draft_projection_dtype(target.device.type, weights, target.config.hybrid)))
+    return model

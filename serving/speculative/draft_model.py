@@ -164,16 +164,16 @@ class DraftLayer(nn.Module):
         self.input_layernorm = RMSNorm(h, eps, torch.float32)
         self.post_attention_layernorm = RMSNorm(h, eps, torch.float32)
         self.self_attn = nn.Module()
-        self.self_attn.q_proj = nn.Linear(h, cfg.num_heads * hd, bias=False)
-        self.self_attn.k_proj = nn.Linear(h, cfg.num_kv_heads * hd, bias=False)
-        self.self_attn.v_proj = nn.Linear(h, cfg.num_kv_heads * hd, bias=False)
-        self.self_attn.o_proj = nn.Linear(cfg.num_heads * hd, h, bias=False)
+        self.self_attn.q_proj = cpu_gemm.Linear(h, cfg.num_heads * hd, bias=False)
+        self.self_attn.k_proj = cpu_gemm.Linear(h, cfg.num_kv_heads * hd, bias=False)
+        self.self_attn.v_proj = cpu_gemm.Linear(h, cfg.num_kv_heads * hd, bias=False)
+        self.self_attn.o_proj = cpu_gemm.Linear(cfg.num_heads * hd, h, bias=False)
         self.self_attn.q_norm = RMSNorm(hd, eps, torch.float32)
         self.self_attn.k_norm = RMSNorm(hd, eps, torch.float32)
         self.mlp = nn.Module()
-        self.mlp.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
-        self.mlp.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
-        self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.mlp.gate_proj = cpu_gemm.Linear(h, cfg.intermediate_size, bias=False)
+        self.mlp.up_proj = cpu_gemm.Linear(h, cfg.intermediate_size, bias=False)
+        self.mlp.down_proj = cpu_gemm.Linear(cfg.intermediate_size, h, bias=False)
         convs = cfg.arch.convs
         self.attention_conv = GroupedDynamicCausalConv(h, cfg.conv_kernel, cfg.conv_group) if convs else None
         self.mlp_conv = GroupedDynamicCausalConv(h, cfg.conv_kernel, cfg.conv_group) if convs else None
@@ -210,7 +210,7 @@ class DFlashDraftModel(nn.Module):
     def __init__(self, cfg: DraftConfig):
         super().__init__()
         self.cfg = cfg
-        self.fc = nn.Linear(cfg.feature_width, cfg.hidden_size, bias=False)
+        self.fc = cpu_gemm.Linear(cfg.feature_width, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, torch.float32)
         self.layers = nn.ModuleList(DraftLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, torch.float32)
@@ -220,7 +220,24 @@ class DFlashDraftModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.fc.weight.dtype
+        """The dtype it computes in (its norms', whatever its projections are kept in)."""
+        return self.norm.weight.dtype
+
+    def keep_projections(self, dtype: torch.dtype) -> int:
+        """For serving: fc and the layers' projection matrices kept in `dtype`, the target's
+        weights' (contract.runtime.draft_projection_dtype). Where it computes in fp32 over bf16
+        weights they are packed for the target's bf16 products (cpu_gemm.pack_matrices; fp32
+        rows in and out). Training never calls it. Returns the matrices packed."""
+        linears = [m for m in self.modules() if isinstance(m, cpu_gemm.Linear)]   # in forward order
+        if dtype == self.dtype:
+            return 0
+        weights = [m.weight.detach().to(dtype) for m in linears]
+        packed = cpu_gemm.pack_matrices(weights) if self.dtype == torch.float32 else [None] * len(weights)
+        for linear, weight, done in zip(linears, weights, packed):
+            if done is None:        # not packed here: the dense matrix in `dtype` (cpu_gemm.Linear casts rows)
+                linear.weight = nn.Parameter(weight, requires_grad=False)
+            linear.take(done)
+        return sum(m.packed for m in linears)
 
     def project(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [b, C, n_tap*H] -> context [b, C, H]."""

@@ -40,8 +40,8 @@ def test_the_runtime_resolves_auto_from_this_hosts_flags(tmp_path):
 
 def test_fit_counts_the_dtype_the_host_would_run(tmp_path, qwen8b, qwen8b_draft):
     """A bf16 checkpoint under dtype auto on a CPU host: with the host's flags read, bf16 weights
-    and target K/V rows, and an fp32 drafter, its K/V and the prefix rows' features (what the
-    runtime allocates there); without them, float32 throughout, the larger of the two, so a fit
+    and target K/V rows and the drafter's projection matrices, and the rest of the drafter, its K/V and
+    the prefix rows' features in fp32 (what the runtime allocates there); without them, float32 throughout, the larger of the two, so a fit
     that did not read the host never under-counts."""
     write(tmp_path, "p", "runtime: bundled\nmodel: {path: /m/q, served_name: q, dtype: auto}\n"
                          "speculative: {algorithm: dflash, draft_model_path: /m/d}\n"
@@ -61,4 +61,7 @@ def test_fit_counts_the_dtype_the_host_would_run(tmp_path, qwen8b, qwen8b_draft)
     assert read.prefix_cache_bytes == 128 * 8 * (rows(target, 1, 2) + features)
     assert unread.prefix_cache_bytes == 128 * 8 * (rows(target, 1, 4) + features)
     draft = qwen8b_draft.weight_bytes("float32")
-    assert unread.weights_bytes - draft == 2 * (read.weights_bytes - draft)   # target and head copy halve
+    projections = qwen8b_draft.projection_params
+    assert 0 < projections < qwen8b_draft.params
+    bf16_draft = draft - 2 * projections                     # its projection matrices in bf16, the rest fp32
+    assert unread.weights_bytes - draft == 2 * (read.weights_bytes - bf16_draft)   # target and head copy halve

@@ -15,7 +15,8 @@ from serving.engine.stops import StopRule
 from serving.models.tokenizer import Tokenizer
 from serving.sampling import SamplingParams
 from serving.engine.build import runner_factory
-from serving.models import inspect_checkpoint, load_model
+from serving.kernels import linear_bf16
+from serving.models import cpu_gemm, inspect_checkpoint, load_model
 from serving.speculative import METHODS, SpecOptions
 
 TEXTS = ["The capital of France is", "def fibonacci(n):", "Servers listen on a port,", "A"]
@@ -79,12 +80,18 @@ def test_greedy_speculative_equals_plain(plain_runs, distilled_drafts, name, blo
 @pytest.mark.parametrize("name, block, budget, adaptive", [SETTINGS[0], SETTINGS[4], SETTINGS[6]])
 def test_greedy_speculative_equals_plain_in_bf16(plain_runs_bf16, distilled_drafts, name, block, budget, adaptive):
     """bf16 weights: every pass's products round the same rows the same way, and the attention
-    between them runs in fp32, so a verify tree's tokens are plain decoding's."""
+    between them runs in fp32, so a verify tree's tokens are plain decoding's. The drafter's
+    projections run through the same bf16 products (contract.runtime.draft_projection_dtype)."""
     assert plain_runs_bf16[1].weight_dtype == torch.bfloat16
-    equal_to_plain(plain_runs_bf16, distilled_drafts, name, block, budget, adaptive)
+    engine = equal_to_plain(plain_runs_bf16, distilled_drafts, name, block, budget, adaptive)
+    draft = engine.runner.spec.drafter.model
+    projections = [m for m in draft.modules() if isinstance(m, cpu_gemm.Linear)]
+    assert draft.dtype == torch.float32 and len(projections) == 1 + 7 * draft.cfg.num_layers
+    assert all(m.packed and linear_bf16.is_blocked(m.weight) for m in projections)
 
 
 def equal_to_plain(plain_runs, distilled_drafts, name, block, budget, adaptive):
+    """The engine's greedy answers equal plain decoding's; returns the stopped engine."""
     arch, target, tokenizer, runs = plain_runs
     engine = engine_for(name, target, tokenizer, distilled_drafts[arch], block, budget, adaptive)
     if adaptive:  # explore every round: settings switch all the time (on these tiny targets plain wins)
@@ -103,3 +110,4 @@ def equal_to_plain(plain_runs, distilled_drafts, name, block, budget, adaptive):
     finally:
         engine.stop()
     assert reasons == {"stop", "length"}
+    return engine
