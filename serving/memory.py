@@ -2,9 +2,10 @@
 
 Allocation model (the same one ddops.fit uses for this runtime; the rows are
 serving.contract.runtime's rules, the parameter and cache bytes serving.contract.sizes'): every
-target parameter in the runtime dtype, the target's K/V rows in it too (`kv_dtype`), and the
-drafter's parameters and K/V, the state and the prefix store's features in the dtype it computes
-in (`compute_dtype`: fp32 for bf16 weights on CPU), plus the K/V
+target parameter in the runtime dtype, the target's K/V rows (`kv_dtype`) and the drafter's
+projection matrices (`draft_projection_dtype`) in it too, and the drafter's other parameters and
+K/V, the state and the prefix store's features in the dtype it computes in (`compute_dtype`: fp32
+for bf16 weights on CPU), plus the K/V
 preallocated for the server's life. The batch runner holds one target K/V pool over the
 full-attention layers of `--max-total-tokens` rows, resolved at start by `resolve_pool`
 (contract.runtime.pool_rows: max running sequences x (context + verify rows), within a share

@@ -1,9 +1,10 @@
 """What the bundled runtime (`python -m serving`) allocates for a profile. Pure.
 
 Its allocation model is simple and exact, and its rules are the runtime's own
-(serving.contract.runtime; the bytes, serving.contract.sizes): every parameter in the runtime's
-dtype; the target's K/V over its full-attention layers, one pool sized at start by the runtime's
-rule (`pool_rows`: max running
+(serving.contract.runtime; the bytes, serving.contract.sizes): every target parameter, and a
+drafter's projection matrices, in the runtime's dtype (its other parameters in the dtype the
+target computes in: compute_dtype); the target's K/V over its full-attention layers (in the
+runtime's dtype: kv_dtype), one pool sized at start by the runtime's rule (`pool_rows`: max running
 x (context_length + verify_tokens), within --mem-fraction-static of the device's memory less the
 rest, never below one sequence, capped by `--max-total-tokens` when a profile passes it in
 `sglang.extra_args`; the verify rows hold one verify pass past the context); for a target
@@ -34,9 +35,8 @@ from ddops.profile import Profile
 from ddops.profile.extra_args import int_value, switch_on
 from ddops.profile.runtimes import POOL_CAP_FLAG
 from serving.contract.runtime import (DEFAULT_MAX_RUNNING, DEFAULT_MEM_FRACTION, auto_dtype, compute_dtype,
-                                      draft_projection_dtype, kv_dtype,
-                                      draft_kv_rows, head_copies, kv_rows, one_at_a_time, pool_rows, prefix_rows,
-                                      state_slots)
+                                      draft_kv_rows, draft_projection_dtype, head_copies, kv_dtype, kv_rows,
+                                      one_at_a_time, pool_rows, prefix_rows, state_slots)
 from serving.contract.sizes import kv_bytes, linear_state_bytes
 
 

@@ -63,9 +63,10 @@ def test_half_precision_checkpoint_loads_in_half_and_fp32(tmp_path, dtype):
     model = load(path, getattr(torch, dtype))
     assert model.weight_dtype == getattr(torch, dtype)
     # on CPU bf16 weights are read by packed products and the rest runs in fp32
-    # (serving.contract.runtime.compute_dtype); fp16 has no packed products and computes in fp16
+    # (serving.contract.runtime.compute_dtype); fp16 has no packed products and computes in fp16;
+    # K/V rows are kept in the weights' dtype either way (kv_dtype)
     assert model.dtype == (torch.float32 if dtype == "bfloat16" else torch.float16)
-    assert model.new_cache(8).k.dtype == model.dtype
+    assert model.new_cache(8).k.dtype == model.weight_dtype
     as_half, _ = our_logits(model)
     assert as_half.dtype == torch.float32
     assert (as_half - ref).abs().max() < 0.5

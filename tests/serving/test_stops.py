@@ -143,4 +143,4 @@ def test_incremental_text_equals_a_whole_decode_in_short_windows(kind, smollm_di
         for rounds_of in (lambda i: 1, lambda i: 1 + i % 5):      # plain decoding; speculative rounds
             text, shown, longest = _assemble(tokenizer, ids, rounds_of)
             assert text.text == shown == whole
-            assert longest <= 8          # a window of the last few ids, not the answer so far
+            assert longest <= 16         # a window of the last few ids (a character's bytes, silent tokens), not 1000+
