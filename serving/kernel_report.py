@@ -21,7 +21,8 @@ def target_kernels(target) -> dict:
     if any(isinstance(m, RMSNorm) for m in target.modules()):    # a hybrid's zero-centred norms: torch
         kernels.update(_native_or_torch("rms_norm", norm_kernel.available(target.dtype, target.device)))
     if batched.decodes(target):
-        kernels.update(_native_or_torch("decode_attention", decode_kernel.available(target.kv_dtype, target.device, target.dtype)))
+        served = decode_kernel.available(target.kv_dtype, target.device, target.dtype)
+        kernels.update(_native_or_torch("decode_attention", served))
     return kernels
 
 

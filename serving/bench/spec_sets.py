@@ -119,7 +119,8 @@ def main(argv=None) -> int:
     console.print(table(results, sets))
     console.print(f"{before} before, {after} after")
     if args.json:
-        report = {"model": str(args.model), "draft": str(args.draft), "dtype": args.dtype, "max_tokens": args.max_tokens,
+        report = {"model": str(args.model), "draft": str(args.draft), "dtype": args.dtype,
+                  "max_tokens": args.max_tokens,
                   "limit": args.limit, "repeat": args.repeat, "threads": torch.get_num_threads(),
                   "load_before": before, "load_after": after, "results": results}
         args.json.write_text(json.dumps(report, indent=2))

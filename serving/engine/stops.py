@@ -33,7 +33,7 @@ class TextAssembler:
     text: str = ""
     settled: int = 0                          # ids[:settled] end on a whole character
     settled_text: str = ""                    # their text, for good
-    anchor: int = 0                           # the window's first id: one settled token back
+    anchor: int = 0                           # the window's first id: settled ids that show text
     head: int = 0                             # len(decode(ids[anchor:settled]))
 
     def feed(self, tokens: list[int]) -> str:

@@ -184,16 +184,19 @@ class TargetLM(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        """The dtype it computes in: activations, K/V and the drafter (contract.runtime.compute_dtype)."""
-        weights = str(self.weight_dtype).removeprefix("torch.")
-        return getattr(torch, compute_dtype(self.device.type, weights, self.config.hybrid))
+        """The dtype it computes in: activations and the drafter (contract.runtime.compute_dtype)."""
+        return self.dtype_by(compute_dtype)
 
     @property
     def kv_dtype(self) -> torch.dtype:
         """The dtype its K/V rows are kept in (contract.runtime.kv_dtype): bf16 rows widen to
         fp32 as attention reads them."""
+        return self.dtype_by(kv_dtype)
+
+    def dtype_by(self, rule) -> torch.dtype:
+        """A contract.runtime dtype rule (device, weights' dtype, hybrid) -> name, for this target."""
         weights = str(self.weight_dtype).removeprefix("torch.")
-        return getattr(torch, kv_dtype(self.device.type, weights, self.config.hybrid))
+        return getattr(torch, rule(self.device.type, weights, self.config.hybrid))
 
     @property
     def device(self) -> torch.device:
@@ -273,8 +276,9 @@ class CausalLM(TargetLM):
         masks = [None if b in kernel_takes else attention_mask(n, c.length, m, groups, x.device)
                  for b, (n, c, m) in enumerate(zip(counts, caches, trees))]
         one_row = native is None and all(n == 1 for n in counts) and all(m is None for m in trees)
+        decode = DecodeRows.plan(caches, x.dtype, x.device) if one_row else None
         rows = PackedRows(self.cos.index_select(0, positions), self.sin.index_select(0, positions), caches,
-                          row_slices(counts), masks, native, DecodeRows.plan(caches, x.dtype, x.device) if one_row else None)
+                          row_slices(counts), masks, native, decode)
         captured = {}
         for i, layer in enumerate(self.layers):
             x = layer(x, rows, i)

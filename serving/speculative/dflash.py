@@ -220,6 +220,5 @@ def load_for(target, path: str | Path) -> DFlashDraftModel:
     """`load_model` for serving beside `target`: computing in the target's dtype, its projection
     matrices kept in the target's weights' (keep_projections)."""
     model = load_model(path, dtype=target.dtype, device=target.device)
-    weights = str(target.weight_dtype).removeprefix("torch.")
-    model.keep_projections(getattr(torch, draft_projection_dtype(target.device.type, weights, target.config.hybrid)))
+    model.keep_projections(target.dtype_by(draft_projection_dtype))
     return model
