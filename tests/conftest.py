@@ -23,22 +23,23 @@ os.environ.setdefault("DDOPS_STATE", tempfile.mkdtemp(prefix="ddops-test-state-"
 # a machine-wide resource form one group, run in one worker one after another: the lab hosts
 # (systemd-nspawn containers, one bridge and fixed unit ports per lab) and the one vLLM a
 # machine holds at a time (tests/vllm_server.py's lock: a worker waiting on it would idle).
-# The lab files of the peer runtimes (SGLang's and vLLM's installs, a quarter of the lab's time)
-# are a group of their own: the worker that runs them brings up a lab of its own
-# (tests/fixtures_lab.py session_lab), so they run beside the other lab files.
-# The controller schedules from node ids alone, so a file's group is read from its text; the
-# collected items (markers and fixtures) must agree, or collection stops.
+# The lab files form two groups, each run by a worker that brings up a lab of its own
+# (tests/fixtures_lab.py session_lab), so the two labs run side by side: the peer runtimes'
+# files (SGLang's and vLLM's installs, 1053 s) with the tuner's, the mirror's and the watch's,
+# and every other lab file. With the peers alone in the second lab, the first ran 1888 s while
+# every other worker was done at 1450 s (`--durations`, timeline per worker, 2026-12-08).
 LAB_FIXTURES = {"lab_hosts", "deploy_lab", "bare_lab", "ops_lab"}
 VLLM_FILES = {"test_vllm_across.py", "test_vllm_draft.py"}
-PEER_LAB_FILES = {"test_lab_sglang.py", "test_lab_vllm.py"}
+SECOND_LAB_FILES = {"test_lab_sglang.py", "test_lab_vllm.py", "test_lab_tune.py", "test_mirror_lab.py",
+                    "test_lab_watch.py"}
 
 
 def lab_group(name: str) -> str:
-    return "lab-peers" if name in PEER_LAB_FILES else "lab"
+    return "lab-2" if name in SECOND_LAB_FILES else "lab"
 
 
 def file_group(path: str) -> str | None:
-    """The machine-wide resource a test file's tests share ("lab", "lab-peers", "vllm"), or None."""
+    """The machine-wide resource a test file's tests share ("lab", "lab-2", "vllm"), or None."""
     name = Path(path).name
     if "pytest.mark.lab" in (REPO / path).read_text(errors="replace"):
         return lab_group(name)
@@ -67,7 +68,7 @@ def pytest_collection_modifyitems(config, items):
 # left to xdist's order (scopes by number of tests) another worker met all the long ones too
 # (at `-n 2`: 1764 s of tests against 1546 s). Longest first (LPT) starts each long scope on a
 # worker of its own and leaves the short scopes to level the workers' ends.
-LONGEST_FIRST = ("lab", "lab-peers", "vllm", "tests/monitor/test_alertmanager.py")
+LONGEST_FIRST = ("lab", "lab-2", "vllm", "tests/monitor/test_alertmanager.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
