@@ -149,6 +149,34 @@ def test_trials_thin_out_while_they_keep_finding_nothing():
     assert all(s.rounds == 0 for s in c.settings[1:])
 
 
+def test_quiet_windows_cost_what_measure_share_allows_where_the_draft_pass_is_dear():
+    # a bf16 target on a CPU: a plain step is cheap, so a window's round (plain + a draft pass)
+    # costs 1.4 plain steps; content the draft cannot predict. Windows every quiet_trial_gap
+    # tokens would cost 16 * 0.4 / 144 = 4.4 % of the time
+    c, w = tree_controller(), World(draft=0.040, accept=lambda n: 0)
+    w.run(c, 1000)
+    assert abs(c.window_cost - 0.4) < 1e-9 and c._trial_gap() == c.trial_window * c.window_cost / c.measure_share
+    spent, made = w.spent, w.made
+    w.run(c, 4000)
+    slowdown = (w.spent - spent) / (w.made - made) / w.plain
+    assert slowdown <= 1 + c.measure_share * 1.1 and all(s.rounds == 0 for s in c.settings[1:])
+
+
+def test_a_width_that_could_not_take_over_from_plain_does_not_keep_windows_dense():
+    # trials promise budget 1 a value of 1.03 at its least possible cost: near plain, short of
+    # the margin a width needs to take over, so windows thin out as if nothing were near
+    c = tree_controller()
+    c.plain_seconds, c.draft_seconds = 0.100, 0.012
+    for s in c.settings[1:]:
+        s.trials, s.accepted = c.min_trials, 0.0
+    c.settings[1].accepted = 1.03 * 1.12 - 1
+    assert 1.0 < c._near() < 1 + c.margin
+    for _ in range(c.min_trials):
+        c.credit = 1.0
+        assert c._opens_window()
+    assert c.hopeless == c.min_trials and c._trial_gap() == c.quiet_trial_gap
+
+
 def test_a_width_timed_and_found_dear_is_left_and_the_loss_stays_in_budget():
     # trials promise the wider trees pay at their least possible cost, but verify rows are dear
     c, w = tree_controller(), World(per_row=0.1, accept=lambda n: 2)
