@@ -61,9 +61,9 @@ def pytest_collection_modifyitems(config, items):
                                     f"file reads as {file_group(path) or 'none'} (tests/conftest.py file_group)")
 
 
-# The scopes that take longest, first, longest first (measured with `--durations=0`, 2026-12-07:
-# the lab group about 1200 s, the peer labs 800 s, vLLM 330 s, the Alertmanager's real 2-minute
-# `for:` 137 s). A worker takes its next scope only when its last one is nearly done, so the one
+# The scopes that take longest, first, longest first (a timeline per worker, 2026-12-08, before
+# the lab files were split as above: the lab group 1888 s, the peer runtimes' lab 1053 s, vLLM
+# 336 s, the Alertmanager's real 2-minute `for:` 144 s). A worker takes its next scope only when its last one is nearly done, so the one
 # that started the lab group is busy for 20 minutes while the other takes scope after scope:
 # left to xdist's order (scopes by number of tests) another worker met all the long ones too
 # (at `-n 2`: 1764 s of tests against 1546 s). Longest first (LPT) starts each long scope on a
