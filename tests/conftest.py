@@ -29,7 +29,7 @@ os.environ.setdefault("DDOPS_STATE", tempfile.mkdtemp(prefix="ddops-test-state-"
 # and every other lab file. With the peers alone in the second lab, the first ran 1888 s while
 # every other worker was done at 1450 s (`--durations`, timeline per worker, 2026-12-08).
 LAB_FIXTURES = {"lab_hosts", "deploy_lab", "bare_lab", "ops_lab"}
-VLLM_FILES = {"test_vllm_across.py", "test_vllm_draft.py"}
+VLLM_FILES = {"test_vllm_across.py", "test_vllm_draft.py", "test_prometheus_vllm.py"}
 SECOND_LAB_FILES = {"test_lab_sglang.py", "test_lab_vllm.py", "test_lab_tune.py", "test_mirror_lab.py",
                     "test_lab_watch.py"}
 
@@ -63,12 +63,17 @@ def pytest_collection_modifyitems(config, items):
 
 # The scopes that take longest, first, longest first (a timeline per worker, 2026-12-08, before
 # the lab files were split as above: the lab group 1888 s, the peer runtimes' lab 1053 s, vLLM
-# 336 s, the Alertmanager's real 2-minute `for:` 144 s). A worker takes its next scope only when its last one is nearly done, so the one
-# that started the lab group is busy for 20 minutes while the other takes scope after scope:
-# left to xdist's order (scopes by number of tests) another worker met all the long ones too
-# (at `-n 2`: 1764 s of tests against 1546 s). Longest first (LPT) starts each long scope on a
-# worker of its own and leaves the short scopes to level the workers' ends.
-LONGEST_FIRST = ("lab", "lab-2", "vllm", "tests/monitor/test_alertmanager.py")
+# 336 s, the Alertmanager's real 2-minute `for:` 144 s; then the hybrid's sampling tests 157 s,
+# the memory figures 131 s, the served default path 96 s, sampling 84 s). A file that holds the
+# vLLM lock belongs to the vLLM group: run as an ordinary scope, Prometheus's vLLM file started
+# last, at 1656 s, and ran alone for 116 s. A worker takes its next scope only when its last
+# one is nearly done, so the one that started a lab group is busy for 20 minutes while another
+# takes scope after scope: left to xdist's order (scopes by number of tests) another worker met
+# all the long ones too (at `-n 2`: 1764 s of tests against 1546 s). Longest first (LPT) starts
+# each long scope on a worker of its own and leaves the short scopes to level the workers' ends.
+LONGEST_FIRST = ("lab", "lab-2", "vllm", "tests/monitor/test_alertmanager.py", "tests/hybrid/test_speculative.py",
+                 "tests/fit/test_runtime_memory.py", "tests/speculative/test_server.py",
+                 "tests/speculative/test_sampling.py")
 
 
 def pytest_xdist_make_scheduler(config, log):
