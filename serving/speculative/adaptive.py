@@ -20,17 +20,18 @@ commits the most tokens per plain step's worth of time, its value
 - Measuring windows: every `trial_gap` tokens of a sequence (once several in a row found no
   width that could take over from plain, as rarely as keeps their draft passes under
   `measure_share`, at least `quiet_trial_gap`; while a width runs, as rarely as keeps the
-  widest's dearer rounds under `measure_share`; at most `measure_gap`), whatever the content, `trial_window`
-  tokens run as the window's: while plain runs they draft without verifying (every width's
-  chain goes on through them), while a width runs they verify the widest. What the server says
-  its draft accepts (the widest width's tokens a round) comes from the widest's rounds that
-  start in a window after its first `burn_in` tokens, each weighted by the tokens its window
-  stands for: a sample of the content drawn as a fixed run's rounds are. Rounds the controller
-  chose are not such a sample (it runs a width while the content suits it), nor are rounds a
-  window's first trial starts wherever it opened (where the draft does well, one round eats the
-  window). Each answer's first round counts as well (serving.speculative.lane.counts_for). On
-  128 prompts the tiny test pair's figure read 2.34-2.68 for the 2.57 a fixed run of budget 16
-  realizes; counted from the rounds the controller chose, 1.6 to 4.0.
+  widest's dearer rounds under `measure_share`; at most `measure_gap`), whatever the content,
+  `trial_window` tokens run as the window's: while plain runs they draft without verifying
+  (every width's chain goes on through them), while a width runs they verify the widest. What
+  the server says its draft accepts (the widest width's tokens a round) comes from the widest's
+  rounds that start in a window after its first `burn_in` tokens, each weighted by the tokens
+  its window stands for: a sample of the content drawn as a fixed run's rounds are. Rounds the
+  controller chose are not such a sample (it runs a width while the content suits it), nor are
+  rounds a window's first trial starts wherever it opened (where the draft does well, one round
+  eats the window). Each answer's first round counts as well
+  (serving.speculative.lane.counts_for). On 128 prompts the tiny test pair's figure read
+  2.34-2.68 for the 2.57 a fixed run of budget 16 realizes; counted from the rounds the
+  controller chose, 1.6 to 4.0.
 - Cost depends on the machine (rows per verify pass, the draft pass, the load). A width's
   cost is measured by running it: its round seconds over the moving average of plain steps.
   Both sides slow down alike under load, so the ratio holds where raw tokens/s would not.
@@ -251,10 +252,11 @@ class Controller:
         return self._quiet_gap() if self.hopeless >= self.min_trials else self.trial_gap
 
     def _quiet_gap(self) -> float:
-        """While nothing is near paying, windows as rarely as keeps what their draft passes cost
-        under `measure_share` of the time, never more often than `quiet_trial_gap` nor more rarely
-        than `measure_gap`: where a plain step is cheap beside the draft pass (SmolLM2 in bf16 on
-        a CPU, a window's round 1.27 plain steps), windows every 128 tokens cost 3.4 %."""
+        """While no width could take over, windows as rarely as keeps what their rounds cost
+        beyond plain steps (`window_cost`) under `measure_share` of the time, never more often
+        than `quiet_trial_gap` nor more rarely than `measure_gap`: where a plain step is cheap
+        beside the draft pass (SmolLM2 in bf16 on a CPU, a window's round 1.14-1.28 plain
+        steps), windows every 128 tokens cost 1.6-3.1 %."""
         priced = self.trial_window * (self.window_cost or 0.0) / self.measure_share
         return min(self.measure_gap, max(self.quiet_trial_gap, priced))
 
